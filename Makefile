@@ -1,0 +1,35 @@
+# The two commands of the README:
+#   make bundle   builds fagen and compiles specs/default.yaml into attn.fab (no GPU needed)
+#   make test     builds fagen and runs every CPU test (unit, lit/FileCheck, nvcc compile of the
+#                 templates for sm_80/sm_90a/sm_100a, bundle round trip and corruption, runtime
+#                 without a driver, reproducible bundles, time-bounded fuzzing)
+BUILD ?= build
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 20
+JOBS ?= $(shell nproc)
+
+.PHONY: deps build bundle test unit fuzz clean
+
+deps:
+	@scripts/install-deps
+
+build: deps
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+bundle: build
+	$(BUILD)/fagen build specs/default.yaml --arch sm_90a -o attn.fab
+
+unit: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+fuzz: deps
+	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DFAGEN_BUILD_FUZZERS=ON -DFAGEN_BUILD_TESTS=OFF >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
+	@scripts/run-fuzzers $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+test: unit fuzz
+
+clean:
+	rm -rf $(BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,22 @@
+//===- Emit.h - KernelPlan -> CUDA source --------------------------------===//
+//
+// Third stage. The generated file holds no logic: it includes a template header, spells the
+// plan as a config type, checks that template and planner agree, and instantiates the kernel
+// under its symbol. Deterministic: the same plan gives the same bytes.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FAGEN_COMPILER_EMIT_H
+#define FAGEN_COMPILER_EMIT_H
+
+#include "Plan.h"
+
+#include <string>
+
+namespace fagen {
+
+/// The .cu source for one planned kernel.
+std::string emitKernelSource(const KernelPlan &plan);
+
+} // namespace fagen
+
+#endif // FAGEN_COMPILER_EMIT_H

@@ -1,0 +1,64 @@
+//===- Package.cpp - compiled kernels -> one bundle -----------------------===//
+
+#include "Package.h"
+
+#include "../templates/common/fwd_params.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+namespace fagen {
+
+Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKernel> &kernels) {
+  std::vector<const CompiledKernel *> sorted;
+  for (const CompiledKernel &k : kernels)
+    sorted.push_back(&k);
+  std::sort(sorted.begin(), sorted.end(), [](const CompiledKernel *a, const CompiledKernel *b) {
+    return std::tie(a->plan.name, a->plan.arch) < std::tie(b->plan.name, b->plan.arch);
+  });
+  Bundle bundle;
+  bundle.fagenVersion = FAGEN_VERSION_STRING;
+  bundle.toolchain = toolchain.describe();
+  std::set<std::string> archs;
+  for (const CompiledKernel *k : sorted) {
+    const KernelPlan &p = k->plan;
+    archs.insert(p.arch);
+    KernelRecord r;
+    r.name = p.name;
+    r.pass = p.pass;
+    r.arch = p.arch;
+    r.templ = p.templ;
+    r.variant = p.variant;
+    r.dtype = p.dtype;
+    r.headDimQK = p.headDimQK;
+    r.headDimV = p.headDimV;
+    r.mask = p.mask;
+    r.blockM = p.blockM;
+    r.blockN = p.blockN;
+    r.warps = p.warps;
+    r.stages = p.stages;
+    r.threads = p.threads;
+    r.smemBytes = p.smemBytes;
+    r.paramsVersion = FAGEN_FWD_PARAMS_VERSION;
+    r.registers = k->report.registers;
+    r.spillBytes = k->report.spillBytes();
+    r.tuning = p.tuning;
+    r.cubinSection = static_cast<uint32_t>(bundle.cubins.size());
+    bundle.cubins.push_back(k->cubin);
+    bundle.kernels.push_back(std::move(r));
+  }
+  bundle.archs.assign(archs.begin(), archs.end());
+  return bundle;
+}
+
+std::string verifiedOn(const std::string &templ, const std::string &arch) {
+  // Updated only from GPU test runs recorded in docs/perf/ (tests/gpu/run.sh on the H200).
+  // sm_80 cubins do not load on the H200 and no A100/B200 is available: those stay
+  // "compiled, not run".
+  if (templ == "sm80" && (arch == "sm_90" || arch == "sm_90a"))
+    return "";
+  return "";
+}
+
+} // namespace fagen

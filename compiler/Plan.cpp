@@ -1,0 +1,191 @@
+//===- Plan.cpp - KernelPlan: one kernel per variant x pass x arch --------===//
+
+#include "Plan.h"
+
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace fagen {
+
+int archSmemLimit(const std::string &arch) {
+  // Per-block opt-in maxima from the CUDA C Programming Guide's compute capability table.
+  if (arch == "sm_86" || arch == "sm_89")
+    return 99 * 1024;
+  if (arch == "sm_80")
+    return 163 * 1024;
+  return 227 * 1024; // sm_90, sm_90a, sm_100, sm_100a
+}
+
+int sm80FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
+  // Q tile + kStages x (K tile + V tile); rows padded by 16 bytes so that ldmatrix is
+  // bank-conflict free for every head dim that is a multiple of 16. Mirrors
+  // templates/sm80/fwd_config.cuh (the emitted code static_asserts that they agree).
+  int rowBytes = headDim * 2 + 16;
+  return (blockM + 2 * stages * blockN) * rowBytes;
+}
+
+namespace {
+
+struct Tile {
+  int blockM, blockN, warps, stages;
+};
+
+/// Defaults for the portable template; the tuner will replace them per GPU.
+/// FlashAttention-2 uses the same shapes on A100/H100 (128x128 for hd64, 128x64 for hd128,
+/// 8 warps for hd256). Measured on the H200: see docs/perf/sm80-fwd.md.
+Tile defaultTile(int headDim) {
+  if (headDim <= 64)
+    return {128, 128, 4, 2};
+  if (headDim <= 128)
+    return {128, 64, 4, 2};
+  return {128, 64, 8, 1};
+}
+
+/// Shrinks a default tile until it fits the arch's shared memory.
+Tile fitSmem(Tile t, int headDim, const std::string &arch) {
+  while (sm80FwdSmemBytes(headDim, t.blockM, t.blockN, t.stages) > archSmemLimit(arch)) {
+    if (t.stages > 1)
+      --t.stages;
+    else if (t.blockN > 32)
+      t.blockN /= 2;
+    else
+      break;
+  }
+  return t;
+}
+
+/// fp32 accumulator registers per thread: S (rows x blockN) and O (rows x headDim).
+int accumulatorRegs(const Tile &t, int headDimV) {
+  int atomsM = t.blockM / t.warps / 16;
+  return atomsM * (t.blockN / 8) * 4 + atomsM * (headDimV / 8) * 4;
+}
+
+constexpr int kMaxAccumulatorRegs = 192;
+
+/// Mirrors the static_asserts of templates/sm80/fwd_config.cuh.
+llvm::Error checkSm80Tile(const Tile &t, const VariantSpec &v, const std::string &arch) {
+  const SourceLoc &loc = v.tile ? v.tile->loc : v.loc;
+  if (v.headDimQK % 16 != 0 || v.headDimQK < 32 || v.headDimQK > 256)
+    return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 16 in 32..256");
+  if (t.warps != 1 && t.warps != 2 && t.warps != 4 && t.warps != 8)
+    return makeSpecError(loc, llvm::formatv("warps must be 1, 2, 4 or 8, got {0}", t.warps));
+  int rowsPerWarp = t.blockM / t.warps;
+  if (t.blockM % t.warps != 0 || (rowsPerWarp != 16 && rowsPerWarp != 32))
+    return makeSpecError(
+        loc, llvm::formatv("block_m ({0}) must be 16 or 32 rows per warp with {1} warps: use "
+                           "block_m {2} or {3}",
+                           t.blockM, t.warps, 16 * t.warps, 32 * t.warps));
+  if (t.blockN % 16 != 0 || t.blockN < 16 || t.blockN > 256)
+    return makeSpecError(loc, llvm::formatv("block_n must be a multiple of 16 in 16..256, got {0}",
+                                            t.blockN));
+  if (t.stages < 1 || t.stages > 4)
+    return makeSpecError(loc, llvm::formatv("stages must be in 1..4, got {0}", t.stages));
+  int smem = sm80FwdSmemBytes(v.headDimQK, t.blockM, t.blockN, t.stages);
+  if (smem > archSmemLimit(arch))
+    return makeSpecError(
+        loc, llvm::formatv("tile {0}x{1} with {2} stages needs {3} bytes of shared memory; {4} "
+                           "allows {5}: lower stages or block_n",
+                           t.blockM, t.blockN, t.stages, smem, arch, archSmemLimit(arch)));
+  int regs = accumulatorRegs(t, v.headDimV);
+  if (regs > kMaxAccumulatorRegs)
+    return makeSpecError(
+        loc, llvm::formatv("tile {0}x{1} with {2} warps needs {3} fp32 accumulator registers per "
+                           "thread (at most {4} fit without spills): use more warps or a smaller "
+                           "block_n",
+                           t.blockM, t.blockN, t.warps, regs, kMaxAccumulatorRegs));
+  return llvm::Error::success();
+}
+
+std::string kernelName(const KernelPlan &p) {
+  std::string dims = p.headDimQK == p.headDimV
+                         ? std::to_string(p.headDimQK)
+                         : llvm::formatv("{0}x{1}", p.headDimQK, p.headDimV).str();
+  return llvm::formatv("fagen_{0}_{1}_hd{2}_{3}_{4}_m{5}n{6}w{7}s{8}", p.pass, p.dtype, dims, p.mask,
+                       p.templ, p.blockM, p.blockN, p.warps, p.stages)
+      .str();
+}
+
+} // namespace
+
+llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
+                                                    const std::vector<std::string> &archs) {
+  std::map<std::pair<std::string, std::string>, KernelPlan> byKey;
+  for (const VariantSpec &v : spec.variants) {
+    std::vector<std::string> targets = !archs.empty() ? archs
+                                       : !v.targets.empty() ? v.targets
+                                                            : spec.targets;
+    if (targets.empty())
+      return makeSpecError(v.loc, llvm::formatv("variant '{0}' has no target archs: add "
+                                                "'targets: [sm_90a]' to the spec or pass --arch",
+                                                v.name));
+    for (const std::string &pass : v.passes) {
+      if (pass != "fwd")
+        return makeSpecError(v.locOf("passes"),
+                             llvm::formatv("pass '{0}' is not implemented yet: use [fwd]", pass));
+      for (const std::string &arch : targets) {
+        Tile t = fitSmem(defaultTile(v.headDimQK), v.headDimQK, arch);
+        std::string tuning = "default";
+        if (v.tile) {
+          if (v.tile->blockM) t.blockM = v.tile->blockM;
+          if (v.tile->blockN) t.blockN = v.tile->blockN;
+          if (v.tile->warps) t.warps = v.tile->warps;
+          if (v.tile->stages) t.stages = v.tile->stages;
+          tuning = "spec";
+        }
+        if (llvm::Error err = checkSm80Tile(t, v, arch))
+          return err;
+        KernelPlan p;
+        p.variant = v.name;
+        p.pass = pass;
+        p.arch = arch;
+        p.templ = "sm80";
+        p.dtype = v.dtype;
+        p.headDimQK = v.headDimQK;
+        p.headDimV = v.headDimV;
+        p.mask = v.mask;
+        p.blockM = t.blockM;
+        p.blockN = t.blockN;
+        p.warps = t.warps;
+        p.stages = t.stages;
+        p.threads = 32 * t.warps;
+        p.smemBytes = sm80FwdSmemBytes(v.headDimQK, t.blockM, t.blockN, t.stages);
+        p.tuning = tuning;
+        p.name = kernelName(p);
+        auto key = std::make_pair(p.name, p.arch);
+        auto it = byKey.find(key);
+        if (it != byKey.end()) {
+          it->second.variant += "," + v.name;
+          continue;
+        }
+        byKey.emplace(key, std::move(p));
+      }
+    }
+  }
+  std::vector<KernelPlan> plans;
+  for (auto &entry : byKey)
+    plans.push_back(std::move(entry.second));
+  return plans;
+}
+
+std::string formatPlans(const std::vector<KernelPlan> &plans) {
+  std::string out;
+  for (const KernelPlan &p : plans) {
+    out += llvm::formatv("kernel {0}\n", p.name).str();
+    out += llvm::formatv("  arch={0} template={1} pass={2} variant={3}\n", p.arch, p.templ, p.pass,
+                         p.variant)
+               .str();
+    out += llvm::formatv("  dtype={0} head_dim_qk={1} head_dim_v={2} mask={3}\n", p.dtype,
+                         p.headDimQK, p.headDimV, p.mask)
+               .str();
+    out += llvm::formatv("  block_m={0} block_n={1} warps={2} stages={3} threads={4} smem={5} "
+                         "tuning={6}\n",
+                         p.blockM, p.blockN, p.warps, p.stages, p.threads, p.smemBytes, p.tuning)
+               .str();
+  }
+  return out;
+}
+
+} // namespace fagen

@@ -1,0 +1,54 @@
+//===- Plan.h - KernelPlan: one kernel per variant x pass x arch ----------===//
+//
+// Second stage. Turns a validated AttentionSpec into pure data: which template, which tile
+// sizes, warps, pipeline stages, how much shared memory. No CUDA here. Every constraint the
+// templates state with static_assert is mirrored here as a spec error naming the spec line.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FAGEN_COMPILER_PLAN_H
+#define FAGEN_COMPILER_PLAN_H
+
+#include "Spec.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace fagen {
+
+/// Everything the emitter and the bundle need to know about one kernel.
+struct KernelPlan {
+  std::string name;     ///< the kernel's symbol; spells its specialization
+  std::string variant;  ///< spec variant name(s) served, comma-separated
+  std::string pass;     ///< "fwd"
+  std::string arch;     ///< canonical target arch, e.g. "sm_90a"
+  std::string templ;    ///< template family: "sm80" (portable mma.sync)
+  std::string dtype;    ///< "fp16" | "bf16"
+  int headDimQK = 0;
+  int headDimV = 0;
+  std::string mask;     ///< "none" | "causal"
+  int blockM = 0, blockN = 0, warps = 0, stages = 0;
+  int threads = 0;
+  int smemBytes = 0;
+  std::string tuning;   ///< "default" or "spec" (forced by the spec's tile:)
+};
+
+/// The largest dynamic shared memory a block may opt into on `arch`, in bytes.
+int archSmemLimit(const std::string &arch);
+
+/// Shared memory of the sm80 forward template; mirrors FwdConfig::kSmemBytes.
+int sm80FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
+
+/// Plans every kernel of `spec`. `archs`, when non-empty, replaces the spec's targets.
+/// Kernels that come out identical for several variants are planned once. Sorted by
+/// (name, arch), so the result is deterministic.
+llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
+                                                    const std::vector<std::string> &archs);
+
+/// The printable artifact of this stage (`fagen plan`): one block per kernel.
+std::string formatPlans(const std::vector<KernelPlan> &plans);
+
+} // namespace fagen
+
+#endif // FAGEN_COMPILER_PLAN_H

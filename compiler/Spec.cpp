@@ -1,0 +1,763 @@
+//===- Spec.cpp - parse and validate an attention spec --------------------===//
+//
+// The YAML tree is walked by iterating every mapping rather than looking keys up with
+// `node["key"]`: yaml-cpp silently accepts unknown and duplicate keys, and a lookup loses the
+// position of what it found. Every diagnostic points at the key or value it is about and says
+// how to fix it. yaml-cpp throws; nothing escapes this file except llvm::Error.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Spec.h"
+
+#include "llvm/ADT/ArrayRef.h"
+#include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <climits>
+#include <set>
+
+using namespace fagen;
+using llvm::ArrayRef;
+using llvm::StringRef;
+
+//===----------------------------------------------------------------------===//
+// Diagnostics, archs and suggestions
+//===----------------------------------------------------------------------===//
+
+std::string fagen::formatDiagnostic(const SourceLoc &loc, const std::string &message) {
+  std::string out = loc.file.empty() ? "<spec>" : loc.file;
+  if (loc.line > 0) {
+    out += ":" + std::to_string(loc.line);
+    if (loc.col > 0)
+      out += ":" + std::to_string(loc.col);
+  }
+  return out + ": error: " + message;
+}
+
+llvm::Error fagen::makeSpecError(const SourceLoc &loc, const std::string &message) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 formatDiagnostic(loc, message));
+}
+
+const SourceLoc &VariantSpec::locOf(const std::string &key) const {
+  auto it = keyLocs.find(key);
+  return it == keyLocs.end() ? loc : it->second;
+}
+
+const SourceLoc &AttentionSpec::locOf(const std::string &key) const {
+  auto it = keyLocs.find(key);
+  return it == keyLocs.end() ? loc : it->second;
+}
+
+const std::vector<std::string> &fagen::knownArchs() {
+  static const std::vector<std::string> archs = {"sm_80", "sm_86",  "sm_89",  "sm_90",
+                                                 "sm_90a", "sm_100", "sm_100a"};
+  return archs;
+}
+
+std::string fagen::closestMatch(const std::string &word,
+                                const std::vector<std::string> &candidates) {
+  // Two edits catch a typo or a swapped pair in a short word; longer words get a third of
+  // their length. Candidates are few, so a bounded edit distance is cheap on any input.
+  unsigned threshold = std::max<unsigned>(2, std::min<size_t>(word.size(), 64) / 3);
+  std::string best;
+  unsigned bestDistance = threshold + 1;
+  for (const std::string &candidate : candidates) {
+    unsigned distance = StringRef(word).edit_distance_insensitive(
+        candidate, /*AllowReplacements=*/true, /*MaxEditDistance=*/threshold);
+    // A distance as long as the word means nothing of it survived ("x" vs "q").
+    if (distance >= std::max(word.size(), candidate.size()))
+      continue;
+    if (distance < bestDistance) {
+      bestDistance = distance;
+      best = candidate;
+    }
+  }
+  return best;
+}
+
+/// `text` with control characters escaped (\n, \t, \xNN), so a diagnostic stays one line.
+static std::string printable(StringRef text) {
+  std::string out;
+  for (char c : text) {
+    unsigned char byte = static_cast<unsigned char>(c);
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (byte < 0x20 || byte == 0x7f)
+      out += "\\x" + llvm::utohexstr(byte, /*LowerCase=*/true, /*Width=*/2);
+    else
+      out += c;
+  }
+  return out;
+}
+
+/// User text quoted for a diagnostic: one line, and cut short when long.
+static std::string quoted(StringRef text) {
+  constexpr size_t kMaxQuoted = 40;
+  std::string out = "'" + printable(text.take_front(kMaxQuoted)) + "'";
+  return text.size() > kMaxQuoted ? out + "..." : out;
+}
+
+static std::string joinNames(ArrayRef<std::string> names, StringRef separator = ", ") {
+  return llvm::join(names.begin(), names.end(), separator);
+}
+
+/// Splits "sm_90a", "SM-90A", "90a", "9.0a", "compute_90a" into the number-and-suffix part
+/// ("90a") and whether a virtual (compute_) arch was named. Returns "" when `text` does not
+/// look like an arch at all.
+static std::string archDigits(StringRef text, bool &isVirtual) {
+  std::string lower = text.trim().lower();
+  StringRef rest = lower;
+  isVirtual = rest.consume_front("compute");
+  if (!isVirtual)
+    rest.consume_front("sm");
+  if (!rest.consume_front("_"))
+    rest.consume_front("-");
+  StringRef number = rest.take_while(llvm::isDigit);
+  StringRef suffix = rest.drop_front(number.size());
+  // Compute-capability spelling: "9.0" -> "90", "10.0a" -> "100a".
+  if (suffix.consume_front(".")) {
+    StringRef minor = suffix.take_while(llvm::isDigit);
+    if (minor.size() != 1)
+      return "";
+    suffix = suffix.drop_front(1);
+    return number.empty() ? "" : (number + minor + suffix).str();
+  }
+  if (number.empty() || (!suffix.empty() && suffix != "a" && suffix != "f"))
+    return "";
+  return (number + suffix).str();
+}
+
+llvm::Expected<std::string> fagen::canonicalArch(const std::string &text) {
+  bool isVirtual = false;
+  std::string digits = archDigits(text, isVirtual);
+  std::string candidate = digits.empty() ? StringRef(text).trim().lower() : "sm_" + digits;
+  const std::vector<std::string> &archs = knownArchs();
+  bool known = std::find(archs.begin(), archs.end(), candidate) != archs.end();
+  if (known && !isVirtual)
+    return candidate;
+  std::string message;
+  if (known) {
+    message = "arch " + quoted(text) + " is a virtual (PTX) arch; targets are real GPU archs: use " +
+              candidate;
+  } else {
+    message = "unknown arch " + quoted(text);
+    std::string suggestion = closestMatch(candidate, archs);
+    if (!suggestion.empty())
+      message += ": did you mean " + suggestion + "?";
+    message += " (known archs: " + joinNames(archs) + ")";
+  }
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), message);
+}
+
+//===----------------------------------------------------------------------===//
+// The parser
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// Past this many errors the rest are usually consequences of the first ones.
+constexpr size_t kMaxErrors = 20;
+/// Names end up in kernel symbol and file names.
+constexpr size_t kMaxNameLength = 64;
+
+/// One `key: value` pair of a mapping, or one item of a list (empty key).
+struct Entry {
+  std::string key;
+  YAML::Node value;
+  SourceLoc keyLoc;
+  SourceLoc valueLoc; ///< the key's location when the value is empty (yaml-cpp has no mark)
+};
+
+/// The known keys of a mapping, each at its first occurrence.
+struct Entries : std::map<std::string, Entry> {
+  /// Known keys that an unknown key was reported as a misspelling of: a missing-key error
+  /// for them would only repeat the "did you mean".
+  std::set<std::string> misspelled;
+  bool has(const std::string &key) const { return count(key) || misspelled.count(key); }
+};
+
+/// How a value reads in "X must be ..., got DESCRIPTION".
+std::string describe(const YAML::Node &node) {
+  if (node.IsSequence())
+    return "a list";
+  if (node.IsMap())
+    return "a mapping";
+  if (!node.IsScalar())
+    return "nothing";
+  return quoted(node.Scalar());
+}
+
+bool isInteger(StringRef text) {
+  text.consume_front("-") || text.consume_front("+");
+  return !text.empty() && llvm::all_of(text, llvm::isDigit);
+}
+
+bool matchesCharset(StringRef text, bool allowUpperAndDash) {
+  return llvm::all_of(text, [&](char c) {
+    return llvm::isDigit(c) || (c >= 'a' && c <= 'z') || c == '_' ||
+           (allowUpperAndDash && ((c >= 'A' && c <= 'Z') || c == '-'));
+  });
+}
+
+/// `text` with every character outside the name charset turned into '_', lowercased for
+/// variant names; trimmed of leading and trailing '_'.
+std::string sanitizeName(StringRef text, bool allowUpperAndDash) {
+  std::string out;
+  for (char c : text) {
+    char lowered = allowUpperAndDash ? c : llvm::toLower(c);
+    std::string one(1, lowered);
+    out += matchesCharset(one, allowUpperAndDash) ? lowered : '_';
+  }
+  return StringRef(out).trim('_').take_front(kMaxNameLength).str();
+}
+
+/// "first at line 3", or "first at column 12" when `first` is on the line of `here`.
+std::string firstAt(const SourceLoc &first, const SourceLoc &here) {
+  if (first.line == here.line)
+    return "first at column " + std::to_string(first.col);
+  return "first at line " + std::to_string(first.line);
+}
+
+/// yaml-cpp's messages for a tab in indentation ("illegal block entry") do not say so.
+std::string tabHint(StringRef text, const YAML::Mark &mark) {
+  llvm::SmallVector<StringRef, 0> lines;
+  text.split(lines, '\n');
+  if (mark.line < 0 || static_cast<size_t>(mark.line) >= lines.size())
+    return "";
+  StringRef indent = lines[mark.line].take_while([](char c) { return c == ' ' || c == '\t'; });
+  return indent.contains('\t') ? " (YAML does not allow tabs in indentation)" : "";
+}
+
+/// Walks one spec document, collecting every diagnostic.
+class SpecParser {
+public:
+  explicit SpecParser(std::string file) : file(std::move(file)) {}
+
+  llvm::Expected<AttentionSpec> parse(const std::string &text);
+
+private:
+  SourceLoc locOf(const YAML::Mark &mark) const;
+  SourceLoc locOf(const YAML::Node &node) const { return locOf(node.Mark()); }
+  void error(const SourceLoc &loc, const std::string &message);
+  llvm::Error takeErrors();
+
+  Entries readMapping(const YAML::Node &map, ArrayRef<std::string> keys);
+  Entry itemEntry(const YAML::Node &item, const Entry &list) const;
+  std::optional<int> readInt(const Entry &entry, const std::string &what);
+  std::optional<int> readRange(const Entry &entry, const std::string &what, int lo, int hi,
+                               int multipleOf);
+  std::optional<std::string> readChoice(const Entry &entry, const std::string &what,
+                                        const std::vector<std::string> &choices,
+                                        const std::map<std::string, std::string> &hints);
+  std::optional<std::string> readName(const Entry &entry, const std::string &what,
+                                      bool allowUpperAndDash);
+  std::optional<YAML::Node> readList(const Entry &entry, const std::string &what,
+                                     const std::string &example);
+  std::vector<std::string> readTargets(const Entry &entry,
+                                       std::map<std::string, SourceLoc> &keyLocs);
+
+  void parseTop(const YAML::Node &root, AttentionSpec &spec);
+  void parseVariant(const YAML::Node &node, size_t index, AttentionSpec &spec);
+  void parseHeadDims(const Entries &entries, const std::string &label, VariantSpec &variant);
+  void parsePasses(const Entries &entries, VariantSpec &variant);
+  void parseHeads(const Entry &entry, VariantSpec &variant);
+  void parseTile(const Entry &entry, VariantSpec &variant);
+  void checkUniqueNames(const AttentionSpec &spec);
+
+  std::string file;
+  /// In walk order; reported sorted by position.
+  std::vector<std::pair<SourceLoc, std::string>> diagnostics;
+};
+
+} // namespace
+
+SourceLoc SpecParser::locOf(const YAML::Mark &mark) const {
+  // yaml-cpp marks are 0-based, and -1 when unknown.
+  return SourceLoc{file, std::max(mark.line, 0) + 1, std::max(mark.column, 0) + 1};
+}
+
+void SpecParser::error(const SourceLoc &loc, const std::string &message) {
+  if (diagnostics.size() < kMaxErrors)
+    diagnostics.emplace_back(loc, formatDiagnostic(loc, message));
+}
+
+llvm::Error SpecParser::takeErrors() {
+  if (diagnostics.empty())
+    return llvm::Error::success();
+  std::stable_sort(diagnostics.begin(), diagnostics.end(), [](const auto &a, const auto &b) {
+    return std::make_pair(a.first.line, a.first.col) < std::make_pair(b.first.line, b.first.col);
+  });
+  std::vector<std::string> lines;
+  for (const auto &diagnostic : diagnostics)
+    lines.push_back(diagnostic.second);
+  std::string text = joinNames(lines, "\n");
+  if (diagnostics.size() == kMaxErrors)
+    text += "\n" + formatDiagnostic(SourceLoc{file}, "too many errors; stopping");
+  diagnostics.clear();
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), text);
+}
+
+Entries SpecParser::readMapping(const YAML::Node &map, ArrayRef<std::string> keys) {
+  Entries entries;
+  for (auto it = map.begin(); it != map.end(); ++it) {
+    YAML::Node key = it->first, value = it->second;
+    SourceLoc keyLoc = locOf(key);
+    if (!key.IsScalar()) {
+      error(keyLoc, "keys must be plain words, got " + describe(key));
+      continue;
+    }
+    const std::string &name = key.Scalar();
+    if (!llvm::is_contained(keys, name)) {
+      std::string suggestion = closestMatch(name, keys);
+      entries.misspelled.insert(suggestion);
+      error(keyLoc, "unknown key " + quoted(name) +
+                        (suggestion.empty() ? ": valid keys here are " + joinNames(keys)
+                                            : ": did you mean '" + suggestion + "'?"));
+      continue;
+    }
+    SourceLoc valueLoc = value.IsNull() ? keyLoc : locOf(value);
+    auto [first, inserted] = entries.try_emplace(name, Entry{name, value, keyLoc, valueLoc});
+    if (!inserted)
+      error(keyLoc, "duplicate key " + quoted(name) + " (" + firstAt(first->second.keyLoc, keyLoc) +
+                        "): remove one of them");
+  }
+  return entries;
+}
+
+Entry SpecParser::itemEntry(const YAML::Node &item, const Entry &list) const {
+  SourceLoc loc = item.IsNull() ? list.valueLoc : locOf(item);
+  return Entry{"", item, loc, loc};
+}
+
+std::optional<int> SpecParser::readInt(const Entry &entry, const std::string &what) {
+  const YAML::Node &value = entry.value;
+  if (!value.IsScalar()) {
+    error(entry.valueLoc, what + " must be an integer, got " + describe(value));
+    return std::nullopt;
+  }
+  StringRef text = value.Scalar();
+  // yaml-cpp tags a quoted scalar "!": "128" is a string, as in any YAML loader.
+  if (value.Tag() == "!") {
+    error(entry.valueLoc, what + " must be an integer, got the quoted string " + quoted(text) +
+                              (isInteger(text) ? ": remove the quotes" : ""));
+    return std::nullopt;
+  }
+  if (!isInteger(text)) {
+    error(entry.valueLoc, what + " must be an integer, got " + quoted(text));
+    return std::nullopt;
+  }
+  int result = 0;
+  if (text.drop_while([](char c) { return c == '+'; }).getAsInteger(10, result)) {
+    error(entry.valueLoc, what + " is out of range, got " + quoted(text));
+    return std::nullopt;
+  }
+  return result;
+}
+
+/// An integer in lo..hi and a multiple of `multipleOf`; the message states the rule.
+std::optional<int> SpecParser::readRange(const Entry &entry, const std::string &what, int lo,
+                                         int hi, int multipleOf) {
+  std::optional<int> value = readInt(entry, what);
+  if (!value)
+    return std::nullopt;
+  if (*value >= lo && *value <= hi && *value % multipleOf == 0)
+    return value;
+  std::string rule = hi == INT_MAX ? "at least " + std::to_string(lo)
+                                   : "in " + std::to_string(lo) + ".." + std::to_string(hi);
+  if (multipleOf != 1)
+    rule = "a multiple of " + std::to_string(multipleOf) + " " + rule;
+  error(entry.valueLoc, what + " must be " + rule + ", got " + std::to_string(*value));
+  return std::nullopt;
+}
+
+/// One of `choices`. `hints` maps other spellings (lowercase) to either a choice, suggested
+/// as "did you mean", or to a sentence explaining why that value is not offered.
+std::optional<std::string>
+SpecParser::readChoice(const Entry &entry, const std::string &what,
+                       const std::vector<std::string> &choices,
+                       const std::map<std::string, std::string> &hints) {
+  const YAML::Node &value = entry.value;
+  std::string expected = what + " must be one of " + joinNames(choices);
+  if (!value.IsScalar()) {
+    error(entry.valueLoc, expected + ", got " + describe(value));
+    return std::nullopt;
+  }
+  const std::string &text = value.Scalar();
+  if (llvm::is_contained(choices, text))
+    return text;
+  std::string suggestion = closestMatch(text, choices);
+  auto hint = hints.find(StringRef(text).lower());
+  if (hint != hints.end() && !llvm::is_contained(choices, hint->second)) {
+    error(entry.valueLoc, expected + ": " + hint->second);
+    return std::nullopt;
+  }
+  if (hint != hints.end())
+    suggestion = hint->second;
+  error(entry.valueLoc, expected + (suggestion.empty() ? ", got " + quoted(text)
+                                                       : ": did you mean " + suggestion + "?"));
+  return std::nullopt;
+}
+
+std::optional<std::string> SpecParser::readName(const Entry &entry, const std::string &what,
+                                                bool allowUpperAndDash) {
+  const char *charset = allowUpperAndDash ? "[A-Za-z0-9_-]+" : "[a-z0-9_]+";
+  if (!entry.value.IsScalar()) {
+    error(entry.valueLoc, what + " must be a word matching " + charset + ", got " +
+                              describe(entry.value));
+    return std::nullopt;
+  }
+  const std::string &text = entry.value.Scalar();
+  if (text.empty()) {
+    error(entry.valueLoc, what + " must not be empty");
+    return std::nullopt;
+  }
+  if (text.size() > kMaxNameLength) {
+    error(entry.valueLoc, what + " must be at most " + std::to_string(kMaxNameLength) +
+                              " characters long, got " + std::to_string(text.size()));
+    return std::nullopt;
+  }
+  if (matchesCharset(text, allowUpperAndDash))
+    return text;
+  std::string suggestion = sanitizeName(text, allowUpperAndDash);
+  error(entry.valueLoc, what + " " + quoted(text) + " must match " + charset +
+                            (suggestion.empty() ? "" : ": did you mean '" + suggestion + "'?"));
+  return std::nullopt;
+}
+
+std::optional<YAML::Node> SpecParser::readList(const Entry &entry, const std::string &what,
+                                               const std::string &example) {
+  if (!entry.value.IsSequence()) {
+    error(entry.valueLoc,
+          what + " must be a list like " + example + ", got " + describe(entry.value));
+    return std::nullopt;
+  }
+  if (entry.value.size() == 0) {
+    error(entry.valueLoc, what + " must not be empty: write " + example + " or remove the key");
+    return std::nullopt;
+  }
+  return entry.value;
+}
+
+std::vector<std::string> SpecParser::readTargets(const Entry &entry,
+                                                 std::map<std::string, SourceLoc> &keyLocs) {
+  std::vector<std::string> archs;
+  std::optional<YAML::Node> list = readList(entry, "targets", "[sm_80, sm_90a]");
+  if (!list)
+    return archs;
+  for (const YAML::Node &node : *list) {
+    Entry item = itemEntry(node, entry);
+    if (!node.IsScalar()) {
+      error(item.valueLoc, "targets must list archs like sm_90a, got " + describe(node));
+      continue;
+    }
+    llvm::Expected<std::string> arch = canonicalArch(node.Scalar());
+    if (!arch) {
+      error(item.valueLoc, llvm::toString(arch.takeError()));
+      continue;
+    }
+    auto [first, inserted] = keyLocs.try_emplace("targets." + *arch, item.valueLoc);
+    if (!inserted) {
+      error(item.valueLoc, "target " + *arch + " is listed twice (" +
+                               firstAt(first->second, item.valueLoc) + "): remove one of them");
+      continue;
+    }
+    archs.push_back(*arch);
+  }
+  return archs;
+}
+
+//===----------------------------------------------------------------------===//
+// The spec's structure
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<AttentionSpec> SpecParser::parse(const std::string &text) {
+  std::vector<YAML::Node> documents;
+  try {
+    documents = YAML::LoadAll(text);
+  } catch (const YAML::ParserException &e) {
+    return makeSpecError(locOf(e.mark), "invalid YAML: " + printable(e.msg) + tabHint(text, e.mark));
+  } catch (const std::exception &e) {
+    return makeSpecError(SourceLoc{file, 1, 1}, "invalid YAML: " + printable(e.what()));
+  }
+  if (documents.empty() || documents.front().IsNull())
+    return makeSpecError(SourceLoc{file, 1, 1},
+                         "the spec is empty: it needs at least a 'variants' list (see docs/spec.md)");
+  if (documents.size() > 1)
+    return makeSpecError(locOf(documents[1]),
+                         "a spec is one YAML document: remove the '---' and what follows, or "
+                         "split it into several spec files");
+  AttentionSpec spec;
+  spec.file = file;
+  try {
+    parseTop(documents.front(), spec);
+  } catch (const std::exception &e) {
+    // The walk only reads nodes whose type it checked; this is a backstop, not a path.
+    error(SourceLoc{file, 1, 1}, "internal error while reading the spec: " + printable(e.what()));
+  }
+  if (!diagnostics.empty())
+    return takeErrors();
+  return spec;
+}
+
+void SpecParser::parseTop(const YAML::Node &root, AttentionSpec &spec) {
+  spec.loc = locOf(root);
+  if (!root.IsMap()) {
+    error(spec.loc, "the spec must be a mapping with a 'variants' list, got " + describe(root));
+    return;
+  }
+  Entries entries = readMapping(root, {"name", "targets", "variants"});
+  for (const auto &[key, entry] : entries)
+    spec.keyLocs[key] = entry.valueLoc;
+
+  spec.name = sanitizeName(llvm::sys::path::stem(file), /*allowUpperAndDash=*/true);
+  if (spec.name.empty())
+    spec.name = "spec";
+  if (auto it = entries.find("name"); it != entries.end())
+    spec.name = readName(it->second, "spec name", /*allowUpperAndDash=*/true).value_or(spec.name);
+  if (auto it = entries.find("targets"); it != entries.end())
+    spec.targets = readTargets(it->second, spec.keyLocs);
+
+  auto variants = entries.find("variants");
+  if (variants == entries.end()) {
+    if (!entries.has("variants"))
+      error(spec.loc, "the spec needs a 'variants' list (see docs/spec.md)");
+    return;
+  }
+  std::optional<YAML::Node> list =
+      readList(variants->second, "variants", "[{name: prefill, dtype: bf16, head_dim: 128}]");
+  if (!list)
+    return;
+  for (size_t i = 0; i < list->size(); ++i)
+    parseVariant((*list)[i], i, spec);
+  checkUniqueNames(spec);
+}
+
+void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpec &spec) {
+  SourceLoc loc = locOf(node);
+  if (!node.IsMap()) {
+    error(loc, "each variant must be a mapping like {name: prefill, dtype: bf16, head_dim: "
+               "128}, got " + describe(node));
+    return;
+  }
+  static const std::vector<std::string> keys = {
+      "name",  "dtype", "head_dim", "head_dim_qk", "head_dim_v",
+      "mask",  "passes", "heads",   "targets",     "tile"};
+  Entries entries = readMapping(node, keys);
+  VariantSpec variant;
+  variant.loc = loc;
+  for (const auto &[key, entry] : entries)
+    variant.keyLocs[key] = entry.valueLoc;
+
+  std::string label = "variant #" + std::to_string(index + 1);
+  if (auto it = entries.find("name"); it != entries.end()) {
+    variant.name = readName(it->second, "variant name", /*allowUpperAndDash=*/false).value_or("");
+    if (!variant.name.empty())
+      label = "variant '" + variant.name + "'";
+  } else if (!entries.has("name")) {
+    error(loc, label + " is missing required key 'name'");
+  }
+
+  if (auto it = entries.find("dtype"); it != entries.end()) {
+    static const std::map<std::string, std::string> hints = {
+        {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}, {"f16", "fp16"},
+        {"fp32", "fp32 inputs are not supported (accumulation is always fp32)"},
+        {"float32", "fp32 inputs are not supported (accumulation is always fp32)"},
+        {"fp8", "fp8 is not supported yet"}};
+    variant.dtype = readChoice(it->second, "dtype", {"fp16", "bf16"}, hints).value_or("");
+  } else if (!entries.has("dtype")) {
+    error(loc, label + " is missing required key 'dtype' (fp16 or bf16)");
+  }
+
+  parseHeadDims(entries, label, variant);
+
+  variant.mask = "none";
+  if (auto it = entries.find("mask"); it != entries.end()) {
+    static const std::map<std::string, std::string> hints = {
+        {"full", "none"}, {"bidirectional", "none"}, {"no", "none"}};
+    variant.mask = readChoice(it->second, "mask", {"none", "causal"}, hints).value_or("none");
+  }
+
+  parsePasses(entries, variant);
+  if (auto it = entries.find("heads"); it != entries.end())
+    parseHeads(it->second, variant);
+  if (auto it = entries.find("targets"); it != entries.end())
+    variant.targets = readTargets(it->second, variant.keyLocs);
+  if (auto it = entries.find("tile"); it != entries.end())
+    parseTile(it->second, variant);
+
+  spec.variants.push_back(std::move(variant));
+}
+
+void SpecParser::parseHeadDims(const Entries &entries, const std::string &label,
+                               VariantSpec &variant) {
+  auto one = entries.find("head_dim");
+  auto qk = entries.find("head_dim_qk");
+  auto v = entries.find("head_dim_v");
+  auto readHeadDim = [&](const Entry &entry) {
+    return readRange(entry, entry.key, 32, 256, 16).value_or(0);
+  };
+  if (one != entries.end()) {
+    if (qk != entries.end() || v != entries.end()) {
+      const Entry &extra = qk != entries.end() ? qk->second : v->second;
+      error(extra.keyLoc, "use either head_dim or head_dim_qk and head_dim_v, not both");
+      return;
+    }
+    variant.headDimQK = variant.headDimV = readHeadDim(one->second);
+    variant.keyLocs["head_dim_qk"] = variant.keyLocs["head_dim_v"] = one->second.valueLoc;
+    return;
+  }
+  if (qk == entries.end() && v == entries.end()) {
+    if (!entries.has("head_dim") && !entries.has("head_dim_qk") && !entries.has("head_dim_v"))
+      error(variant.loc, label + " is missing required key 'head_dim'");
+    return;
+  }
+  if (qk == entries.end() || v == entries.end()) {
+    const Entry &given = qk != entries.end() ? qk->second : v->second;
+    std::string other = qk != entries.end() ? "head_dim_v" : "head_dim_qk";
+    error(given.keyLoc, given.key + " needs " + other + " too (or use head_dim when they are equal)");
+    return;
+  }
+  variant.keyLocs["head_dim"] = qk->second.valueLoc;
+  variant.headDimQK = readHeadDim(qk->second);
+  variant.headDimV = readHeadDim(v->second);
+  if (variant.headDimQK && variant.headDimV && variant.headDimQK != variant.headDimV)
+    error(v->second.valueLoc, "head_dim_qk != head_dim_v is not supported yet (" +
+                                  std::to_string(variant.headDimQK) + " vs " +
+                                  std::to_string(variant.headDimV) + "): use one head_dim");
+}
+
+void SpecParser::parsePasses(const Entries &entries, VariantSpec &variant) {
+  auto it = entries.find("passes");
+  if (it == entries.end()) {
+    variant.passes = {"fwd"};
+    return;
+  }
+  std::optional<YAML::Node> list = readList(it->second, "passes", "[fwd]");
+  if (!list)
+    return;
+  for (const YAML::Node &node : *list) {
+    Entry item = itemEntry(node, it->second);
+    if (!node.IsScalar()) {
+      error(item.valueLoc, "passes must list pass names like fwd, got " + describe(node));
+      continue;
+    }
+    const std::string &text = node.Scalar();
+    std::string lower = StringRef(text).lower();
+    if (lower == "bwd" || lower == "backward") {
+      error(item.valueLoc,
+            "the backward pass is not implemented yet; remove " + quoted(text) + " from passes");
+      continue;
+    }
+    if (text != "fwd") {
+      bool meantFwd = lower == "forward" || !closestMatch(text, {"fwd"}).empty();
+      error(item.valueLoc, "unknown pass " + quoted(text) +
+                               (meantFwd ? ": did you mean fwd?" : ": the passes are fwd and bwd"));
+      continue;
+    }
+    if (llvm::is_contained(variant.passes, text)) {
+      error(item.valueLoc, "pass fwd is listed twice: remove one of them");
+      continue;
+    }
+    variant.passes.push_back(text);
+  }
+}
+
+void SpecParser::parseHeads(const Entry &entry, VariantSpec &variant) {
+  if (!entry.value.IsMap()) {
+    error(entry.valueLoc, "heads must be a mapping like {q: 32, kv: 8}, got " +
+                              describe(entry.value));
+    return;
+  }
+  Entries heads = readMapping(entry.value, {"q", "kv"});
+  auto q = heads.find("q");
+  if (q == heads.end()) {
+    if (!heads.has("q"))
+      error(entry.valueLoc, "heads needs 'q', the number of query heads");
+    return;
+  }
+  variant.keyLocs["heads.q"] = q->second.valueLoc;
+  std::optional<int> headsQ = readRange(q->second, "heads.q", 1, INT_MAX, 1);
+  std::optional<int> headsKV = headsQ;
+  auto kv = heads.find("kv");
+  if (kv != heads.end()) {
+    variant.keyLocs["heads.kv"] = kv->second.valueLoc;
+    headsKV = readRange(kv->second, "heads.kv", 1, INT_MAX, 1);
+  }
+  if (!headsQ || !headsKV)
+    return;
+  if (*headsQ % *headsKV != 0) {
+    error(kv->second.valueLoc, "heads.q (" + std::to_string(*headsQ) +
+                                   ") must be a multiple of heads.kv (" +
+                                   std::to_string(*headsKV) + ")");
+    return;
+  }
+  variant.headsQ = *headsQ;
+  variant.headsKV = *headsKV;
+}
+
+void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
+  if (!entry.value.IsMap()) {
+    error(entry.valueLoc, "tile must be a mapping like {block_m: 128, block_n: 64, warps: 4, "
+                          "stages: 2}, got " + describe(entry.value));
+    return;
+  }
+  Entries keys = readMapping(entry.value, {"block_m", "block_n", "warps", "stages"});
+  TileOverride tile;
+  tile.loc = entry.valueLoc;
+  for (const auto &[key, item] : keys) {
+    std::string what = "tile." + key;
+    variant.keyLocs[what] = item.valueLoc;
+    if (key == "block_m")
+      tile.blockM = readRange(item, what, 16, 256, 16).value_or(0);
+    else if (key == "block_n")
+      tile.blockN = readRange(item, what, 16, 256, 16).value_or(0);
+    else if (key == "stages")
+      tile.stages = readRange(item, what, 1, 4, 1).value_or(0);
+    else if (std::optional<int> warps = readInt(item, what)) {
+      if (*warps == 1 || *warps == 2 || *warps == 4 || *warps == 8)
+        tile.warps = *warps;
+      else
+        error(item.valueLoc, what + " must be one of 1, 2, 4, 8, got " + std::to_string(*warps));
+    }
+  }
+  variant.tile = tile;
+}
+
+void SpecParser::checkUniqueNames(const AttentionSpec &spec) {
+  std::map<std::string, SourceLoc> seen;
+  for (const VariantSpec &variant : spec.variants) {
+    if (variant.name.empty())
+      continue;
+    auto [first, inserted] = seen.try_emplace(variant.name, variant.locOf("name"));
+    if (!inserted)
+      error(variant.locOf("name"), "duplicate variant name '" + variant.name + "' (" +
+                                       firstAt(first->second, variant.locOf("name")) +
+                                       "): variant names must be unique");
+  }
+}
+
+//===----------------------------------------------------------------------===//
+// Entry points
+//===----------------------------------------------------------------------===//
+
+llvm::Expected<AttentionSpec> fagen::parseSpec(const std::string &text, const std::string &file) {
+  return SpecParser(file).parse(text);
+}
+
+llvm::Expected<AttentionSpec> fagen::parseSpecFile(const std::string &path) {
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
+  std::string file = path == "-" ? "<stdin>" : path;
+  if (!buffer)
+    return makeSpecError(SourceLoc{file}, "cannot read the spec: " + buffer.getError().message());
+  return parseSpec((*buffer)->getBuffer().str(), file);
+}

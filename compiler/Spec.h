@@ -1,0 +1,91 @@
+//===- Spec.h - the attention spec: YAML in, validated AttentionSpec out ---===//
+//
+// First stage of the pipeline. A spec lists the attention variants an application needs;
+// parsing checks every key, type and value and reports errors as
+// `FILE:LINE:COL: error: MESSAGE` with the fix. The reference is docs/spec.md.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FAGEN_COMPILER_SPEC_H
+#define FAGEN_COMPILER_SPEC_H
+
+#include "llvm/Support/Error.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fagen {
+
+/// A position in a spec file (1-based line and column).
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  int col = 0;
+};
+
+/// Formats `FILE:LINE:COL: error: MESSAGE`.
+std::string formatDiagnostic(const SourceLoc &loc, const std::string &message);
+/// An llvm::Error carrying formatDiagnostic(loc, message).
+llvm::Error makeSpecError(const SourceLoc &loc, const std::string &message);
+
+/// Forces a kernel configuration instead of the planner's default (for experiments and for
+/// pinning a known-good config). Zero means "planner's choice".
+struct TileOverride {
+  int blockM = 0;
+  int blockN = 0;
+  int warps = 0;
+  int stages = 0;
+  SourceLoc loc;
+};
+
+/// One attention variant: everything that changes the generated kernel.
+struct VariantSpec {
+  std::string name;                  ///< unique within the spec; [a-z0-9_]+
+  std::string dtype;                 ///< "fp16" | "bf16"
+  int headDimQK = 0;                 ///< multiple of 16 in 32..256
+  int headDimV = 0;                  ///< equal to headDimQK for now
+  std::string mask;                  ///< "none" | "causal" (bottom-right aligned)
+  std::vector<std::string> passes;   ///< subset of {"fwd"}
+  std::vector<std::string> targets;  ///< archs; empty = the spec's top-level targets
+  int headsQ = 0, headsKV = 0;       ///< optional model shape (0 = unspecified); used by check
+  std::optional<TileOverride> tile;
+  SourceLoc loc;                     ///< of the variant's mapping
+  /// Where each key's value stands. Nested keys are dotted ("heads.q", "tile.block_m"), each
+  /// target is "targets.<arch>" (canonical arch), and "head_dim", "head_dim_qk" and "head_dim_v"
+  /// are all present when either form was written, pointing at what was written.
+  std::map<std::string, SourceLoc> keyLocs;
+  /// Location of `key`'s value, or of the variant when the key is absent.
+  const SourceLoc &locOf(const std::string &key) const;
+};
+
+/// A parsed, validated spec.
+struct AttentionSpec {
+  std::string file;                  ///< as given on the command line
+  std::string name;                  ///< optional; defaults to the file's stem
+  std::vector<std::string> targets;  ///< default archs for variants that name none
+  std::vector<VariantSpec> variants; ///< in file order, at least one
+  SourceLoc loc;                     ///< of the top-level mapping
+  /// Where each top-level key's value stands; "targets.<arch>" for each default target.
+  std::map<std::string, SourceLoc> keyLocs;
+  /// Location of `key`'s value, or of the spec when the key is absent.
+  const SourceLoc &locOf(const std::string &key) const;
+};
+
+/// The archs fagen knows: "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_100a".
+const std::vector<std::string> &knownArchs();
+/// Returns the canonical arch for `text` ("sm_90a", "90a", "SM_90A" -> "sm_90a") or an error
+/// message with a "did you mean" suggestion.
+llvm::Expected<std::string> canonicalArch(const std::string &text);
+
+/// The closest candidate within a small edit distance, or "" (for "did you mean").
+std::string closestMatch(const std::string &word, const std::vector<std::string> &candidates);
+
+/// Parses and validates a spec from text; `file` names it in diagnostics.
+llvm::Expected<AttentionSpec> parseSpec(const std::string &text, const std::string &file);
+/// Reads and parses a spec file.
+llvm::Expected<AttentionSpec> parseSpecFile(const std::string &path);
+
+} // namespace fagen
+
+#endif // FAGEN_COMPILER_SPEC_H

@@ -1,0 +1,95 @@
+// fagen runtime, C++ wrapper: RAII and exceptions over the C ABI in fagen.h. Header-only.
+//
+//   fagen::Bundle bundle = fagen::Bundle::load("attention.fab");
+//   fagen_fwd_problem problem = {...};
+//   fagen_fwd_problem_set_bshd_strides(&problem);
+//   fagen::Plan plan = bundle.planForward(problem);   // throws fagen::Error with the reason
+//   plan.run(q, k, v, o, lse, stream);
+#ifndef FAGEN_RUNTIME_FAGEN_HPP
+#define FAGEN_RUNTIME_FAGEN_HPP
+
+#include "fagen/fagen.h"
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace fagen {
+
+/// A failed runtime call: the status and the runtime's message.
+class Error : public std::runtime_error {
+public:
+  Error(fagen_status status, const std::string &message)
+      : std::runtime_error(message), status_(status) {}
+  fagen_status status() const { return status_; }
+
+private:
+  fagen_status status_;
+};
+
+/// Throws the last error of this thread unless `status` is FAGEN_OK.
+inline void check(fagen_status status) {
+  if (status != FAGEN_OK)
+    throw Error(status, std::string(fagen_status_name(status)) + ": " + fagen_last_error());
+}
+
+/// A planned call. Valid while the Bundle it came from lives.
+class Plan {
+public:
+  explicit Plan(const fagen_plan &plan) : plan_(plan) {}
+  /// Launches on `stream` (a cudaStream_t / CUstream; nullptr = default stream).
+  void run(const void *q, const void *k, const void *v, void *o, float *lse,
+           void *stream = nullptr) const {
+    check(fagen_run_forward(&plan_, q, k, v, o, lse, stream));
+  }
+  const fagen_plan &get() const { return plan_; }
+
+private:
+  fagen_plan plan_;
+};
+
+/// An owned, immutable bundle; movable, not copyable, shareable across threads by reference.
+class Bundle {
+public:
+  static Bundle load(const std::string &path) {
+    fagen_bundle *b = nullptr;
+    check(fagen_bundle_load_file(path.c_str(), &b));
+    return Bundle(b);
+  }
+  static Bundle fromMemory(const void *data, size_t size) {
+    fagen_bundle *b = nullptr;
+    check(fagen_bundle_load_memory(data, size, &b));
+    return Bundle(b);
+  }
+
+  Bundle(Bundle &&other) noexcept : bundle_(std::exchange(other.bundle_, nullptr)) {}
+  Bundle &operator=(Bundle &&other) noexcept {
+    std::swap(bundle_, other.bundle_);
+    return *this;
+  }
+  Bundle(const Bundle &) = delete;
+  Bundle &operator=(const Bundle &) = delete;
+  ~Bundle() { fagen_bundle_destroy(bundle_); }
+
+  int kernelCount() const { return fagen_bundle_kernel_count(bundle_); }
+  std::string kernelName(int index) const {
+    const char *name = fagen_bundle_kernel_name(bundle_, index);
+    if (name == nullptr)
+      throw Error(FAGEN_ERROR_INVALID_ARGUMENT, fagen_last_error());
+    return name;
+  }
+  Plan planForward(const fagen_fwd_problem &problem) const {
+    fagen_plan plan;
+    check(fagen_plan_forward(bundle_, &problem, &plan));
+    return Plan(plan);
+  }
+  const fagen_bundle *get() const { return bundle_; }
+
+private:
+  explicit Bundle(fagen_bundle *bundle) : bundle_(bundle) {}
+  fagen_bundle *bundle_;
+};
+
+} // namespace fagen
+
+#endif // FAGEN_RUNTIME_FAGEN_HPP

@@ -1,0 +1,67 @@
+//===- Bundle.h - the bundle file: data model, writer and validating reader -===//
+//
+// One file holds every kernel an application needs: a header (magic, format version), a
+// section table with a checksum per section, a text manifest, and the cubins. The writer is
+// used by the compiler, the reader by the runtime and by `fagen inspect`; neither needs LLVM
+// or CUDA. The format is documented in docs/bundle-format.md.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FAGEN_RUNTIME_BUNDLE_H
+#define FAGEN_RUNTIME_BUNDLE_H
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fagen {
+
+/// Bumped on any incompatible change of the file layout or the manifest keys.
+constexpr uint32_t kBundleFormatVersion = 1;
+
+/// One compiled kernel, as the manifest describes it.
+struct KernelRecord {
+  std::string name;      ///< symbol in the cubin, spells its specialization
+  std::string pass;      ///< "fwd"
+  std::string arch;      ///< "sm_80", "sm_90", "sm_90a", "sm_100a"
+  std::string templ;     ///< template family: "sm80" (portable mma.sync)
+  std::string variant;   ///< the spec variant's name
+  std::string dtype;     ///< "fp16" | "bf16"
+  int headDimQK = 0;
+  int headDimV = 0;
+  std::string mask;      ///< "none" | "causal"
+  int blockM = 0, blockN = 0, warps = 0, stages = 0;
+  int threads = 0;       ///< threads per block
+  int smemBytes = 0;     ///< dynamic shared memory per block
+  int paramsVersion = 0; ///< FAGEN_FWD_PARAMS_VERSION the kernel was built against
+  int registers = -1;    ///< from the ptxas report; -1 = unknown
+  int spillBytes = -1;   ///< spill stores + loads, from the ptxas report
+  std::string tuning;    ///< provenance of the config: "default" or a tuning record id
+  uint32_t cubinSection = 0; ///< index into Bundle::cubins
+};
+
+/// The whole bundle. Byte-identical serialization for identical contents.
+struct Bundle {
+  std::string fagenVersion;
+  std::string toolchain;              ///< e.g. "nvcc 13.0.88"
+  std::vector<std::string> archs;     ///< sorted, unique
+  std::vector<KernelRecord> kernels;  ///< sorted by name
+  std::vector<std::string> cubins;    ///< raw cubin bytes
+};
+
+/// Serializes a bundle. Deterministic: no timestamps, no paths.
+std::vector<uint8_t> serializeBundle(const Bundle &bundle);
+
+/// Parses and validates bytes as a bundle. On failure returns false and sets `error` to a
+/// message naming what was expected, what was found, and the fix. Never crashes on any input.
+bool parseBundle(const uint8_t *data, size_t size, Bundle &out, std::string &error);
+
+/// Compute-capability arithmetic shared by planner and loader.
+/// "sm_90a" -> 90; returns -1 for a malformed name.
+int archComputeCapability(const std::string &arch);
+/// Whether a cubin built for `arch` loads on a device of compute capability major.minor.
+/// sm_XY loads on X.Z for Z >= Y; sm_XYa loads only on X.Y.
+bool archRunsOn(const std::string &arch, int major, int minor);
+
+} // namespace fagen
+
+#endif // FAGEN_RUNTIME_BUNDLE_H

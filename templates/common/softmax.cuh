@@ -1,0 +1,139 @@
+// fagen: masking and online softmax on accumulator fragments in registers.
+//
+// Fragment layout (mma.sync m16n8 C fragments; also each warp's slice of a wgmma accumulator):
+// acc[t][j][e] holds row 16*t + lane/4 + 8*(e/2), column 8*j + 2*(lane%4) + e%2 of the warp's
+// tile. A row's values are spread over the 4 lanes of a quad, so row reductions are two
+// shuffles. Rows are indexed r = 2*t + e/2 below.
+#ifndef FAGEN_TEMPLATES_COMMON_SOFTMAX_CUH
+#define FAGEN_TEMPLATES_COMMON_SOFTMAX_CUH
+
+#include "common/variants.cuh"
+
+namespace fagen {
+
+/// 2^x, relative error ~2^-22, denormal results flushed to 0; 2^-inf = 0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/// Sets invisible logits and key columns >= seqlen_k to -inf. (row0, col0): the tile
+/// coordinates of this warp's fragment origin.
+template <class Mask, int kRowTiles, int kColTiles>
+__device__ __forceinline__ void apply_mask(float (&s)[kRowTiles][kColTiles][4], int row0,
+                                           int col0, AttentionShape shape) {
+  const int lane = threadIdx.x % 32;
+  const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
+        int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
+        if (col >= shape.seqlen_k || !Mask::is_visible(row, col, shape))
+          s[t][j][e] = kNegInf;
+      }
+}
+
+/// Running max and sum per row for kRowTiles 16-row tiles. The max is kept in raw logit
+/// units; logits reach exp2 through one FFMA with scale_log2 = softmax_scale * log2(e).
+template <int kRowTiles> struct OnlineSoftmax {
+  static constexpr int kRows = 2 * kRowTiles;
+  float row_max[kRows]; // -inf until the row has seen a visible key
+  float row_sum[kRows]; // this lane's partial sum; quad_sum() only in finalize()
+
+  __device__ __forceinline__ void init() {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      row_max[r] = -__int_as_float(0x7f800000);
+      row_sum[r] = 0.f;
+    }
+  }
+
+  /// Turns logits s into unnormalized probabilities exp2(scale_log2 * (s - max)) and rescales
+  /// the output accumulator o to the new max.
+  /// o is rescaled only when some row of the warp raised a finite max: otherwise every factor
+  /// is exactly 1 (or o is still 0), and the multiplies on the path from S to P@V are skipped.
+  template <int kColTiles, int kOColTiles>
+  __device__ __forceinline__ void update(float (&s)[kRowTiles][kColTiles][4],
+                                         float (&o)[kRowTiles][kOColTiles][4], float scale_log2) {
+    const float kNegInf = -__int_as_float(0x7f800000);
+    float rescale[kRows];
+    bool grew = false;
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 2 * t + h;
+        float m = row_max[r];
+#pragma unroll
+        for (int j = 0; j < kColTiles; ++j)
+          m = fmaxf(m, fmaxf(s[t][j][2 * h], s[t][j][2 * h + 1]));
+        m = quad_max(m);
+        // A row with no visible key so far keeps max -inf; use 0 so that exp2 gives 0, not NaN.
+        const float m_used = m == kNegInf ? 0.f : m;
+        grew |= m != row_max[r] && row_max[r] != kNegInf;
+        rescale[r] = exp2_approx((row_max[r] - m_used) * scale_log2);
+        const float bias = -m_used * scale_log2;
+        row_max[r] = m;
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+          for (int e = 2 * h; e < 2 * h + 2; ++e) {
+            s[t][j][e] = exp2_approx(fmaf(s[t][j][e], scale_log2, bias));
+            sum += s[t][j][e];
+          }
+        row_sum[r] = row_sum[r] * rescale[r] + sum;
+      }
+    if (!__any_sync(0xffffffffu, grew))
+      return;
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int d = 0; d < kOColTiles; ++d)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          o[t][d][e] *= rescale[2 * t + e / 2];
+  }
+
+  /// Normalizes o by the row sums and returns each row's log-sum-exp in natural-log units
+  /// (rows that saw no key: o = 0, lse = -inf).
+  template <int kOColTiles>
+  __device__ __forceinline__ void finalize(float (&o)[kRowTiles][kOColTiles][4], float scale_log2,
+                                           float (&lse)[kRows]) {
+    const float kLn2 = 0.693147180559945309f;
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int r = 2 * t + h;
+        const float sum = quad_sum(row_sum[r]);
+        const float inv = sum == 0.f ? 0.f : 1.f / sum;
+        lse[r] = sum == 0.f ? -__int_as_float(0x7f800000)
+                            : (row_max[r] * scale_log2 + __log2f(sum)) * kLn2;
+#pragma unroll
+        for (int d = 0; d < kOColTiles; ++d) {
+          o[t][d][2 * h] *= inv;
+          o[t][d][2 * h + 1] *= inv;
+        }
+      }
+  }
+};
+
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_COMMON_SOFTMAX_CUH

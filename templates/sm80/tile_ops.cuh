@@ -1,0 +1,188 @@
+// fagen sm80: tile-level steps of the forward kernel, built on the atoms of mma.cuh.
+//
+// Shared-memory tiles are (rows, kHeadDim) row-major with rows padded to kHeadDim * 2 + 16
+// bytes (see FwdConfig). Register tiles use the C-fragment layout of common/softmax.cuh.
+#ifndef FAGEN_TEMPLATES_SM80_TILE_OPS_CUH
+#define FAGEN_TEMPLATES_SM80_TILE_OPS_CUH
+
+#include <stdint.h>
+
+#include "sm80/mma.cuh"
+
+namespace fagen {
+namespace sm80 {
+
+template <int kHeadDim> struct SmemRow {
+  static constexpr int kBytes = kHeadDim * 2 + 16;
+};
+
+/// Issues the cp.async copies of a (kRows, kHeadDim) tile by all kThreads threads; rows >=
+/// rows_valid are zero-filled, so masked keys multiply zeros, never stale NaNs.
+template <int kRows, int kHeadDim, int kThreads, class Element>
+__device__ __forceinline__ void load_tile_async(u32 smem, const Element *gmem, int64_t row_stride,
+                                                int rows_valid) {
+  constexpr int kChunksPerRow = kHeadDim / 8; // 16-byte chunks
+  constexpr int kRow = SmemRow<kHeadDim>::kBytes;
+  if constexpr (kThreads % kChunksPerRow == 0) {
+    // Each thread keeps one column chunk and walks down the rows with one pointer: 64-bit
+    // addresses for every chunk, hoisted out of the main loop, would cost ~30 registers, and
+    // even this thread's row offset, hoisted, cost the spills of hd128 128x64 on sm_90.
+    constexpr int kRowsPerRound = kThreads / kChunksPerRow;
+    const int tid = thread_index_rematerialized();
+    const int row0 = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
+    const Element *src = gmem + row0 * row_stride + chunk * 8;
+    const u32 dst = smem + row0 * kRow + chunk * 16;
+    // Row tests as (constant < rows_left): testing row0 + i * kRowsPerRound instead made nvcc
+    // hoist (and on sm_100a spill) one register per round.
+    const int rows_left = rows_valid - row0;
+#pragma unroll
+    for (int i = 0; i < ceil_div(kRows, kRowsPerRound); ++i) {
+      if (kRows % kRowsPerRound == 0 || row0 + i * kRowsPerRound < kRows) {
+        const bool valid = i * kRowsPerRound < rows_left;
+        cp_async_16(dst + i * kRowsPerRound * kRow, valid ? src : gmem, valid);
+      }
+      src += kRowsPerRound * row_stride;
+    }
+  } else {
+    constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+    for (int i = 0; i < ceil_div(kChunks, kThreads); ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      if (kChunks % kThreads == 0 || c < kChunks) {
+        const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+        const bool valid = row < rows_valid;
+        cp_async_16(smem + row * kRow + chunk * 16, gmem + (valid ? row : 0) * row_stride + chunk * 8,
+                    valid);
+      }
+    }
+  }
+}
+
+/// s (16 * kRowTiles, 8 * kColTiles) = q (16 * kRowTiles, kHeadDim) * k (8 * kColTiles, kHeadDim)^T.
+/// q_smem: the warp's first Q row; k_smem: the key tile's first row.
+template <class Element, int kHeadDim, int kRowTiles, int kColTiles>
+__device__ __forceinline__ void gemm_qk(float (&s)[kRowTiles][kColTiles][4], u32 q_smem,
+                                        u32 k_smem) {
+  static_assert(kColTiles % 2 == 0, "key tiles come in pairs of 8 rows");
+  constexpr int kRow = SmemRow<kHeadDim>::kBytes;
+  const int lane = threadIdx.x % 32;
+  // A (Q, row-major): matrices (rows 0-7|8-15) x (cols 0-7|8-15), lanes 0-15 then 16-31.
+  const u32 a_addr = q_smem + (lane % 16) * kRow + (lane / 16) * 16;
+  // B (K rows as columns): matrices (keys 0-7, k 0-7), (keys 0-7, k 8-15), (keys 8-15, ...).
+  const u32 b_addr = k_smem + (lane % 8 + (lane / 16) * 8) * kRow + (lane / 8 % 2) * 16;
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        s[t][j][e] = 0.f;
+#pragma unroll
+  for (int k = 0; k < kHeadDim / 16; ++k) {
+    u32 a[kRowTiles][4];
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+      ldmatrix_x4(a[t], a_addr + t * 16 * kRow + k * 32);
+#pragma unroll
+    for (int j = 0; j < kColTiles; j += 2) {
+      u32 b[4];
+      ldmatrix_x4(b, b_addr + j * 8 * kRow + k * 32);
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t) {
+        mma<Element>(s[t][j], a[t], b[0], b[1]);
+        mma<Element>(s[t][j + 1], a[t], b[2], b[3]);
+      }
+    }
+  }
+}
+
+/// Rounds probabilities to Element, reusing the C fragments of two adjacent 8-column tiles as
+/// the A fragment of one 16-deep k step (no shared-memory round trip).
+template <class Element, int kRowTiles, int kColTiles>
+__device__ __forceinline__ void convert_p(u32 (&p)[kRowTiles][kColTiles / 2][4],
+                                          const float (&s)[kRowTiles][kColTiles][4]) {
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int k = 0; k < kColTiles / 2; ++k) {
+      p[t][k][0] = pack2<Element>(s[t][2 * k][0], s[t][2 * k][1]);
+      p[t][k][1] = pack2<Element>(s[t][2 * k][2], s[t][2 * k][3]);
+      p[t][k][2] = pack2<Element>(s[t][2 * k + 1][0], s[t][2 * k + 1][1]);
+      p[t][k][3] = pack2<Element>(s[t][2 * k + 1][2], s[t][2 * k + 1][3]);
+    }
+}
+
+/// o (16 * kRowTiles, kHeadDim) += p (16 * kRowTiles, 16 * kKTiles) * v (16 * kKTiles, kHeadDim).
+template <class Element, int kHeadDim, int kRowTiles, int kKTiles>
+__device__ __forceinline__ void gemm_pv(float (&o)[kRowTiles][kHeadDim / 8][4],
+                                        const u32 (&p)[kRowTiles][kKTiles][4], u32 v_smem) {
+  constexpr int kRow = SmemRow<kHeadDim>::kBytes;
+  const int lane = threadIdx.x % 32;
+  // B (V, row-major over keys) through .trans: matrices (keys 0-7|8-15) x (dims 0-7|8-15).
+  const u32 b_addr = v_smem + (lane % 16) * kRow + (lane / 16) * 16;
+#pragma unroll
+  for (int k = 0; k < kKTiles; ++k)
+#pragma unroll
+    for (int d = 0; d < kHeadDim / 8; d += 2) {
+      u32 b[4];
+      ldmatrix_x4_trans(b, b_addr + k * 16 * kRow + d * 16);
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t) {
+        mma<Element>(o[t][d], p[t][k], b[0], b[1]);
+        mma<Element>(o[t][d + 1], p[t][k], b[2], b[3]);
+      }
+    }
+}
+
+/// Writes the warp's (16 * kRowTiles, kHeadDim) output rows: fragments go to the warp's own
+/// rows of shared memory (no other warp reads them, so __syncwarp suffices), then out with
+/// coalesced 16-byte stores. Rows >= rows_valid are not written.
+template <class Element, int kHeadDim, int kRowTiles>
+__device__ __forceinline__ void store_o(Element *gmem, int64_t row_stride, int rows_valid,
+                                        u32 smem, const float (&o)[kRowTiles][kHeadDim / 8][4]) {
+  constexpr int kRow = SmemRow<kHeadDim>::kBytes;
+  const int lane = threadIdx.x % 32;
+  __syncwarp();
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int d = 0; d < kHeadDim / 8; ++d) {
+      const u32 addr = smem + (16 * t + lane / 4) * kRow + (8 * d + 2 * (lane % 4)) * 2;
+      st_shared_b32(addr, pack2<Element>(o[t][d][0], o[t][d][1]));
+      st_shared_b32(addr + 8 * kRow, pack2<Element>(o[t][d][2], o[t][d][3]));
+    }
+  __syncwarp();
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kChunks = 16 * kRowTiles * kChunksPerRow;
+  static_assert(kChunks % 32 == 0, "whole warp-wide rounds of 16-byte chunks");
+#pragma unroll
+  for (int i = 0; i < kChunks / 32; ++i) {
+    const int c = lane + 32 * i;
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    if (row < rows_valid) {
+      u32 v[4];
+      ld_shared_v4(v, smem + row * kRow + chunk * 16);
+      st_global_v4(gmem + row * row_stride + chunk * 8, v);
+    }
+  }
+}
+
+/// Output of query rows that see no key: O = 0, LSE = -inf.
+template <int kRows, int kHeadDim, int kThreads, class Element>
+__device__ __forceinline__ void store_empty_rows(Element *o, int64_t row_stride, float *lse,
+                                                 int rows_valid) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  const u32 zero[4] = {0u, 0u, 0u, 0u};
+  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    if (row < rows_valid)
+      st_global_v4(o + row * row_stride + chunk * 8, zero);
+  }
+  for (int row = threadIdx.x; row < rows_valid; row += kThreads)
+    lse[row] = -__int_as_float(0x7f800000);
+}
+
+} // namespace sm80
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM80_TILE_OPS_CUH

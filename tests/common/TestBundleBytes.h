@@ -1,0 +1,17 @@
+//===- TestBundleBytes.h - the test bundle as bytes, without Bundle.h ------===//
+//
+// For tests of the C++ wrapper (fagen.hpp), whose fagen::Bundle cannot share a translation
+// unit with the data model's fagen::Bundle (runtime/src/Bundle.h).
+#ifndef FAGEN_TESTS_COMMON_TESTBUNDLEBYTES_H
+#define FAGEN_TESTS_COMMON_TESTBUNDLEBYTES_H
+
+#include "fagen/fagen.h"
+
+#include <cstdint>
+#include <vector>
+
+/// fagen::test::testBundleBytes() and fagen::test::testProblem(), defined in TestBundleBytes.cpp.
+std::vector<uint8_t> fagenTestBundleBytes();
+fagen_fwd_problem fagenTestProblem(fagen_dtype dtype, int headDim, int causal);
+
+#endif // FAGEN_TESTS_COMMON_TESTBUNDLEBYTES_H

@@ -1,0 +1,93 @@
+//===- TestBundles.h - small bundles for tests, fuzz seeds and fakes -------===//
+#ifndef FAGEN_TESTS_COMMON_TESTBUNDLES_H
+#define FAGEN_TESTS_COMMON_TESTBUNDLES_H
+
+#include "Bundle.h"
+#include "fagen/fagen.h"
+
+#include <string>
+#include <vector>
+
+namespace fagen::test {
+
+/// Bytes that pass the loader's cubin check (the ELF magic) and name where they came from.
+inline std::string fakeCubin(const std::string &tag) {
+  return std::string("\x7f" "ELF\x02\x01\x01", 7) + tag;
+}
+
+inline KernelRecord testKernel(const std::string &name, const std::string &arch,
+                               const std::string &dtype, int headDim, const std::string &mask,
+                               uint32_t cubin) {
+  KernelRecord k;
+  k.name = name;
+  k.pass = "fwd";
+  k.arch = arch;
+  k.templ = "sm80";
+  k.variant = "v_" + dtype + "_" + std::to_string(headDim) + "_" + mask;
+  k.dtype = dtype;
+  k.headDimQK = headDim;
+  k.headDimV = headDim;
+  k.mask = mask;
+  k.blockM = 128;
+  k.blockN = 64;
+  k.warps = 4;
+  k.stages = 2;
+  k.threads = 128;
+  k.smemBytes = 49152;
+  k.paramsVersion = 1;
+  k.registers = 168;
+  k.spillBytes = 0;
+  k.tuning = "default";
+  k.cubinSection = cubin;
+  return k;
+}
+
+/// Kernels for fp16/bf16 x head dim 64/128 x none/causal on sm_80 and sm_90a: four kernels, two
+/// cubins (one per arch).
+inline Bundle makeTestBundle() {
+  Bundle b;
+  b.fagenVersion = "0.1.0";
+  b.toolchain = "nvcc 13.0.88";
+  b.archs = {"sm_80", "sm_90a"};
+  b.cubins = {fakeCubin("sm_80 cubin"), fakeCubin("sm_90a cubin")};
+  b.kernels = {testKernel("fagen_fwd_bf16_d128_causal_sm80", "sm_80", "bf16", 128, "causal", 0),
+               testKernel("fagen_fwd_fp16_d128_causal_sm80", "sm_80", "fp16", 128, "causal", 0),
+               testKernel("fagen_fwd_fp16_d128_causal_sm90a", "sm_90a", "fp16", 128, "causal", 1),
+               testKernel("fagen_fwd_fp16_d64_none_sm80", "sm_80", "fp16", 64, "none", 0)};
+  return b;
+}
+
+/// The smallest useful bundle: one kernel, one tiny cubin (for every-offset tests).
+inline Bundle makeTinyBundle() {
+  Bundle b;
+  b.fagenVersion = "1";
+  b.archs = {"sm_80"};
+  b.cubins = {fakeCubin("")};
+  b.kernels = {testKernel("k", "sm_80", "fp16", 64, "none", 0)};
+  b.kernels[0].variant = "v";
+  b.kernels[0].tuning = "";
+  return b;
+}
+
+/// A valid BSHD problem: batch 2, 16 query heads over 4 kv heads, seqlen 1000 / 577.
+inline fagen_fwd_problem testProblem(fagen_dtype dtype = FAGEN_DTYPE_FP16, int headDim = 128,
+                                     int causal = 1) {
+  fagen_fwd_problem p = {};
+  p.batch = 2;
+  p.heads_q = 16;
+  p.heads_kv = 4;
+  p.seqlen_q = 1000;
+  p.seqlen_k = 577;
+  p.head_dim_qk = headDim;
+  p.head_dim_v = headDim;
+  p.dtype = dtype;
+  p.causal = causal;
+  fagen_fwd_problem_set_bshd_strides(&p);
+  return p;
+}
+
+inline std::vector<uint8_t> testBundleBytes() { return serializeBundle(makeTestBundle()); }
+
+} // namespace fagen::test
+
+#endif // FAGEN_TESTS_COMMON_TESTBUNDLES_H

@@ -1,0 +1,184 @@
+//===- FakeCuda.cpp - a stand-in libcuda for testing the runtime without a GPU -===//
+//
+// Implements the driver entry points the runtime binds, with one device whose compute
+// capability ($FAKE_CUDA_CC, default 90) and opt-in shared memory ($FAKE_CUDA_SMEM, default
+// 232448) are read on every call, so that one test process can play several GPUs. Records
+// module loads and the last launch for the test to inspect through fake_cuda_state().
+//
+//===----------------------------------------------------------------------===//
+#include "FakeCuda.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+
+namespace {
+
+using CUresult = int;
+struct FakeContext {
+  int id;
+};
+struct FakeFunction {
+  std::string name;
+};
+
+FakeContext primaryContext{1};
+thread_local void *currentContext = nullptr;
+
+int envInt(const char *name, int fallback) {
+  const char *v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+} // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) FakeCudaState *fake_cuda_state() {
+  static FakeCudaState state;
+  return &state;
+}
+
+#define FAKE_API __attribute__((visibility("default")))
+
+FAKE_API CUresult cuInit(unsigned) { return envInt("FAKE_CUDA_INIT_ERROR", 0); }
+FAKE_API CUresult cuDriverGetVersion(int *v) {
+  *v = 13000;
+  return 0;
+}
+FAKE_API CUresult cuDeviceGet(int *d, int ordinal) {
+  *d = ordinal;
+  return ordinal == 0 ? 0 : 101;
+}
+FAKE_API CUresult cuDeviceGetCount(int *n) {
+  *n = envInt("FAKE_CUDA_DEVICES", 1);
+  return 0;
+}
+FAKE_API CUresult cuDeviceGetName(char *name, int length, int) {
+  std::strncpy(name, "Fake H200", size_t(length));
+  return 0;
+}
+FAKE_API CUresult cuDeviceGetAttribute(int *value, int attribute, int) {
+  int cc = envInt("FAKE_CUDA_CC", 90);
+  switch (attribute) {
+  case 75:
+    *value = cc / 10;
+    return 0;
+  case 76:
+    *value = cc % 10;
+    return 0;
+  case 97:
+    *value = envInt("FAKE_CUDA_SMEM", 232448);
+    return 0;
+  case 16:
+    *value = 132;
+    return 0;
+  }
+  return 1;
+}
+FAKE_API CUresult cuCtxGetCurrent(void **ctx) {
+  *ctx = currentContext;
+  return 0;
+}
+FAKE_API CUresult cuCtxSetCurrent(void *ctx) {
+  currentContext = ctx;
+  return 0;
+}
+FAKE_API CUresult cuCtxGetDevice(int *d) {
+  *d = 0;
+  return currentContext ? 0 : 201;
+}
+FAKE_API CUresult cuCtxSynchronize() { return 0; }
+FAKE_API CUresult cuDevicePrimaryCtxRetain(void **ctx, int) {
+  *ctx = &primaryContext;
+  return 0;
+}
+FAKE_API CUresult cuModuleLoadData(void **module, const void *image) {
+  if (std::memcmp(image, "\x7f" "ELF", 4) != 0)
+    return 200; // CUDA_ERROR_INVALID_IMAGE
+  if (std::strstr(static_cast<const char *>(image) + 4, "nobinary") != nullptr)
+    return 209; // CUDA_ERROR_NO_BINARY_FOR_GPU
+  fake_cuda_state()->moduleLoads++;
+  *module = const_cast<void *>(image);
+  return 0;
+}
+FAKE_API CUresult cuModuleGetFunction(void **function, void *, const char *name) {
+  if (std::strstr(name, "missing") != nullptr)
+    return 500; // CUDA_ERROR_NOT_FOUND
+  static std::mutex mutex;
+  static std::map<std::string, FakeFunction> functions; // stable addresses, freed at exit
+  std::lock_guard<std::mutex> lock(mutex);
+  *function = &functions.emplace(name, FakeFunction{name}).first->second;
+  return 0;
+}
+FAKE_API CUresult cuModuleUnload(void *) {
+  fake_cuda_state()->moduleUnloads++;
+  return 0;
+}
+FAKE_API CUresult cuFuncSetAttribute(void *, int attribute, int value) {
+  if (attribute == 8)
+    fake_cuda_state()->maxDynamicSmem = value;
+  return 0;
+}
+FAKE_API CUresult cuFuncGetAttribute(int *value, int, void *) {
+  *value = 0;
+  return 0;
+}
+FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned smem, void *stream,
+                                 void **params, void **extra) {
+  if (envInt("FAKE_CUDA_LAUNCH_ERROR", 0) != 0)
+    return envInt("FAKE_CUDA_LAUNCH_ERROR", 0);
+  FakeCudaState *s = fake_cuda_state();
+  s->grid[0] = gx, s->grid[1] = gy, s->grid[2] = gz;
+  s->block[0] = bx, s->block[1] = by, s->block[2] = bz;
+  s->smem = smem;
+  s->stream = stream;
+  s->function = static_cast<FakeFunction *>(f)->name;
+  std::memcpy(&s->params, params[0], sizeof s->params);
+  s->launches++;
+  return extra == nullptr ? 0 : 1;
+}
+FAKE_API CUresult cuGetErrorName(CUresult error, const char **name) {
+  switch (error) {
+  case 209:
+    *name = "CUDA_ERROR_NO_BINARY_FOR_GPU";
+    return 0;
+  case 500:
+    *name = "CUDA_ERROR_NOT_FOUND";
+    return 0;
+  case 701:
+    *name = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES";
+    return 0;
+  }
+  return 1;
+}
+FAKE_API CUresult cuGetErrorString(CUresult error, const char **text) {
+  *text = "fake error text";
+  return 0;
+}
+FAKE_API CUresult cuMemAlloc_v2(unsigned long long *p, size_t) {
+  *p = 0;
+  return 2;
+}
+FAKE_API CUresult cuMemFree_v2(unsigned long long) { return 0; }
+FAKE_API CUresult cuMemcpyHtoD_v2(unsigned long long, const void *, size_t) { return 0; }
+FAKE_API CUresult cuMemcpyDtoH_v2(void *, unsigned long long, size_t) { return 0; }
+FAKE_API CUresult cuMemsetD8_v2(unsigned long long, unsigned char, size_t) { return 0; }
+FAKE_API CUresult cuEventCreate(void **e, unsigned) {
+  *e = nullptr;
+  return 0;
+}
+FAKE_API CUresult cuEventRecord(void *, void *) { return 0; }
+FAKE_API CUresult cuEventSynchronize(void *) { return 0; }
+FAKE_API CUresult cuEventElapsedTime(float *ms, void *, void *) {
+  *ms = 0;
+  return 0;
+}
+FAKE_API CUresult cuEventDestroy_v2(void *) { return 0; }
+FAKE_API CUresult cuStreamSynchronize(void *) { return 0; }
+
+} // extern "C"
