@@ -44,7 +44,8 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const Element *q = static_cast<const Element *>(params.q) + batch * params.q_batch_stride +
                      head * params.q_head_stride + row_begin * params.q_row_stride;
   // Key/value tile addresses are recomputed from the (constant-bank) params per tile rather than
-  // kept as base pointers: that frees the registers that kept hd64 128x128 free of spills.
+  // kept as base pointers through the main loop (measured: this removed the spills of hd64
+  // 128x128 on sm_90, nvcc 13.0).
   auto k_tile = [&](int n_block) {
     return static_cast<const Element *>(params.k) +
            (batch * params.k_batch_stride + kv_head * params.k_head_stride +
@@ -71,7 +72,8 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const int n_begin = Mask::template n_block_begin<kBlockM, kBlockN>(m_block, shape);
   const int n_end = Mask::template n_block_end<kBlockM, kBlockN>(m_block, shape);
   if (n_begin >= n_end) {
-    store_empty_rows<kBlockM, kHeadDim, kThreads>(o_rows(), params.o_row_stride, lse_rows(), rows_q);
+    store_empty_rows<kBlockM, kHeadDim, kThreads>(o_rows(), params.o_row_stride, lse_rows(),
+                                                  rows_q);
     return;
   }
 

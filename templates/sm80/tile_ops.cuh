@@ -51,14 +51,15 @@ __device__ __forceinline__ void load_tile_async(u32 smem, const Element *gmem, i
       if (kChunks % kThreads == 0 || c < kChunks) {
         const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
         const bool valid = row < rows_valid;
-        cp_async_16(smem + row * kRow + chunk * 16, gmem + (valid ? row : 0) * row_stride + chunk * 8,
-                    valid);
+        cp_async_16(smem + row * kRow + chunk * 16,
+                    gmem + (valid ? row : 0) * row_stride + chunk * 8, valid);
       }
     }
   }
 }
 
-/// s (16 * kRowTiles, 8 * kColTiles) = q (16 * kRowTiles, kHeadDim) * k (8 * kColTiles, kHeadDim)^T.
+/// s (16 * kRowTiles, 8 * kColTiles) = q (16 * kRowTiles, kHeadDim) *
+///                                    k (8 * kColTiles, kHeadDim)^T.
 /// q_smem: the warp's first Q row; k_smem: the key tile's first row.
 template <class Element, int kHeadDim, int kRowTiles, int kColTiles>
 __device__ __forceinline__ void gemm_qk(float (&s)[kRowTiles][kColTiles][4], u32 q_smem,

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The GPU tier, on the H200 (or any NVIDIA GPU the bundles were built for). Prepare here with
+# `scripts/gpu-prepare` (builds fagen, libfagen_rt.so and the bundles into .carry/), then run
+# this on the GPU machine with .carry carried along. Prints a short table last.
+#   1. fagen check: every kernel of tests/gpu/check.yaml vs the float64 reference, full grid,
+#      writing golden outputs; then again comparing against them (bitwise repeatability).
+#   2. compute-sanitizer memcheck and racecheck on a reduced grid.
+#   3. bench/bench_fwd.py: fagen vs SDPA flash and cuDNN, same inputs, one process.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+C=${CARRY:-.carry}
+OUT=${OUT:-/tmp/fagen-gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 FAGEN_RT_LIB=$C/libfagen_rt.so
+status=0
+summary=()
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
+
+step() { # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  if "$@"; then summary+=("$(printf '%-28s ok   (%ds)' "$name" $((SECONDS - t0)))")
+  else summary+=("$(printf '%-28s FAIL (%ds)' "$name" $((SECONDS - t0)))"); status=1; fi
+}
+
+golden=/tmp/fagen-golden
+rm -rf "$golden"
+step "check + golden write" bash -c "$C/fagen check $C/check.fab --golden $golden --update-golden >$OUT/check.log 2>&1"
+tail -n 1 "$OUT/check.log"
+grep -E "MISMATCH|error|golden:" "$OUT/check.log" | head -20
+step "check vs golden (repeat)" bash -c "$C/fagen check $C/check.fab --golden $golden >$OUT/check-golden.log 2>&1"
+tail -n 1 "$OUT/check-golden.log"
+if command -v compute-sanitizer >/dev/null; then
+  step "memcheck (quick grid)" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/check.fab --quick >$OUT/sanitizer.log 2>&1"
+  step "racecheck (quick grid)" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/check.fab --quick --kernel hd128 >>$OUT/sanitizer.log 2>&1"
+  tail -n 3 "$OUT/sanitizer.log"
+fi
+if [ -f "$C/bench.fab" ]; then
+  step "bench" bash -c "python3 bench/bench_fwd.py --bundle $C/bench.fab --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
+  sed -n '/^hd causal/,$p' "$OUT/bench.log"
+fi
+echo
+printf '%s\n' "${summary[@]}"
+exit $status
