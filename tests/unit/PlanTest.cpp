@@ -1,0 +1,132 @@
+//===- PlanTest.cpp - planner, emitter and ptxas-report unit tests --------===//
+
+#include "Build.h"
+#include "Emit.h"
+#include "Plan.h"
+#include "Spec.h"
+
+#include "gtest/gtest.h"
+
+using namespace fagen;
+
+namespace {
+
+std::vector<KernelPlan> planOf(const std::string &yaml, std::vector<std::string> archs) {
+  llvm::Expected<AttentionSpec> spec = parseSpec(yaml, "t.yaml");
+  EXPECT_TRUE(bool(spec)) << (spec ? "" : llvm::toString(spec.takeError()));
+  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, archs);
+  EXPECT_TRUE(bool(plans)) << (plans ? "" : llvm::toString(plans.takeError()));
+  return *plans;
+}
+
+std::string planError(const std::string &yaml, std::vector<std::string> archs) {
+  llvm::Expected<AttentionSpec> spec = parseSpec(yaml, "t.yaml");
+  if (!spec)
+    return llvm::toString(spec.takeError());
+  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, archs);
+  if (plans)
+    return "";
+  return llvm::toString(plans.takeError());
+}
+
+TEST(Plan, SmemFormulaMirrorsTemplate) {
+  // (kBlockM + 2 * kStages * kBlockN) * (kHeadDim * 2 + 16), as templates/sm80/fwd_config.cuh.
+  EXPECT_EQ(sm80FwdSmemBytes(128, 128, 64, 2), 104448);
+  EXPECT_EQ(sm80FwdSmemBytes(64, 128, 128, 2), 92160);
+  EXPECT_EQ(sm80FwdSmemBytes(256, 64, 64, 1), 101376);
+}
+
+TEST(Plan, EveryDefaultFitsItsArch) {
+  for (int hd = 32; hd <= 256; hd += 16)
+    for (const std::string &arch : knownArchs()) {
+      std::string yaml = "variants: [{name: v, dtype: bf16, head_dim: " + std::to_string(hd) + "}]";
+      std::vector<KernelPlan> plans = planOf(yaml, {arch});
+      ASSERT_EQ(plans.size(), 1u) << hd << " " << arch;
+      EXPECT_LE(plans[0].smemBytes, archSmemLimit(arch)) << hd << " " << arch;
+      EXPECT_EQ(plans[0].threads, 32 * plans[0].warps);
+    }
+}
+
+TEST(Plan, ArchSpecificDefaults) {
+  std::vector<KernelPlan> p =
+      planOf("variants: [{name: v, dtype: bf16, head_dim: 128, mask: causal}]", {"sm_80", "sm_90a"});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].arch, "sm_80");
+  EXPECT_EQ(p[0].stages, 1);
+  EXPECT_EQ(p[1].arch, "sm_90a");
+  EXPECT_EQ(p[1].stages, 2);
+  EXPECT_EQ(p[1].name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2");
+  EXPECT_EQ(p[1].tuning, "default");
+}
+
+TEST(Plan, IdenticalKernelsArePlannedOnce) {
+  std::vector<KernelPlan> p = planOf("variants:\n"
+                                     "  - {name: a, dtype: fp16, head_dim: 64}\n"
+                                     "  - {name: b, dtype: fp16, head_dim: 64}\n",
+                                     {"sm_90"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].variant, "a,b");
+}
+
+TEST(Plan, CommandLineArchsReplaceSpecTargets) {
+  std::vector<KernelPlan> p =
+      planOf("targets: [sm_80]\nvariants: [{name: a, dtype: fp16, head_dim: 64}]", {"sm_100a"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].arch, "sm_100a");
+}
+
+TEST(Plan, TileOverrideErrorsNameTheSpecLine) {
+  EXPECT_EQ(planError("variants:\n  - name: v\n    dtype: bf16\n    head_dim: 128\n"
+                      "    tile: {block_n: 128}\n",
+                      {"sm_90"}),
+            "t.yaml:5:11: error: tile 128x128 with 4 warps needs 256 fp32 accumulator registers "
+            "per thread (at most 192 fit without spills): use more warps or a smaller block_n");
+  EXPECT_NE(planError("variants: [{name: v, dtype: bf16, head_dim: 256, tile: {stages: 3}}]",
+                      {"sm_90"})
+                .find("bytes of shared memory; sm_90 allows 232448"),
+            std::string::npos);
+}
+
+TEST(Emit, SourceIsDeterministicAndSpellsThePlan) {
+  std::vector<KernelPlan> p =
+      planOf("variants: [{name: v, dtype: fp16, head_dim: 96, mask: none}]", {"sm_90"});
+  ASSERT_EQ(p.size(), 1u);
+  std::string a = emitKernelSource(p[0]), b = emitKernelSource(p[0]);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a.find("fagen::sm80::FwdConfig<fagen::half_t, /*kHeadDim=*/96"), std::string::npos);
+  EXPECT_NE(a.find("fagen::NoMask>"), std::string::npos);
+  EXPECT_NE(a.find(p[0].name + "(const __grid_constant__ fagen_fwd_params params)"),
+            std::string::npos);
+}
+
+TEST(Build, PtxasReportOfOneKernel) {
+  std::string out = "ptxas info    : 0 bytes gmem\n"
+                    "ptxas info    : Compiling entry function 'other' for 'sm_90'\n"
+                    "ptxas info    : Function properties for other\n"
+                    "    8 bytes stack frame, 8 bytes spill stores, 4 bytes spill loads\n"
+                    "ptxas info    : Used 40 registers, used 1 barriers\n"
+                    "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+                    "ptxas info    : Function properties for k\n"
+                    "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+                    "ptxas info    : Used 168 registers, used 1 barriers, 400 bytes cmem[0]\n";
+  PtxasReport r = parsePtxasReport(out, "k");
+  EXPECT_EQ(r.registers, 168);
+  EXPECT_EQ(r.spillBytes(), 0);
+  EXPECT_EQ(r.stackFrameBytes, 0);
+  PtxasReport o = parsePtxasReport(out, "other");
+  EXPECT_EQ(o.registers, 40);
+  EXPECT_EQ(o.spillBytes(), 12);
+  EXPECT_EQ(parsePtxasReport(out, "missing").registers, -1);
+}
+
+TEST(Build, NvccFlagsPerArch) {
+  EXPECT_EQ(nvccFlags("sm_90a"), (std::vector<std::string>{"-gencode", "arch=compute_90a,code=sm_90a"}));
+  EXPECT_EQ(nvccFlags("sm_80"), (std::vector<std::string>{"-gencode", "arch=compute_80,code=sm_80"}));
+}
+
+TEST(Build, TemplatesHashIsStable) {
+  EXPECT_EQ(templatesHash().size(), 64u);
+  EXPECT_EQ(templatesHash(), templatesHash());
+}
+
+} // namespace
