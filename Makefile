@@ -25,9 +25,9 @@ unit: build
 
 fuzz: deps
 	@CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DFAGEN_BUILD_FUZZERS=ON -DFAGEN_BUILD_TESTS=OFF >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzzers
-	@scripts/run-fuzzers $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	  -DFAGEN_BUILD_FUZZERS=ON -DFAGEN_BUILD_TESTS=OFF -DFAGEN_FUZZ_SECONDS=$(FUZZ_SECONDS) >/dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fagen_spec_fuzzer fagen_bundle_fuzzer
+	ctest --test-dir $(FUZZ_BUILD) --output-on-failure
 
 test: unit fuzz
 

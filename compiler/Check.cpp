@@ -24,14 +24,9 @@ namespace {
 
 namespace ref = reference;
 
-/// One shape of the grid. Odd sizes on purpose: 1, 17, 127, 577, 1000 are multiples of no
-/// tile size; Sq != Sk exercises the bottom-right causal alignment and rows that see no key.
-struct Shape {
-  int batch, headsQ, headsKV, seqlenQ, seqlenK;
-  bool bhsd; ///< layout [batch, heads, seq, dim] instead of [batch, seq, heads, dim]
-};
-
-std::vector<Shape> shapeGrid(bool quick) {
+/// The grid. Odd sizes on purpose: 1, 17, 127, 577, 1000 are multiples of no tile size;
+/// Sq != Sk exercises the bottom-right causal alignment and rows that see no key.
+std::vector<CheckShape> shapeGrid(bool quick) {
   if (quick)
     return {{1, 2, 1, 17, 127, false}, {2, 2, 2, 130, 77, true}, {1, 1, 1, 1, 1, false}};
   return {
@@ -53,11 +48,6 @@ struct DeviceBuffers {
   }
 };
 
-/// A failed CUDA call: its text, for the table and the exit code.
-struct CudaFailure {
-  std::string message;
-};
-
 #define FAGEN_CU(call)                                                                             \
   do {                                                                                             \
     CUresult rc_ = (call);                                                                         \
@@ -65,15 +55,8 @@ struct CudaFailure {
       return CudaFailure{cudaErrorText(api, rc_, #call)};                                          \
   } while (0)
 
-struct CaseResult {
-  ref::FwdError kernel, samePrecision;
-  bool passed = false;
-  std::string failure; ///< CUDA or runtime error, or what was wrong
-  std::vector<float> outputO;  ///< the kernel's O as fp32, dense (for golden files)
-};
-
 /// Builds strides for `shape` in elements, for a tensor with `dim` columns.
-void setStrides(int64_t out[3], const Shape &s, int heads, int seqlen, int dim) {
+void setStrides(int64_t out[3], const CheckShape &s, int heads, int seqlen, int dim) {
   if (s.bhsd) {
     out[0] = int64_t(heads) * seqlen * dim;
     out[1] = int64_t(seqlen) * dim;
@@ -93,10 +76,10 @@ std::vector<uint16_t> randomTensor(size_t n, ref::ElementType type, std::mt19937
   return out;
 }
 
-/// Runs one kernel on one shape and compares it with both references.
-std::variant<CaseResult, CudaFailure> runCase(const DriverApi &api, const fagen_bundle *bundle,
-                                              int kernelIndex, const KernelRecord &k,
-                                              const Shape &s, unsigned seed) {
+} // namespace
+
+CaseOutcome checkKernelCase(const DriverApi &api, const fagen_bundle *bundle, int kernelIndex,
+                            const KernelRecord &k, const CheckShape &s, unsigned seed) {
   const ref::ElementType type = k.dtype == "bf16" ? ref::ElementType::BF16 : ref::ElementType::F16;
   const int d = k.headDimQK;
   fagen_fwd_problem problem{};
@@ -193,11 +176,13 @@ std::variant<CaseResult, CudaFailure> runCase(const DriverApi &api, const fagen_
   return result;
 }
 
-std::string shapeText(const Shape &s) {
+std::string checkShapeText(const CheckShape &s) {
   return llvm::formatv("{0}x{1}/{2} {3}x{4} {5}", s.batch, s.headsQ, s.headsKV, s.seqlenQ,
                        s.seqlenK, s.bhsd ? "bhsd" : "bshd")
       .str();
 }
+
+namespace {
 
 /// Writes or compares the golden output of one kernel. Returns "" when fine, else the problem.
 std::string checkGolden(const CheckOptions &opt, const KernelRecord &k,
@@ -288,7 +273,7 @@ int runCheck(const CheckOptions &opt) {
                                 "kernel", "arch", "B x Hq/Hkv Sq x Sk layout", "err O",
                                 "limit O", "err LSE", "limit LSE", "result");
   unsigned passed = 0, failed = 0, skipped = 0;
-  std::vector<Shape> shapes = shapeGrid(opt.quick);
+  std::vector<CheckShape> shapes = shapeGrid(opt.quick);
   for (size_t i = 0; i < records.kernels.size(); ++i) {
     const KernelRecord &k = records.kernels[i];
     if (!opt.kernelFilter.empty() && k.name.find(opt.kernelFilter) == std::string::npos)
@@ -301,12 +286,12 @@ int runCheck(const CheckOptions &opt) {
       continue;
     }
     for (size_t si = 0; si < shapes.size(); ++si) {
-      const Shape &s = shapes[si];
+      const CheckShape &s = shapes[si];
       unsigned seed = opt.seed * 1000003u + unsigned(si);
-      auto outcome = runCase(*api, bundle, int(i), k, s, seed);
+      CaseOutcome outcome = checkKernelCase(*api, bundle, int(i), k, s, seed);
       if (auto *cuda = std::get_if<CudaFailure>(&outcome)) {
         llvm::outs() << llvm::formatv("{0,-56} {1,-7} {2,-24} CUDA error: {3}\n", k.name, k.arch,
-                                      shapeText(s), cuda->message);
+                                      checkShapeText(s), cuda->message);
         ++failed;
         fagen_bundle_destroy(bundle);
         llvm::outs() << llvm::formatv("{0} passed, {1} failed\n", passed, failed);
@@ -316,7 +301,7 @@ int runCheck(const CheckOptions &opt) {
       std::string verdict = r.failure.empty() ? (r.passed ? "ok" : "MISMATCH") : r.failure;
       llvm::outs() << llvm::formatv(
           "{0,-56} {1,-7} {2,-24} {3,10:e2} {4,10:e2} {5,10:e2} {6,10:e2}  {7}\n", k.name, k.arch,
-          shapeText(s), r.kernel.MaxO, 2 * r.samePrecision.MaxO + ref::kEpsO, r.kernel.MaxLse,
+          checkShapeText(s), r.kernel.MaxO, 2 * r.samePrecision.MaxO + ref::kEpsO, r.kernel.MaxLse,
           2 * r.samePrecision.MaxLse + ref::kEpsLse, verdict);
       bool ok = r.failure.empty() && r.passed;
       // Golden outputs: the first shape with Sq != Sk of the grid (index 2 / 1 in quick).

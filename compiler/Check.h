@@ -10,9 +10,47 @@
 #ifndef FAGEN_COMPILER_CHECK_H
 #define FAGEN_COMPILER_CHECK_H
 
+#include "Reference.h"
+
+#include "Bundle.h"
+#include "Driver.h"
+#include "fagen/fagen.h"
+
 #include <string>
+#include <variant>
+#include <vector>
 
 namespace fagen {
+
+/// One problem shape a kernel is checked on.
+struct CheckShape {
+  int batch, headsQ, headsKV, seqlenQ, seqlenK;
+  bool bhsd; ///< layout [batch, heads, seq, dim] instead of [batch, seq, heads, dim]
+};
+
+/// The outcome of one kernel on one shape against both references.
+struct CaseResult {
+  reference::FwdError kernel, samePrecision;
+  bool passed = false;
+  std::string failure;        ///< a plan/run error of the runtime (not sticky), or ""
+  std::vector<float> outputO; ///< the kernel's O as fp32, dense (for golden files)
+};
+
+/// A failed CUDA driver call; the context may be unusable afterwards (a kernel fault).
+struct CudaFailure {
+  std::string message;
+};
+
+using CaseOutcome = std::variant<CaseResult, CudaFailure>;
+
+/// Runs kernel `kernelIndex` of `bundle` (described by `kernel`) once on seeded random inputs of
+/// `shape` in the current context and compares it with the float64 and same-precision CPU
+/// references (FlashAttention's tolerance rule, reference::withinTolerance).
+CaseOutcome checkKernelCase(const DriverApi &api, const fagen_bundle *bundle, int kernelIndex,
+                            const KernelRecord &kernel, const CheckShape &shape, unsigned seed);
+
+/// "B x Hq/Hkv Sq x Sk layout", as the check table prints a shape.
+std::string checkShapeText(const CheckShape &shape);
 
 struct CheckOptions {
   std::string bundlePath;

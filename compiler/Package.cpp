@@ -15,7 +15,8 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
   for (const CompiledKernel &k : kernels)
     sorted.push_back(&k);
   std::sort(sorted.begin(), sorted.end(), [](const CompiledKernel *a, const CompiledKernel *b) {
-    return std::tie(a->plan.name, a->plan.arch) < std::tie(b->plan.name, b->plan.arch);
+    return std::tie(a->plan.name, a->plan.arch, a->plan.seqlenMin) <
+           std::tie(b->plan.name, b->plan.arch, b->plan.seqlenMin);
   });
   Bundle bundle;
   bundle.fagenVersion = FAGEN_VERSION_STRING;
@@ -43,6 +44,11 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     r.paramsVersion = FAGEN_FWD_PARAMS_VERSION;
     r.registers = k->report.registers;
     r.spillBytes = k->report.spillBytes();
+    r.rescaleTau = p.rescaleTau;
+    r.exp2EmuPercent = p.exp2EmuPercent;
+    r.exp2PolyDegree = p.exp2PolyDegree;
+    r.seqlenMin = p.seqlenMin;
+    r.seqlenMax = p.seqlenMax;
     r.tuning = p.tuning;
     r.cubinSection = static_cast<uint32_t>(bundle.cubins.size());
     bundle.cubins.push_back(k->cubin);

@@ -72,50 +72,93 @@ int accumulatorRegs(const Tile &t, int headDimV) {
 
 constexpr int kMaxAccumulatorRegs = 192;
 
-/// Mirrors the static_asserts of templates/sm80/fwd_config.cuh.
-llvm::Error checkSm80Tile(const Tile &t, const VariantSpec &v, const std::string &arch) {
-  const SourceLoc &loc = v.tile ? v.tile->loc : v.loc;
-  if (v.headDimQK % 16 != 0 || v.headDimQK < 32 || v.headDimQK > 256)
-    return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 16 in 32..256");
+/// Mirrors the static_asserts of templates/sm80/fwd_config.cuh: "" when the template can
+/// build the config, else what is wrong and the fix.
+std::string sm80ConfigProblem(const Tile &t, int headDimQK, int headDimV, const std::string &arch) {
   if (t.warps != 1 && t.warps != 2 && t.warps != 4 && t.warps != 8)
-    return makeSpecError(loc, llvm::formatv("warps must be 1, 2, 4 or 8, got {0}", t.warps));
+    return llvm::formatv("warps must be 1, 2, 4 or 8, got {0}", t.warps);
   int rowsPerWarp = t.blockM / t.warps;
   if (t.blockM % t.warps != 0 || (rowsPerWarp != 16 && rowsPerWarp != 32))
-    return makeSpecError(
-        loc, llvm::formatv("block_m ({0}) must be 16 or 32 rows per warp with {1} warps: use "
-                           "block_m {2} or {3}",
-                           t.blockM, t.warps, 16 * t.warps, 32 * t.warps));
+    return llvm::formatv("block_m ({0}) must be 16 or 32 rows per warp with {1} warps: use "
+                         "block_m {2} or {3}",
+                         t.blockM, t.warps, 16 * t.warps, 32 * t.warps);
   if (t.blockN % 16 != 0 || t.blockN < 16 || t.blockN > 256)
-    return makeSpecError(loc, llvm::formatv("block_n must be a multiple of 16 in 16..256, got {0}",
-                                            t.blockN));
+    return llvm::formatv("block_n must be a multiple of 16 in 16..256, got {0}", t.blockN);
   if (t.stages < 1 || t.stages > 4)
-    return makeSpecError(loc, llvm::formatv("stages must be in 1..4, got {0}", t.stages));
-  int smem = sm80FwdSmemBytes(v.headDimQK, t.blockM, t.blockN, t.stages);
+    return llvm::formatv("stages must be in 1..4, got {0}", t.stages);
+  int smem = sm80FwdSmemBytes(headDimQK, t.blockM, t.blockN, t.stages);
   if (smem > archSmemLimit(arch))
-    return makeSpecError(
-        loc, llvm::formatv("tile {0}x{1} with {2} stages needs {3} bytes of shared memory; {4} "
-                           "allows {5}: lower stages or block_n",
-                           t.blockM, t.blockN, t.stages, smem, arch, archSmemLimit(arch)));
-  int regs = accumulatorRegs(t, v.headDimV);
+    return llvm::formatv("tile {0}x{1} with {2} stages needs {3} bytes of shared memory; {4} "
+                         "allows {5}: lower stages or block_n",
+                         t.blockM, t.blockN, t.stages, smem, arch, archSmemLimit(arch));
+  int regs = accumulatorRegs(t, headDimV);
   if (regs > kMaxAccumulatorRegs)
-    return makeSpecError(
-        loc, llvm::formatv("tile {0}x{1} with {2} warps needs {3} fp32 accumulator registers per "
-                           "thread (at most {4} fit without spills): use more warps or a smaller "
-                           "block_n",
-                           t.blockM, t.blockN, t.warps, regs, kMaxAccumulatorRegs));
+    return llvm::formatv("tile {0}x{1} with {2} warps needs {3} fp32 accumulator registers per "
+                         "thread (at most {4} fit without spills): use more warps or a smaller "
+                         "block_n",
+                         t.blockM, t.blockN, t.warps, regs, kMaxAccumulatorRegs);
+  return "";
+}
+
+/// The FlashAttention-4 parameters' ranges (templates/sm80/fwd_config.cuh).
+std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
+  if (tau < -1 || tau > 16)
+    return llvm::formatv("rescale_tau must be in -1..16, got {0}", tau);
+  if (emuPercent < 0 || emuPercent > 50)
+    return llvm::formatv("exp2_emu_percent must be in 0..50, got {0}", emuPercent);
+  if (degree < 1 || degree > 5)
+    return llvm::formatv("exp2_poly_degree must be in 1..5, got {0}", degree);
+  return "";
+}
+
+bool validHeadDim(int headDim) { return headDim % 16 == 0 && headDim >= 32 && headDim <= 256; }
+
+llvm::Error checkSm80Tile(const Tile &t, const VariantSpec &v, const std::string &arch) {
+  if (!validHeadDim(v.headDimQK))
+    return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 16 in 32..256");
+  std::string problem = sm80ConfigProblem(t, v.headDimQK, v.headDimV, arch);
+  if (!problem.empty())
+    return makeSpecError(v.tile ? v.tile->loc : v.loc, problem);
   return llvm::Error::success();
 }
+
+} // namespace
 
 std::string kernelName(const KernelPlan &p) {
   std::string dims = p.headDimQK == p.headDimV
                          ? std::to_string(p.headDimQK)
                          : llvm::formatv("{0}x{1}", p.headDimQK, p.headDimV).str();
-  return llvm::formatv("fagen_{0}_{1}_hd{2}_{3}_{4}_m{5}n{6}w{7}s{8}", p.pass, p.dtype, dims, p.mask,
-                       p.templ, p.blockM, p.blockN, p.warps, p.stages)
-      .str();
+  std::string name =
+      llvm::formatv("fagen_{0}_{1}_hd{2}_{3}_{4}_m{5}n{6}w{7}s{8}", p.pass, p.dtype, dims, p.mask,
+                    p.templ, p.blockM, p.blockN, p.warps, p.stages)
+          .str();
+  if (p.rescaleTau != 0)
+    name += p.rescaleTau < 0 ? "_ra" : llvm::formatv("_r{0}", p.rescaleTau).str();
+  if (p.exp2EmuPercent != 0)
+    name += llvm::formatv("_e{0}d{1}", p.exp2EmuPercent, p.exp2PolyDegree).str();
+  return name;
 }
 
-} // namespace
+llvm::Error checkKernelPlan(const KernelPlan &p) {
+  std::string problem;
+  if (!validHeadDim(p.headDimQK))
+    problem = llvm::formatv("head_dim {0} is not a multiple of 16 in 32..256", p.headDimQK);
+  if (problem.empty())
+    problem = sm80ConfigProblem({p.blockM, p.blockN, p.warps, p.stages}, p.headDimQK, p.headDimV,
+                                p.arch);
+  if (problem.empty())
+    problem = fa4ParamsProblem(p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree);
+  if (problem.empty())
+    return llvm::Error::success();
+  return llvm::createStringError(std::errc::invalid_argument, "%s: %s", kernelName(p).c_str(),
+                                 problem.c_str());
+}
+
+void finalizePlan(KernelPlan &p) {
+  p.threads = 32 * p.warps;
+  p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  p.name = kernelName(p);
+}
 
 llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
                                                     const std::vector<std::string> &archs) {
@@ -157,10 +200,8 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
         p.blockN = t.blockN;
         p.warps = t.warps;
         p.stages = t.stages;
-        p.threads = 32 * t.warps;
-        p.smemBytes = sm80FwdSmemBytes(v.headDimQK, t.blockM, t.blockN, t.stages);
         p.tuning = tuning;
-        p.name = kernelName(p);
+        finalizePlan(p);
         auto key = std::make_pair(p.name, p.arch);
         auto it = byKey.find(key);
         if (it != byKey.end()) {

@@ -31,8 +31,29 @@ struct KernelPlan {
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
   int threads = 0;
   int smemBytes = 0;
-  std::string tuning;   ///< "default" or "spec" (forced by the spec's tile:)
+  /// FlashAttention-4's conditional rescaling threshold, log2 units of the scaled logits:
+  /// -1 rescale O and l every tile (branch-free), 0 only when a row max grew (exact), tau > 0
+  /// keep a stale max until a row max exceeds it by more than tau (FA4: 8).
+  int rescaleTau = 0;
+  int exp2EmuPercent = 0; ///< percent of exp2 computed by a polynomial on the FMA units
+  int exp2PolyDegree = 3; ///< degree of that polynomial
+  /// The calls the kernel is meant for, on max(seqlen_q, seqlen_k): the whole range for
+  /// planner defaults, a shape bucket for tuned kernels.
+  int64_t seqlenMin = 0;
+  int64_t seqlenMax = int64_t(1) << 40;
+  std::string tuning;   ///< "default", "spec" (forced by the spec's tile:) or a tuning record
 };
+
+/// The kernel's symbol, spelling its specialization:
+/// fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2[_r8][_e25d3].
+std::string kernelName(const KernelPlan &plan);
+
+/// Whether the sm80 template can build `plan` for its arch (the template's static_asserts,
+/// mirrored). The error names the config and the fix; without a spec location.
+llvm::Error checkKernelPlan(const KernelPlan &plan);
+
+/// Recomputes the derived fields (threads, smemBytes, name) after a config change.
+void finalizePlan(KernelPlan &plan);
 
 /// The largest dynamic shared memory a block may opt into on `arch`, in bytes.
 int archSmemLimit(const std::string &arch);

@@ -16,11 +16,13 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <climits>
 #include <set>
+#include <sstream>
 
 using namespace fagen;
 using llvm::ArrayRef;
@@ -41,8 +43,7 @@ std::string fagen::formatDiagnostic(const SourceLoc &loc, const std::string &mes
 }
 
 llvm::Error fagen::makeSpecError(const SourceLoc &loc, const std::string &message) {
-  return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 formatDiagnostic(loc, message));
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), formatDiagnostic(loc, message));
 }
 
 const SourceLoc &VariantSpec::locOf(const std::string &key) const {
@@ -56,7 +57,7 @@ const SourceLoc &AttentionSpec::locOf(const std::string &key) const {
 }
 
 const std::vector<std::string> &fagen::knownArchs() {
-  static const std::vector<std::string> archs = {"sm_80", "sm_86",  "sm_89",  "sm_90",
+  static const std::vector<std::string> archs = {"sm_80",  "sm_86",  "sm_89",  "sm_90",
                                                  "sm_90a", "sm_100", "sm_100a"};
   return archs;
 }
@@ -146,8 +147,8 @@ llvm::Expected<std::string> fagen::canonicalArch(const std::string &text) {
     return candidate;
   std::string message;
   if (known) {
-    message = "arch " + quoted(text) + " is a virtual (PTX) arch; targets are real GPU archs: use " +
-              candidate;
+    message = "arch " + quoted(text) +
+              " is a virtual (PTX) arch; targets are real GPU archs: use " + candidate;
   } else {
     message = "unknown arch " + quoted(text);
     std::string suggestion = closestMatch(candidate, archs);
@@ -201,11 +202,10 @@ bool isInteger(StringRef text) {
   return !text.empty() && llvm::all_of(text, llvm::isDigit);
 }
 
-bool matchesCharset(StringRef text, bool allowUpperAndDash) {
-  return llvm::all_of(text, [&](char c) {
-    return llvm::isDigit(c) || (c >= 'a' && c <= 'z') || c == '_' ||
-           (allowUpperAndDash && ((c >= 'A' && c <= 'Z') || c == '-'));
-  });
+/// Variant names are [a-z0-9_]+; spec names also allow A-Z and '-'.
+bool isNameChar(char c, bool allowUpperAndDash) {
+  return llvm::isDigit(c) || (c >= 'a' && c <= 'z') || c == '_' ||
+         (allowUpperAndDash && ((c >= 'A' && c <= 'Z') || c == '-'));
 }
 
 /// `text` with every character outside the name charset turned into '_', lowercased for
@@ -214,8 +214,7 @@ std::string sanitizeName(StringRef text, bool allowUpperAndDash) {
   std::string out;
   for (char c : text) {
     char lowered = allowUpperAndDash ? c : llvm::toLower(c);
-    std::string one(1, lowered);
-    out += matchesCharset(one, allowUpperAndDash) ? lowered : '_';
+    out += isNameChar(lowered, allowUpperAndDash) ? lowered : '_';
   }
   return StringRef(out).trim('_').take_front(kMaxNameLength).str();
 }
@@ -245,6 +244,8 @@ public:
   llvm::Expected<AttentionSpec> parse(const std::string &text);
 
 private:
+  /// The one YAML document in `text`, or a syntax error.
+  llvm::Expected<YAML::Node> loadDocument(const std::string &text);
   SourceLoc locOf(const YAML::Mark &mark) const;
   SourceLoc locOf(const YAML::Node &node) const { return locOf(node.Mark()); }
   void error(const SourceLoc &loc, const std::string &message);
@@ -318,7 +319,8 @@ Entries SpecParser::readMapping(const YAML::Node &map, ArrayRef<std::string> key
     const std::string &name = key.Scalar();
     if (!llvm::is_contained(keys, name)) {
       std::string suggestion = closestMatch(name, keys);
-      entries.misspelled.insert(suggestion);
+      if (!suggestion.empty())
+        entries.misspelled.insert(suggestion);
       error(keyLoc, "unknown key " + quoted(name) +
                         (suggestion.empty() ? ": valid keys here are " + joinNames(keys)
                                             : ": did you mean '" + suggestion + "'?"));
@@ -381,10 +383,9 @@ std::optional<int> SpecParser::readRange(const Entry &entry, const std::string &
 
 /// One of `choices`. `hints` maps other spellings (lowercase) to either a choice, suggested
 /// as "did you mean", or to a sentence explaining why that value is not offered.
-std::optional<std::string>
-SpecParser::readChoice(const Entry &entry, const std::string &what,
-                       const std::vector<std::string> &choices,
-                       const std::map<std::string, std::string> &hints) {
+std::optional<std::string> SpecParser::readChoice(const Entry &entry, const std::string &what,
+                                                  const std::vector<std::string> &choices,
+                                                  const std::map<std::string, std::string> &hints) {
   const YAML::Node &value = entry.value;
   std::string expected = what + " must be one of " + joinNames(choices);
   if (!value.IsScalar()) {
@@ -411,8 +412,8 @@ std::optional<std::string> SpecParser::readName(const Entry &entry, const std::s
                                                 bool allowUpperAndDash) {
   const char *charset = allowUpperAndDash ? "[A-Za-z0-9_-]+" : "[a-z0-9_]+";
   if (!entry.value.IsScalar()) {
-    error(entry.valueLoc, what + " must be a word matching " + charset + ", got " +
-                              describe(entry.value));
+    error(entry.valueLoc,
+          what + " must be a word matching " + charset + ", got " + describe(entry.value));
     return std::nullopt;
   }
   const std::string &text = entry.value.Scalar();
@@ -425,7 +426,7 @@ std::optional<std::string> SpecParser::readName(const Entry &entry, const std::s
                               " characters long, got " + std::to_string(text.size()));
     return std::nullopt;
   }
-  if (matchesCharset(text, allowUpperAndDash))
+  if (llvm::all_of(text, [&](char c) { return isNameChar(c, allowUpperAndDash); }))
     return text;
   std::string suggestion = sanitizeName(text, allowUpperAndDash);
   error(entry.valueLoc, what + " " + quoted(text) + " must match " + charset +
@@ -479,26 +480,69 @@ std::vector<std::string> SpecParser::readTargets(const Entry &entry,
 // The spec's structure
 //===----------------------------------------------------------------------===//
 
-llvm::Expected<AttentionSpec> SpecParser::parse(const std::string &text) {
-  std::vector<YAML::Node> documents;
+namespace {
+/// Records where each document of a YAML stream starts.
+class DocumentStarts : public YAML::EventHandler {
+public:
+  std::vector<YAML::Mark> starts;
+
+  void OnDocumentStart(const YAML::Mark &mark) override { starts.push_back(mark); }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark &, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark &, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark &, const std::string &, YAML::anchor_t,
+                const std::string &) override {}
+  void OnSequenceStart(const YAML::Mark &, const std::string &, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark &, const std::string &, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+} // namespace
+
+llvm::Expected<YAML::Node> SpecParser::loadDocument(const std::string &text) {
+  // yaml-cpp 0.7's LoadAll never returns on some inputs (a stray ',' at the top level gives
+  // empty documents forever, none consuming it; found by tests/fuzz). So documents are
+  // counted here, stopping when one starts where the previous did, and only the first is
+  // loaded.
   try {
-    documents = YAML::LoadAll(text);
+    std::istringstream stream(text);
+    YAML::Parser parser(stream);
+    DocumentStarts documents;
+    while (documents.starts.size() < 3 && parser.HandleNextDocument(documents)) {
+      const std::vector<YAML::Mark> &starts = documents.starts;
+      if (starts.size() >= 2 && starts.back().pos == starts[starts.size() - 2].pos) {
+        size_t pos = std::min<size_t>(std::max(starts.back().pos, 0), text.size());
+        return makeSpecError(locOf(starts.back()),
+                             "invalid YAML: unexpected " + quoted(StringRef(text).substr(pos, 1)));
+      }
+    }
+    if (documents.starts.size() > 1)
+      return makeSpecError(locOf(documents.starts[1]),
+                           "a spec is one YAML document: remove the '---' and what follows, or "
+                           "split it into several spec files");
+    return YAML::Load(text);
   } catch (const YAML::ParserException &e) {
-    return makeSpecError(locOf(e.mark), "invalid YAML: " + printable(e.msg) + tabHint(text, e.mark));
+    return makeSpecError(locOf(e.mark),
+                         "invalid YAML: " + printable(e.msg) + tabHint(text, e.mark));
   } catch (const std::exception &e) {
     return makeSpecError(SourceLoc{file, 1, 1}, "invalid YAML: " + printable(e.what()));
   }
-  if (documents.empty() || documents.front().IsNull())
-    return makeSpecError(SourceLoc{file, 1, 1},
-                         "the spec is empty: it needs at least a 'variants' list (see docs/spec.md)");
-  if (documents.size() > 1)
-    return makeSpecError(locOf(documents[1]),
-                         "a spec is one YAML document: remove the '---' and what follows, or "
-                         "split it into several spec files");
+}
+
+llvm::Expected<AttentionSpec> SpecParser::parse(const std::string &text) {
+  llvm::Expected<YAML::Node> root = loadDocument(text);
+  if (!root)
+    return root.takeError();
+  if (root->IsNull())
+    return makeSpecError(
+        SourceLoc{file, 1, 1},
+        "the spec is empty: it needs at least a 'variants' list (see docs/spec.md)");
   AttentionSpec spec;
   spec.file = file;
   try {
-    parseTop(documents.front(), spec);
+    parseTop(*root, spec);
   } catch (const std::exception &e) {
     // The walk only reads nodes whose type it checked; this is a backstop, not a path.
     error(SourceLoc{file, 1, 1}, "internal error while reading the spec: " + printable(e.what()));
@@ -545,12 +589,13 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
   SourceLoc loc = locOf(node);
   if (!node.IsMap()) {
     error(loc, "each variant must be a mapping like {name: prefill, dtype: bf16, head_dim: "
-               "128}, got " + describe(node));
+               "128}, got " +
+                   describe(node));
     return;
   }
-  static const std::vector<std::string> keys = {
-      "name",  "dtype", "head_dim", "head_dim_qk", "head_dim_v",
-      "mask",  "passes", "heads",   "targets",     "tile"};
+  static const std::vector<std::string> keys = {"name",       "dtype", "head_dim", "head_dim_qk",
+                                                "head_dim_v", "mask",  "passes",   "heads",
+                                                "targets",    "tile"};
   Entries entries = readMapping(node, keys);
   VariantSpec variant;
   variant.loc = loc;
@@ -568,7 +613,10 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
 
   if (auto it = entries.find("dtype"); it != entries.end()) {
     static const std::map<std::string, std::string> hints = {
-        {"bfloat16", "bf16"}, {"float16", "fp16"}, {"half", "fp16"}, {"f16", "fp16"},
+        {"bfloat16", "bf16"},
+        {"float16", "fp16"},
+        {"half", "fp16"},
+        {"f16", "fp16"},
         {"fp32", "fp32 inputs are not supported (accumulation is always fp32)"},
         {"float32", "fp32 inputs are not supported (accumulation is always fp32)"},
         {"fp8", "fp8 is not supported yet"}};
@@ -623,7 +671,8 @@ void SpecParser::parseHeadDims(const Entries &entries, const std::string &label,
   if (qk == entries.end() || v == entries.end()) {
     const Entry &given = qk != entries.end() ? qk->second : v->second;
     std::string other = qk != entries.end() ? "head_dim_v" : "head_dim_qk";
-    error(given.keyLoc, given.key + " needs " + other + " too (or use head_dim when they are equal)");
+    error(given.keyLoc,
+          given.key + " needs " + other + " too (or use head_dim when they are equal)");
     return;
   }
   variant.keyLocs["head_dim"] = qk->second.valueLoc;
@@ -673,8 +722,8 @@ void SpecParser::parsePasses(const Entries &entries, VariantSpec &variant) {
 
 void SpecParser::parseHeads(const Entry &entry, VariantSpec &variant) {
   if (!entry.value.IsMap()) {
-    error(entry.valueLoc, "heads must be a mapping like {q: 32, kv: 8}, got " +
-                              describe(entry.value));
+    error(entry.valueLoc,
+          "heads must be a mapping like {q: 32, kv: 8}, got " + describe(entry.value));
     return;
   }
   Entries heads = readMapping(entry.value, {"q", "kv"});
@@ -696,8 +745,8 @@ void SpecParser::parseHeads(const Entry &entry, VariantSpec &variant) {
     return;
   if (*headsQ % *headsKV != 0) {
     error(kv->second.valueLoc, "heads.q (" + std::to_string(*headsQ) +
-                                   ") must be a multiple of heads.kv (" +
-                                   std::to_string(*headsKV) + ")");
+                                   ") must be a multiple of heads.kv (" + std::to_string(*headsKV) +
+                                   ")");
     return;
   }
   variant.headsQ = *headsQ;
@@ -707,7 +756,8 @@ void SpecParser::parseHeads(const Entry &entry, VariantSpec &variant) {
 void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
   if (!entry.value.IsMap()) {
     error(entry.valueLoc, "tile must be a mapping like {block_m: 128, block_n: 64, warps: 4, "
-                          "stages: 2}, got " + describe(entry.value));
+                          "stages: 2}, got " +
+                              describe(entry.value));
     return;
   }
   Entries keys = readMapping(entry.value, {"block_m", "block_n", "warps", "stages"});

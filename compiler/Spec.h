@@ -36,7 +36,7 @@ struct TileOverride {
   int blockN = 0;
   int warps = 0;
   int stages = 0;
-  SourceLoc loc;
+  SourceLoc loc; ///< of the `tile` mapping, where the planner reports a combination it rejects
 };
 
 /// One attention variant: everything that changes the generated kernel.

@@ -169,6 +169,8 @@ Fields kernelFields(const KernelRecord &k) {
           {"block_n", std::to_string(k.blockN)},
           {"cubin", std::to_string(k.cubinSection)},
           {"dtype", k.dtype},
+          {"exp2_emu_percent", std::to_string(k.exp2EmuPercent)},
+          {"exp2_poly_degree", std::to_string(k.exp2PolyDegree)},
           {"head_dim_qk", std::to_string(k.headDimQK)},
           {"head_dim_v", std::to_string(k.headDimV)},
           {"mask", k.mask},
@@ -176,6 +178,9 @@ Fields kernelFields(const KernelRecord &k) {
           {"params_version", std::to_string(k.paramsVersion)},
           {"pass", k.pass},
           {"registers", std::to_string(k.registers)},
+          {"rescale_tau", std::to_string(k.rescaleTau)},
+          {"seqlen_max", std::to_string(k.seqlenMax)},
+          {"seqlen_min", std::to_string(k.seqlenMin)},
           {"smem_bytes", std::to_string(k.smemBytes)},
           {"spill_bytes", std::to_string(k.spillBytes)},
           {"stages", std::to_string(k.stages)},
@@ -341,16 +346,25 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.str("arch", k.arch, false) && r.integer("block_m", 1, 1024, k.blockM) &&
             r.integer("block_n", 1, 1024, k.blockN) &&
             r.integer("cubin", 0, int64_t(cubinCount) - 1, cubin) &&
-            r.str("dtype", k.dtype, false) && r.integer("head_dim_qk", 1, 1024, k.headDimQK) &&
+            r.str("dtype", k.dtype, false) &&
+            r.integer("exp2_emu_percent", 0, 100, k.exp2EmuPercent) &&
+            r.integer("exp2_poly_degree", 1, 16, k.exp2PolyDegree) &&
+            r.integer("head_dim_qk", 1, 1024, k.headDimQK) &&
             r.integer("head_dim_v", 1, 1024, k.headDimV) && r.str("mask", k.mask, false) &&
             r.str("name", k.name, false) &&
             r.integer("params_version", 1, INT32_MAX, k.paramsVersion) &&
             r.str("pass", k.pass, false) && r.integer("registers", -1, 255, k.registers) &&
+            r.integer("rescale_tau", -1, 64, k.rescaleTau) &&
+            r.integer("seqlen_max", 0, kSeqlenUnbounded, k.seqlenMax) &&
+            r.integer("seqlen_min", 0, kSeqlenUnbounded, k.seqlenMin) &&
             r.integer("smem_bytes", 0, kMaxSmem, k.smemBytes) &&
             r.integer("spill_bytes", -1, INT32_MAX, k.spillBytes) &&
             r.integer("stages", 1, 16, k.stages) && r.str("template", k.templ, true) &&
             r.integer("threads", 1, 1024, k.threads) && r.str("tuning", k.tuning, true) &&
             r.str("variant", k.variant, true) && r.integer("warps", 1, 32, k.warps) && r.finish();
+  if (ok && k.seqlenMin > k.seqlenMax)
+    ok = r.fail("seqlen_min " + std::to_string(k.seqlenMin) + " is above seqlen_max " +
+                std::to_string(k.seqlenMax));
   if (ok && archComputeCapability(k.arch) < 0)
     ok = r.fail("arch '" + k.arch + "' is not an arch name like sm_80 or sm_90a");
   if (ok && !std::binary_search(out.archs.begin(), out.archs.end(), k.arch))

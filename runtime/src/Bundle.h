@@ -16,7 +16,10 @@
 namespace fagen {
 
 /// Bumped on any incompatible change of the file layout or the manifest keys.
-constexpr uint32_t kBundleFormatVersion = 1;
+constexpr uint32_t kBundleFormatVersion = 2;
+
+/// Upper end of an open seqlen range.
+constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
 
 /// One compiled kernel, as the manifest describes it.
 struct KernelRecord {
@@ -35,7 +38,15 @@ struct KernelRecord {
   int paramsVersion = 0; ///< FAGEN_FWD_PARAMS_VERSION the kernel was built against
   int registers = -1;    ///< from the ptxas report; -1 = unknown
   int spillBytes = -1;   ///< spill stores + loads, from the ptxas report
-  std::string tuning;    ///< provenance of the config: "default" or a tuning record id
+  int rescaleTau = 0;     ///< FA4 conditional-rescaling threshold (-1 always, 0 exact skip)
+  int exp2EmuPercent = 0; ///< percent of exp2 on the FMA units (FA4 emulated exp2)
+  int exp2PolyDegree = 3; ///< that polynomial's degree
+  /// The calls this kernel is tuned for: max(seqlen_q, seqlen_k) in [seqlenMin, seqlenMax]
+  /// (0..kSeqlenUnbounded for an untuned kernel, which serves every call). Among kernels of
+  /// one variant and arch, the runtime prefers the narrowest range that holds the call.
+  int64_t seqlenMin = 0;
+  int64_t seqlenMax = kSeqlenUnbounded;
+  std::string tuning;    ///< provenance of the config: "default", "spec", or the tuning record
   uint32_t cubinSection = 0; ///< index into Bundle::cubins
 };
 

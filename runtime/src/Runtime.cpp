@@ -152,9 +152,13 @@ bool validateProblem(const fagen_fwd_problem &p, std::string &error) {
 
 //===--- Kernel choice -----------------------------------------------------===//
 
+/// Whether kernel k computes this call. Tuned kernels serve the seqlen range they were tuned
+/// for (on max(seqlen_q, seqlen_k)); untuned ones serve every seqlen.
 bool servesProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
+  int64_t seqlen = std::max(p.seqlen_q, p.seqlen_k);
   return k.pass == "fwd" && k.dtype == dtypeName(p) && k.headDimQK == p.head_dim_qk &&
-         k.headDimV == p.head_dim_v && k.mask == maskName(p);
+         k.headDimV == p.head_dim_v && k.mask == maskName(p) && k.seqlenMin <= seqlen &&
+         seqlen <= k.seqlenMax;
 }
 
 std::string variantText(const std::string &dtype, int dqk, int dv, const std::string &mask) {
@@ -244,6 +248,7 @@ fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidat
                           const Device &d, int &chosen) {
   std::set<std::string> archs;
   int bestRank = 0;
+  int64_t bestSpan = 0;
   const KernelRecord *tooBig = nullptr;
   chosen = -1;
   for (int i : candidates) {
@@ -255,8 +260,12 @@ fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidat
       tooBig = &k;
       continue;
     }
-    if (int rank = archRank(k.arch, d.major, d.minor); rank > bestRank) {
+    // The best arch match first, then the narrowest tuned seqlen range.
+    int rank = archRank(k.arch, d.major, d.minor);
+    int64_t span = k.seqlenMax - k.seqlenMin;
+    if (rank > bestRank || (rank == bestRank && chosen >= 0 && span < bestSpan)) {
       bestRank = rank;
+      bestSpan = span;
       chosen = i;
     }
   }

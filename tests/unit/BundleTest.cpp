@@ -74,7 +74,7 @@ std::vector<uint8_t> rawBundle(const std::string &manifest, const std::vector<st
   size_t end = 24 + 32 * sections.size();
   std::vector<uint8_t> b(end, 0);
   std::memcpy(b.data(), "FAGENBND", 8);
-  put(b, 8, 1, 4);
+  put(b, 8, 2, 4);
   put(b, 12, sections.size(), 4);
   for (size_t i = 0; i < sections.size(); ++i) {
     size_t offset = (b.size() + 15) / 16 * 16;
@@ -97,9 +97,10 @@ std::string manifestOf(const std::vector<uint8_t> &b) {
 
 const char *kBundleLine = "bundle archs=sm_80 fagen_version=1 toolchain=\n";
 const char *kKernelLine =
-    "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 dtype=fp16 head_dim_qk=64 head_dim_v=64 "
-    "mask=none name=k params_version=1 pass=fwd registers=168 smem_bytes=49152 spill_bytes=0 "
-    "stages=2 template=sm80 threads=128 tuning= variant=v warps=4\n";
+    "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 dtype=fp16 exp2_emu_percent=0 "
+    "exp2_poly_degree=3 head_dim_qk=64 head_dim_v=64 mask=none name=k params_version=1 pass=fwd "
+    "registers=168 rescale_tau=0 seqlen_max=1099511627776 seqlen_min=0 smem_bytes=49152 "
+    "spill_bytes=0 stages=2 template=sm80 threads=128 tuning= variant=v warps=4\n";
 
 /// The error for the tiny bundle's manifest with `from` replaced by `to` in the kernel line.
 std::string kernelLineError(const std::string &from, const std::string &to) {
@@ -201,7 +202,7 @@ TEST(BundleTest, NamesTheProblem) {
 
   b = good;
   put(b, 8, 7, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 1): "
+  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 2): "
                            "rebuild the bundle with this fagen version");
 
   b = good;
