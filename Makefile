@@ -29,7 +29,7 @@ fuzz: deps
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fagen_spec_fuzzer fagen_bundle_fuzzer
 	ctest --test-dir $(FUZZ_BUILD) --output-on-failure
 
-test: unit fuzz
+test: fuzz unit
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)
