@@ -160,9 +160,92 @@ void finalizePlan(KernelPlan &p) {
   p.name = kernelName(p);
 }
 
+std::string workloadKey(const KernelPlan &p) {
+  return llvm::formatv("{0} {1} hd{2}x{3} {4} {5}", p.pass, p.dtype, p.headDimQK, p.headDimV,
+                       p.mask, p.arch)
+      .str();
+}
+
+namespace {
+
+/// The planner's (or the spec's) kernel for one variant, pass and arch.
+llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pass,
+                                    const std::string &arch) {
+  Tile t = fitSmem(defaultTile(v.headDimQK, arch), v.headDimQK, arch);
+  std::string tuning = "default";
+  if (v.tile) {
+    if (v.tile->blockM) t.blockM = v.tile->blockM;
+    if (v.tile->blockN) t.blockN = v.tile->blockN;
+    if (v.tile->warps) t.warps = v.tile->warps;
+    if (v.tile->stages) t.stages = v.tile->stages;
+    tuning = "spec";
+  }
+  if (llvm::Error err = checkSm80Tile(t, v, arch))
+    return err;
+  KernelPlan p;
+  p.variant = v.name;
+  p.pass = pass;
+  p.arch = arch;
+  p.templ = "sm80";
+  p.dtype = v.dtype;
+  p.headDimQK = v.headDimQK;
+  p.headDimV = v.headDimV;
+  p.mask = v.mask;
+  p.blockM = t.blockM;
+  p.blockN = t.blockN;
+  p.warps = t.warps;
+  p.stages = t.stages;
+  p.tuning = tuning;
+  finalizePlan(p);
+  return p;
+}
+
+/// One kernel per tuned range (contiguous ranges with the same config merged), and the base
+/// kernel over the whole range when the tuned ranges leave calls uncovered.
+llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
+                                                   const std::vector<TunedConfig> &configs) {
+  std::vector<KernelPlan> out;
+  int64_t next = 1; // the first seqlen not yet covered
+  bool gap = false;
+  for (const TunedConfig &c : configs) {
+    KernelPlan p = base;
+    p.blockM = c.blockM;
+    p.blockN = c.blockN;
+    p.warps = c.warps;
+    p.stages = c.stages;
+    p.rescaleTau = c.rescaleTau;
+    p.exp2EmuPercent = c.exp2EmuPercent;
+    p.exp2PolyDegree = c.exp2PolyDegree;
+    p.seqlenMin = c.seqlenMin;
+    p.seqlenMax = c.seqlenMax;
+    p.tuning = c.provenance;
+    finalizePlan(p);
+    if (llvm::Error err = checkKernelPlan(p))
+      return llvm::createStringError(
+          std::errc::invalid_argument,
+          "tuning database: the config tuned for %s, seqlen %lld..%lld cannot be built: %s: "
+          "re-tune with this fagen",
+          workloadKey(base).c_str(), (long long)c.seqlenMin, (long long)c.seqlenMax,
+          llvm::toString(std::move(err)).c_str());
+    gap |= c.seqlenMin > next;
+    next = std::max(next, c.seqlenMax + 1);
+    if (!out.empty() && out.back().name == p.name && out.back().seqlenMax + 1 == p.seqlenMin) {
+      out.back().seqlenMax = p.seqlenMax;
+      continue;
+    }
+    out.push_back(std::move(p));
+  }
+  if (gap || next <= base.seqlenMax)
+    out.push_back(base);
+  return out;
+}
+
+} // namespace
+
 llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
-                                                    const std::vector<std::string> &archs) {
-  std::map<std::pair<std::string, std::string>, KernelPlan> byKey;
+                                                    const std::vector<std::string> &archs,
+                                                    const TuningTable *tuning) {
+  std::map<std::tuple<std::string, std::string, int64_t>, KernelPlan> byKey;
   for (const VariantSpec &v : spec.variants) {
     std::vector<std::string> targets = !archs.empty() ? archs
                                        : !v.targets.empty() ? v.targets
@@ -176,39 +259,28 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
         return makeSpecError(v.locOf("passes"),
                              llvm::formatv("pass '{0}' is not implemented yet: use [fwd]", pass));
       for (const std::string &arch : targets) {
-        Tile t = fitSmem(defaultTile(v.headDimQK, arch), v.headDimQK, arch);
-        std::string tuning = "default";
-        if (v.tile) {
-          if (v.tile->blockM) t.blockM = v.tile->blockM;
-          if (v.tile->blockN) t.blockN = v.tile->blockN;
-          if (v.tile->warps) t.warps = v.tile->warps;
-          if (v.tile->stages) t.stages = v.tile->stages;
-          tuning = "spec";
+        llvm::Expected<KernelPlan> base = basePlan(v, pass, arch);
+        if (!base)
+          return base.takeError();
+        std::vector<KernelPlan> kernels = {*base};
+        if (tuning && !v.tile) {
+          auto it = tuning->find(workloadKey(*base));
+          if (it != tuning->end()) {
+            llvm::Expected<std::vector<KernelPlan>> tuned = tunedPlans(*base, it->second);
+            if (!tuned)
+              return tuned.takeError();
+            kernels = std::move(*tuned);
+          }
         }
-        if (llvm::Error err = checkSm80Tile(t, v, arch))
-          return err;
-        KernelPlan p;
-        p.variant = v.name;
-        p.pass = pass;
-        p.arch = arch;
-        p.templ = "sm80";
-        p.dtype = v.dtype;
-        p.headDimQK = v.headDimQK;
-        p.headDimV = v.headDimV;
-        p.mask = v.mask;
-        p.blockM = t.blockM;
-        p.blockN = t.blockN;
-        p.warps = t.warps;
-        p.stages = t.stages;
-        p.tuning = tuning;
-        finalizePlan(p);
-        auto key = std::make_pair(p.name, p.arch);
-        auto it = byKey.find(key);
-        if (it != byKey.end()) {
-          it->second.variant += "," + v.name;
-          continue;
+        for (KernelPlan &p : kernels) {
+          auto key = std::make_tuple(p.name, p.arch, p.seqlenMin);
+          auto found = byKey.find(key);
+          if (found != byKey.end()) {
+            found->second.variant += "," + v.name;
+            continue;
+          }
+          byKey.emplace(key, std::move(p));
         }
-        byKey.emplace(key, std::move(p));
       }
     }
   }
@@ -232,6 +304,12 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                          "tuning={6}\n",
                          p.blockM, p.blockN, p.warps, p.stages, p.threads, p.smemBytes, p.tuning)
                .str();
+    if (p.rescaleTau != 0 || p.exp2EmuPercent != 0)
+      out += llvm::formatv("  rescale_tau={0} exp2_emu_percent={1} exp2_poly_degree={2}\n",
+                           p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree)
+                 .str();
+    if (p.seqlenMin != 0 || p.seqlenMax != (int64_t(1) << 40))
+      out += llvm::formatv("  seqlen={0}..{1}\n", p.seqlenMin, p.seqlenMax).str();
   }
   return out;
 }

@@ -12,6 +12,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,21 @@ llvm::Error checkKernelPlan(const KernelPlan &plan);
 /// Recomputes the derived fields (threads, smemBytes, name) after a config change.
 void finalizePlan(KernelPlan &plan);
 
+/// A configuration measured best for one range of calls (from `fagen tune`'s database).
+struct TunedConfig {
+  int64_t seqlenMin = 0, seqlenMax = int64_t(1) << 40; ///< on max(seqlen_q, seqlen_k)
+  int blockM = 0, blockN = 0, warps = 0, stages = 0;
+  int rescaleTau = 0, exp2EmuPercent = 0, exp2PolyDegree = 3;
+  std::string provenance; ///< recorded in the bundle: where and how this config won
+};
+
+/// Tuned configs per workload (workloadKey()), each list sorted by seqlenMin.
+using TuningTable = std::map<std::string, std::vector<TunedConfig>>;
+
+/// The canonical workload of a plan, as the tuning database keys it:
+/// "fwd bf16 hd128x128 causal sm_90a".
+std::string workloadKey(const KernelPlan &plan);
+
 /// The largest dynamic shared memory a block may opt into on `arch`, in bytes.
 int archSmemLimit(const std::string &arch);
 
@@ -62,10 +78,13 @@ int archSmemLimit(const std::string &arch);
 int sm80FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 
 /// Plans every kernel of `spec`. `archs`, when non-empty, replaces the spec's targets.
-/// Kernels that come out identical for several variants are planned once. Sorted by
-/// (name, arch), so the result is deterministic.
+/// With `tuning`, a workload that has tuned configs gets one kernel per tuned seqlen range
+/// (contiguous ranges with the same config merged), plus the default kernel for calls no
+/// range covers; a spec's `tile:` still wins over tuning. Kernels that come out identical
+/// for several variants are planned once. Sorted by (name, arch, seqlenMin): deterministic.
 llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
-                                                    const std::vector<std::string> &archs);
+                                                    const std::vector<std::string> &archs,
+                                                    const TuningTable *tuning = nullptr);
 
 /// The printable artifact of this stage (`fagen plan`): one block per kernel.
 std::string formatPlans(const std::vector<KernelPlan> &plans);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <dlfcn.h>
 #include <thread>
+#include <tuple>
 
 using namespace fagen;
 using fagen::test::fakeCubin;
@@ -267,4 +268,35 @@ int main(int argc, char **argv) {
   setenv("FAGEN_LIBCUDA", FAGEN_FAKE_CUDA_PATH, /*overwrite=*/0);
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
+}
+
+TEST_F(FakeDriverTest, TunedSeqlenRangesDispatchByShape) {
+  // Two tuned kernels of one variant (1..1024 and 1025..4096) beside the untuned default:
+  // each call takes the narrowest range that holds max(seqlen_q, seqlen_k).
+  Bundle b = makeTestBundle();
+  KernelRecord shortSeq = b.kernels[2], midSeq = b.kernels[2];
+  shortSeq.name = "fagen_fwd_fp16_d128_causal_sm90a_short";
+  shortSeq.seqlenMin = 1;
+  shortSeq.seqlenMax = 1024;
+  midSeq.name = "fagen_fwd_fp16_d128_causal_sm90a_mid";
+  midSeq.seqlenMin = 1025;
+  midSeq.seqlenMax = 4096;
+  b.kernels.push_back(shortSeq);
+  b.kernels.push_back(midSeq);
+  load(b);
+  setenv("FAKE_CUDA_CC", "90", 1);
+  for (auto [seqlenQ, seqlenK, want] :
+       {std::tuple<int, int, const char *>{1, 1000, "fagen_fwd_fp16_d128_causal_sm90a_short"},
+        {1024, 1024, "fagen_fwd_fp16_d128_causal_sm90a_short"},
+        {1, 1025, "fagen_fwd_fp16_d128_causal_sm90a_mid"},
+        {4096, 2000, "fagen_fwd_fp16_d128_causal_sm90a_mid"},
+        {4097, 4097, "fagen_fwd_fp16_d128_causal_sm90a"}}) {
+    fagen_fwd_problem p = testProblem();
+    p.seqlen_q = seqlenQ;
+    p.seqlen_k = seqlenK;
+    fagen_fwd_problem_set_bshd_strides(&p);
+    fagen_plan plan;
+    ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+    EXPECT_EQ(chosenKernel(plan), want) << seqlenQ << "x" << seqlenK;
+  }
 }

@@ -87,6 +87,49 @@ TEST(Plan, TileOverrideErrorsNameTheSpecLine) {
             std::string::npos);
 }
 
+TEST(Plan, TunedRangesBecomeKernelsWithTheDefaultForTheRest) {
+  llvm::Expected<AttentionSpec> spec =
+      parseSpec("variants: [{name: v, dtype: bf16, head_dim: 128, mask: causal}]", "t.yaml");
+  ASSERT_TRUE(bool(spec));
+  TuningTable table;
+  auto config = [](int64_t lo, int64_t hi, int blockN, int tau) {
+    TunedConfig c;
+    c.seqlenMin = lo;
+    c.seqlenMax = hi;
+    c.blockM = 128;
+    c.blockN = blockN;
+    c.warps = 4;
+    c.stages = 2;
+    c.rescaleTau = tau;
+    c.provenance = "test";
+    return c;
+  };
+  // 1..1024 and 1025..4096 share a config (merged); nothing tuned above 4096.
+  table["fwd bf16 hd128x128 causal sm_90a"] = {config(1, 1024, 32, -1), config(1025, 4096, 32, -1)};
+  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, {"sm_90a"}, &table);
+  ASSERT_TRUE(bool(plans)) << llvm::toString(plans.takeError());
+  ASSERT_EQ(plans->size(), 2u);
+  const KernelPlan &def = (*plans)[1], &tuned = (*plans)[0];
+  EXPECT_EQ(tuned.name, "fagen_fwd_bf16_hd128_causal_sm80_m128n32w4s2_ra");
+  EXPECT_EQ(tuned.seqlenMin, 1);
+  EXPECT_EQ(tuned.seqlenMax, 4096);
+  EXPECT_EQ(tuned.tuning, "test");
+  EXPECT_EQ(def.name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2");
+  EXPECT_EQ(def.seqlenMin, 0);
+  EXPECT_EQ(def.tuning, "default");
+  EXPECT_EQ(workloadKey(def), "fwd bf16 hd128x128 causal sm_90a");
+
+  // A full cover needs no default kernel; an unbuildable config is refused with the reason.
+  table["fwd bf16 hd128x128 causal sm_90a"].push_back(config(4097, int64_t(1) << 40, 64, 8));
+  plans = planKernels(*spec, {"sm_90a"}, &table);
+  ASSERT_TRUE(bool(plans));
+  EXPECT_EQ(plans->size(), 2u);
+  table["fwd bf16 hd128x128 causal sm_90a"] = {config(1, 100, 128, 0)};
+  plans = planKernels(*spec, {"sm_90a"}, &table);
+  ASSERT_FALSE(bool(plans));
+  EXPECT_NE(llvm::toString(plans.takeError()).find("fp32 accumulator registers"), std::string::npos);
+}
+
 TEST(Emit, SourceIsDeterministicAndSpellsThePlan) {
   std::vector<KernelPlan> p =
       planOf("variants: [{name: v, dtype: fp16, head_dim: 96, mask: none}]", {"sm_90"});
