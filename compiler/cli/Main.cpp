@@ -170,10 +170,16 @@ int commandInspect(const std::string &path) {
         "\nkernel {0}\n  arch={1} template={2} pass={3} variant={4}\n"
         "  dtype={5} head_dim_qk={6} head_dim_v={7} mask={8}\n"
         "  block_m={9} block_n={10} warps={11} stages={12} threads={13} smem={14}\n"
-        "  registers={15} spill_bytes={16} cubin_bytes={17} tuning={18}\n  status: {19}\n",
+        "  rescale_tau={15} exp2_emu_percent={16} exp2_poly_degree={17}\n",
         k.name, k.arch, k.templ, k.pass, k.variant, k.dtype, k.headDimQK, k.headDimV, k.mask,
-        k.blockM, k.blockN, k.warps, k.stages, k.threads, k.smemBytes, k.registers, k.spillBytes,
-        bundle.cubins[k.cubinSection].size(), k.tuning,
+        k.blockM, k.blockN, k.warps, k.stages, k.threads, k.smemBytes, k.rescaleTau,
+        k.exp2EmuPercent, k.exp2PolyDegree);
+    if (k.seqlenMin != 0 || k.seqlenMax != kSeqlenUnbounded)
+      llvm::outs() << llvm::formatv("  serves max(seqlen_q, seqlen_k) in {0}..{1}\n", k.seqlenMin,
+                                    k.seqlenMax);
+    llvm::outs() << llvm::formatv(
+        "  registers={0} spill_bytes={1} cubin_bytes={2}\n  tuning: {3}\n  status: {4}\n",
+        k.registers, k.spillBytes, bundle.cubins[k.cubinSection].size(), k.tuning,
         status.empty() ? std::string("compiled, not run") : "verified on " + status);
   }
   return kExitOk;
