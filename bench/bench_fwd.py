@@ -6,6 +6,7 @@ head_dim), seqlen 512..16k, causal and not. TFLOP/s = 4*B*H*S^2*D (halved for ca
 Timing: triton.testing.do_bench (CUDA events, warm-up, L2 cleared before each run, median).
 
     python3 bench/bench_fwd.py --bundle bench.fab [--out results.json] [--head-dims 64,128]
+    python3 bench/bench_fwd.py --bundle default=bench.fab --bundle tuned=tuned.fab   # compare
 
 Before timing, each fagen output is compared with SDPA's flash output on the same inputs
 (max |diff| must stay under 0.05 in bf16, else the row is marked WRONG and the run fails).
@@ -33,7 +34,9 @@ def bench_ms(fn):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--bundle", required=True, help="a bundle with bf16 forward kernels (bench/bench.yaml)")
+    ap.add_argument("--bundle", required=True, action="append",
+                    help="a bundle with bf16 forward kernels (bench/bench.yaml); repeat as "
+                         "LABEL=PATH to time several bundles side by side (e.g. default vs tuned)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlens", default=None, help="comma-separated; default: the FA3 protocol's")
@@ -41,10 +44,15 @@ def main():
 
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(0)
-    bundle = fagen_rt.Bundle(args.bundle)
+    bundles = []
+    for i, spec in enumerate(args.bundle):
+        label, path = spec.split("=", 1) if "=" in spec else ("fagen" if i == 0 else "fagen%d" % i, spec)
+        bundles.append((label, fagen_rt.Bundle(path)))
+    labels = [label for label, _ in bundles]
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "fagen": fagen_rt.version(),
-            "bundle": os.path.basename(args.bundle), "rows": []}
+            "bundles": {label: os.path.basename(p.split("=", 1)[-1]) for label, p in zip(labels, args.bundle)},
+            "rows": []}
     print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
     torch.manual_seed(0)
     failed = False
@@ -58,17 +66,24 @@ def main():
                 row = dict(head_dim=d, causal=causal, seqlen=s, batch=b, heads=h)
                 # fagen reads [B, S, H, D]-indexed views; the BHSD tensors' transposes are that.
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-                try:
-                    plan = bundle.plan_forward(qt, kt, vt, causal=causal)
-                    o = torch.empty(b, s, h, d, device=dev, dtype=torch.bfloat16)
-                    lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-                    plan.run(qt, kt, vt, o, lse)
-                    row["kernel"] = plan.kernel.split(" ")[0]
-                    fagen_out = o.transpose(1, 2)
-                    row["fagen_ms"] = bench_ms(lambda: plan.run(qt, kt, vt, o, lse))
-                except fagen_rt.FagenError as e:
-                    print(f"fagen d={d} causal={causal} s={s}: {e}", flush=True)
-                    fagen_out = None
+                fagen_out = None
+                for label, bundle in bundles:
+                    try:
+                        plan = bundle.plan_forward(qt, kt, vt, causal=causal)
+                        o = torch.empty(b, s, h, d, device=dev, dtype=torch.bfloat16)
+                        lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+                        plan.run(qt, kt, vt, o, lse)
+                        row[label + "_kernel"] = plan.kernel.split(" ")[0]
+                        if fagen_out is None:
+                            fagen_out = o.transpose(1, 2)
+                        else:  # every bundle must compute the same function
+                            diff = (o.transpose(1, 2).float() - fagen_out.float()).abs().max().item()
+                            row[label + "_max_abs_diff_vs_" + labels[0]] = diff
+                            if diff > 0.05:
+                                row["wrong"] = True
+                        row[label + "_ms"] = bench_ms(lambda: plan.run(qt, kt, vt, o, lse))
+                    except fagen_rt.FagenError as e:
+                        print(f"{label} d={d} causal={causal} s={s}: {e}", flush=True)
                 for name, backend in (("flash", SDPBackend.FLASH_ATTENTION),
                                       ("cudnn", SDPBackend.CUDNN_ATTENTION)):
                     try:
@@ -81,29 +96,39 @@ def main():
                     except Exception as e:  # a backend that does not support the shape
                         print(f"{name} d={d} causal={causal} s={s}: {type(e).__name__}: {str(e)[:100]}",
                               flush=True)
-                for name in ("fagen", "flash", "cudnn"):
+                for name in labels + ["flash", "cudnn"]:
                     if row.get(name + "_ms"):
                         row[name + "_tflops"] = flops / row[name + "_ms"] / 1e9
                 if row.get("max_abs_diff_vs_flash", 0) > 0.05:
                     row["wrong"] = True
-                    failed = True
+                failed = failed or row.get("wrong", False)
                 meta["rows"].append(row)
                 print(json.dumps(row), flush=True)
                 del q, k, v
                 torch.cuda.empty_cache()
 
     def fmt(x):
-        return "%7.1f" % x if x else "      -"
+        return "%.1f" % x if x else "-"
 
     def ratio(a, b):
-        return "%5.2fx" % (a / b) if a and b else "    -"
+        return "%.2fx" % (a / b) if a and b else "-"
 
-    print("\nhd causal  seqlen   fagen   flash   cudnn  fagen/flash fagen/cudnn  kernel")
+    head = "%-3s %-6s %6s " % ("hd", "causal", "seqlen") + " ".join("%8s" % l[:8] for l in labels)
+    head += "    flash    cudnn " + " ".join("%11s" % (l[:5] + "/flash") for l in labels)
+    head += " " + " ".join("%11s" % (l[:5] + "/cudnn") for l in labels)
+    if len(labels) > 1:
+        head += " " + " ".join("%11s" % (l[:5] + "/" + labels[0][:5]) for l in labels[1:])
+    print("\n" + head + "  kernel")
     for r in meta["rows"]:
-        f, fl, cu = r.get("fagen_tflops"), r.get("flash_tflops"), r.get("cudnn_tflops")
-        print("%3d %-6s %6d %s %s %s   %s      %s     %s%s" % (
-            r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"], fmt(f), fmt(fl), fmt(cu),
-            ratio(f, fl), ratio(f, cu), r.get("kernel", "-"), "  WRONG" if r.get("wrong") else ""))
+        t = {n: r.get(n + "_tflops") for n in labels + ["flash", "cudnn"]}
+        line = "%3d %-6s %6d " % (r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"])
+        line += " ".join("%8s" % fmt(t[l]) for l in labels) + " %8s %8s " % (fmt(t["flash"]), fmt(t["cudnn"]))
+        line += " ".join("%11s" % ratio(t[l], t["flash"]) for l in labels) + " "
+        line += " ".join("%11s" % ratio(t[l], t["cudnn"]) for l in labels)
+        if len(labels) > 1:
+            line += " " + " ".join("%11s" % ratio(t[l], t[labels[0]]) for l in labels[1:])
+        line += "  " + " ".join(r.get(l + "_kernel", "-").replace("fagen_fwd_bf16_", "") for l in labels)
+        print(line + ("  WRONG" if r.get("wrong") else ""))
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(meta, fh, indent=1)

@@ -37,7 +37,7 @@ if command -v compute-sanitizer >/dev/null; then
 fi
 if [ -f "$C/bench.fab" ]; then
   step "bench" bash -c "python3 bench/bench_fwd.py --bundle $C/bench.fab --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
-  sed -n '/^hd causal/,$p' "$OUT/bench.log"
+  sed -n '/^hd  causal/,$p' "$OUT/bench.log"
 fi
 echo
 printf '%s\n' "${summary[@]}"
