@@ -7,6 +7,7 @@
 #ifndef FAGEN_TEMPLATES_COMMON_SOFTMAX_CUH
 #define FAGEN_TEMPLATES_COMMON_SOFTMAX_CUH
 
+#include "common/exp2_poly.h"
 #include "common/variants.cuh"
 
 namespace fagen {
@@ -49,10 +50,12 @@ __device__ __forceinline__ void apply_mask(float (&s)[kRowTiles][kColTiles][4], 
 }
 
 /// Running max and sum per row for kRowTiles 16-row tiles. The max is kept in raw logit
-/// units; logits reach exp2 through one FFMA with scale_log2 = softmax_scale * log2(e).
-template <int kRowTiles> struct OnlineSoftmax {
+/// units; logits reach exp2 through one FFMA with scale_log2 = softmax_scale * log2(e) (> 0).
+/// kRescaleTau, kExp2EmuPercent, kExp2PolyDegree: see sm80::FwdConfig.
+template <int kRowTiles, int kRescaleTau = 0, int kExp2EmuPercent = 0, int kExp2PolyDegree = 3>
+struct OnlineSoftmax {
   static constexpr int kRows = 2 * kRowTiles;
-  float row_max[kRows]; // -inf until the row has seen a visible key
+  float row_max[kRows]; // the max the row's P is relative to; -inf until it saw a visible key
   float row_sum[kRows]; // this lane's partial sum; quad_sum() only in finalize()
 
   __device__ __forceinline__ void init() {
@@ -65,12 +68,15 @@ template <int kRowTiles> struct OnlineSoftmax {
 
   /// Turns logits s into unnormalized probabilities exp2(scale_log2 * (s - max)) and rescales
   /// the output accumulator o to the new max.
-  /// o is rescaled only when some row of the warp raised a finite max: otherwise every factor
-  /// is exactly 1 (or o is still 0), and the multiplies on the path from S to P@V are skipped.
+  /// kRescaleTau >= 0: o is rescaled only when some row of the warp raised its finite max:
+  /// otherwise every factor is exactly 1 (or o is still ~0), and the multiplies on the path
+  /// from S to P@V are skipped. kRescaleTau > 0 raises a row's max only past the tau margin.
   template <int kColTiles, int kOColTiles>
   __device__ __forceinline__ void update(float (&s)[kRowTiles][kColTiles][4],
                                          float (&o)[kRowTiles][kOColTiles][4], float scale_log2) {
     const float kNegInf = -__int_as_float(0x7f800000);
+    // Columns [0, kEmuColumns) of each row's 2 * kColTiles in this thread go to exp2_poly.
+    constexpr int kEmuColumns = (2 * kColTiles * kExp2EmuPercent + 50) / 100;
     float rescale[kRows];
     bool grew = false;
 #pragma unroll
@@ -83,6 +89,12 @@ template <int kRowTiles> struct OnlineSoftmax {
         for (int j = 0; j < kColTiles; ++j)
           m = fmaxf(m, fmaxf(s[t][j][2 * h], s[t][j][2 * h + 1]));
         m = quad_max(m);
+        if constexpr (kRescaleTau > 0) {
+          // Keep the stale max unless the tile's exceeds it by more than tau (NaN when both
+          // are -inf: keep -inf).
+          if (!((m - row_max[r]) * scale_log2 > float(kRescaleTau)))
+            m = row_max[r];
+        }
         // A row with no visible key so far keeps max -inf; use 0 so that exp2 gives 0, not NaN.
         const float m_used = m == kNegInf ? 0.f : m;
         grew |= m != row_max[r] && row_max[r] != kNegInf;
@@ -94,13 +106,17 @@ template <int kRowTiles> struct OnlineSoftmax {
         for (int j = 0; j < kColTiles; ++j)
 #pragma unroll
           for (int e = 2 * h; e < 2 * h + 2; ++e) {
-            s[t][j][e] = exp2_approx(fmaf(s[t][j][e], scale_log2, bias));
+            const float x = fmaf(s[t][j][e], scale_log2, bias);
+            s[t][j][e] = 2 * j + e % 2 < kEmuColumns ? exp2_poly<kExp2PolyDegree>(x)
+                                                     : exp2_approx(x);
             sum += s[t][j][e];
           }
         row_sum[r] = row_sum[r] * rescale[r] + sum;
       }
-    if (!__any_sync(0xffffffffu, grew))
-      return;
+    if constexpr (kRescaleTau >= 0) {
+      if (!__any_sync(0xffffffffu, grew))
+        return;
+    }
 #pragma unroll
     for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
@@ -111,7 +127,8 @@ template <int kRowTiles> struct OnlineSoftmax {
   }
 
   /// Normalizes o by the row sums and returns each row's log-sum-exp in natural-log units
-  /// (rows that saw no key: o = 0, lse = -inf).
+  /// (rows that saw no key: o = 0, lse = -inf). Such rows are told by their max: exp2_poly
+  /// gives them tiny nonzero sums.
   template <int kOColTiles>
   __device__ __forceinline__ void finalize(float (&o)[kRowTiles][kOColTiles][4], float scale_log2,
                                            float (&lse)[kRows]) {
@@ -121,10 +138,11 @@ template <int kRowTiles> struct OnlineSoftmax {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int r = 2 * t + h;
+        const float kNegInf = -__int_as_float(0x7f800000);
         const float sum = quad_sum(row_sum[r]);
-        const float inv = sum == 0.f ? 0.f : 1.f / sum;
-        lse[r] = sum == 0.f ? -__int_as_float(0x7f800000)
-                            : (row_max[r] * scale_log2 + __log2f(sum)) * kLn2;
+        const bool empty = row_max[r] == kNegInf;
+        const float inv = empty ? 0.f : 1.f / sum;
+        lse[r] = empty ? kNegInf : (row_max[r] * scale_log2 + __log2f(sum)) * kLn2;
 #pragma unroll
         for (int d = 0; d < kOColTiles; ++d) {
           o[t][d][2 * h] *= inv;

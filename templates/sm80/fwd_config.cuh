@@ -11,8 +11,21 @@ namespace sm80 {
 
 /// One CTA computes a kBlockM-row query tile of one (batch, head), visiting kBlockN-row key/value
 /// tiles through a kStages-deep cp.async ring. Each warp owns kBlockM / kWarps consecutive rows.
+///
+/// Softmax techniques of FlashAttention-4 (section 3.1.3, 3.1.4), as compile-time choices:
+///  kRescaleTau      -1: rescale O and the row sums after every key tile, branch-free;
+///                    0: only when some row max of the warp grew (exact max, a warp-uniform
+///                       branch);
+///                    tau in [1, 8]: keep a row's stale max until the tile's max exceeds it by
+///                       more than tau (log2 units of the scaled logits), so P <= 2^tau; O / l
+///                       and the LSE stay exact (computed with the max actually used).
+///  kExp2EmuPercent  share (0-50 %) of each thread's P elements per key tile computed by
+///                   exp2_poly (FMA pipe) instead of ex2.approx (MUFU): the first
+///                   round(kBlockN / 4 * percent / 100) of each row's kBlockN / 4 columns.
+///  kExp2PolyDegree  degree of that polynomial (common/exp2_poly.h); only meaningful when
+///                   kExp2EmuPercent > 0. Degrees 1 and 2 fail the tolerance rule (harness).
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_,
-          class Mask_>
+          class Mask_, int kRescaleTau_ = 0, int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
 struct FwdConfig {
   using Element = Element_;
   using Mask = Mask_;
@@ -21,6 +34,9 @@ struct FwdConfig {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kWarps = kWarps_;
   static constexpr int kStages = kStages_;
+  static constexpr int kRescaleTau = kRescaleTau_;
+  static constexpr int kExp2EmuPercent = kExp2EmuPercent_;
+  static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocksPerSm = 1;
@@ -45,6 +61,16 @@ struct FwdConfig {
   static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
                 "kBlockN must be a multiple of 16 in [16, 256]");
   static_assert(kStages >= 1 && kStages <= 4, "kStages must be in [1, 4]");
+  // tau 16 failed the tolerance rule (O error 2.2x the same-precision reference's, hd64, one
+  // query row, slowly growing maxima; H200, 2026-11-30): the longer a stale max is kept, the
+  // fewer row maxima are exactly 1 in P. tau <= 8 (FA4's value) passed every case, and keeps
+  // P <= 256, which fp16 holds.
+  static_assert(kRescaleTau >= -1 && kRescaleTau <= 8,
+                "kRescaleTau must be in [-1, 8] (-1: always rescale, 0: when a max grows, "
+                "tau: when a max grows by more than tau)");
+  static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
+                "kExp2EmuPercent must be in [0, 50]");
+  static_assert(kExp2PolyDegree >= 1 && kExp2PolyDegree <= 5, "kExp2PolyDegree must be in [1, 5]");
 };
 
 } // namespace sm80

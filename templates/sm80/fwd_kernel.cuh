@@ -108,7 +108,8 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const int warp = threadIdx.x / 32;
   const u32 q_warp = q_smem + warp * Config::kRowsPerWarp * SmemRow<kHeadDim>::kBytes;
   float acc_o[kRowTiles][kDimTiles][4] = {};
-  OnlineSoftmax<kRowTiles> softmax;
+  OnlineSoftmax<kRowTiles, Config::kRescaleTau, Config::kExp2EmuPercent, Config::kExp2PolyDegree>
+      softmax;
   softmax.init();
 
   int stage = 0;
