@@ -1,6 +1,6 @@
 //===- Main.cpp - the fagen command line ----------------------------------===//
 //
-// fagen build | plan | inspect | check. Each command is a thin driver over one pipeline
+// fagen build | plan | inspect | check | tune. Each command is a thin driver over one pipeline
 // stage library in compiler/; this file only parses flags, prints, and maps failures to the
 // documented exit codes.
 //
@@ -12,6 +12,8 @@
 #include "Package.h"
 #include "Plan.h"
 #include "Spec.h"
+#include "TuningTable.h"
+#include "Tuner.h"
 
 #include "Bundle.h"
 
@@ -35,15 +37,16 @@ enum ExitCode {
   kExitRejected = 1,  // a bad spec or bundle, or a failed check
   kExitUsage = 2,     // bad command-line flags
   kExitToolchain = 3, // nvcc missing or failing, a file that cannot be read or written
-  kExitNoGpu = 4,     // `check` needs a GPU and a driver
+  kExitNoGpu = 4,     // `check` and `tune` need a GPU and a driver
 };
 
 const char *kExitCodesHelp = R"(Exit codes:
   0  success
-  1  rejected input: a spec error (FILE:LINE:COL), an invalid bundle, or a failed check
+  1  rejected input: a spec error (FILE:LINE:COL), an invalid bundle or tuning database,
+     a failed check, or a tune that found no passing candidate or hit a CUDA error
   2  bad command-line usage
   3  toolchain or I/O failure: nvcc missing or failing, an unreadable or unwritable file
-  4  no GPU or no CUDA driver (check only)
+  4  no GPU or no CUDA driver (check and tune)
 )";
 
 int reportError(llvm::Error err, int code) {
@@ -69,16 +72,17 @@ struct PlanInputs {
   std::vector<KernelPlan> plans;
 };
 
-/// Parses the spec and plans its kernels; `code` receives the exit code on failure.
+/// Parses the spec and plans its kernels (with the tuned configs of `tuning`, if any).
 llvm::Expected<PlanInputs> loadAndPlan(const std::string &specPath,
-                                       const std::vector<std::string> &archFlags) {
+                                       const std::vector<std::string> &archFlags,
+                                       const TuningTable *tuning = nullptr) {
   llvm::Expected<std::vector<std::string>> archs = canonicalArchs(archFlags);
   if (!archs)
     return archs.takeError();
   llvm::Expected<AttentionSpec> spec = parseSpecFile(specPath);
   if (!spec)
     return spec.takeError();
-  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, *archs);
+  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, *archs, tuning);
   if (!plans)
     return plans.takeError();
   return PlanInputs{std::move(*spec), std::move(*plans)};
@@ -99,14 +103,23 @@ int commandPlan(const std::string &specPath, const std::vector<std::string> &arc
 }
 
 int commandBuild(const std::string &specPath, const std::vector<std::string> &archFlags,
-                 const std::string &output, const BuildOptions &baseOptions, bool quiet) {
+                 const std::string &output, const BuildOptions &baseOptions, bool quiet,
+                 const std::string &tuningPath, bool tuningAllowMismatch) {
   auto start = std::chrono::steady_clock::now();
-  llvm::Expected<PlanInputs> in = loadAndPlan(specPath, archFlags);
-  if (!in)
-    return reportError(in.takeError(), kExitRejected);
   llvm::Expected<Toolchain> toolchain = findToolchain();
   if (!toolchain)
     return reportError(toolchain.takeError(), kExitToolchain);
+  std::optional<TuningTable> tuning;
+  if (!tuningPath.empty()) {
+    llvm::Expected<TuningTable> table =
+        loadTuningTable(tuningPath, *toolchain, tuningAllowMismatch);
+    if (!table)
+      return reportError(table.takeError(), kExitRejected);
+    tuning = std::move(*table);
+  }
+  llvm::Expected<PlanInputs> in = loadAndPlan(specPath, archFlags, tuning ? &*tuning : nullptr);
+  if (!in)
+    return reportError(in.takeError(), kExitRejected);
 
   BuildOptions options = baseOptions;
   bool tty = isatty(STDERR_FILENO);
@@ -195,7 +208,8 @@ int main(int argc, char **argv) {
                "  fagen build specs/default.yaml --arch sm_90 -o attn.fab\n"
                "  fagen plan specs/default.yaml --arch sm_90a\n"
                "  fagen inspect attn.fab\n"
-               "  fagen check attn.fab            (on a GPU)\n",
+               "  fagen check attn.fab            (on a GPU)\n"
+               "  fagen tune specs/default.yaml --arch sm_90a -o tuning.db   (on a GPU)\n",
                "fagen"};
   app.footer(kExitCodesHelp);
   app.set_version_flag("--version", std::string("fagen ") + FAGEN_VERSION_STRING);
@@ -220,6 +234,13 @@ int main(int argc, char **argv) {
                     "compile cache folder (default: $FAGEN_CACHE_DIR, $XDG_CACHE_HOME/fagen or "
                     "~/.cache/fagen)");
   build->add_flag("--no-cache", noCache, "compile everything, read and write no cache");
+  std::string tuningPath;
+  bool tuningAllowMismatch = false;
+  build->add_option("--tuning", tuningPath,
+                    "use the winners of this `fagen tune` database: one kernel per tuned seqlen "
+                    "bucket, dispatched by the runtime on each call's shape");
+  build->add_flag("--tuning-allow-mismatch", tuningAllowMismatch,
+                  "use tuning records made with another nvcc or fagen version");
   build->add_flag("-q,--quiet", quiet, "print nothing but errors");
   build->footer(kExitCodesHelp);
 
@@ -249,6 +270,30 @@ int main(int argc, char **argv) {
                     "only kernels whose name contains this text");
   check->footer(kExitCodesHelp);
 
+  TuneOptions tuneOptions;
+  std::string shapes;
+  CLI::App *tune = app.add_subcommand(
+      "tune", "measure each kernel's candidate configs on this GPU into a tuning database");
+  tune->add_option("spec", tuneOptions.specPath, "the attention spec (YAML)")->required();
+  tune->add_option("--arch", tuneOptions.archs, archHelp);
+  tune->add_option("--shapes", shapes,
+                   "representative sequence lengths of the shape buckets, e.g. 512,2048,8192 "
+                   "(the default)");
+  tune->add_option("-o,--output", tuneOptions.dbPath,
+                   "the tuning database to append to (default tuning.db); an interrupted run "
+                   "resumes from it");
+  tune->add_option("--report", tuneOptions.reportPath,
+                   "write an SVG plot of every candidate's TFLOP/s per bucket, winners marked");
+  tune->add_option("-j,--jobs", tuneOptions.jobs, "parallel nvcc jobs (default: one per core)");
+  tune->add_option("--runs", tuneOptions.runs,
+                   "timed launches per candidate and bucket (default 30; median, p10, p90)");
+  tune->add_flag("--allow-mismatch", tuneOptions.allowMismatch,
+                 "resume from records of this GPU made with another nvcc, driver or fagen");
+  tune->add_option("--kernel", tuneOptions.kernelFilter,
+                   "only kernels whose name or workload contains this text");
+  tune->add_option("--cache-dir", tuneOptions.cacheDir, "compile cache folder (as for build)");
+  tune->footer(kExitCodesHelp);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp &e) {
@@ -264,7 +309,8 @@ int main(int argc, char **argv) {
 
   buildOptions.useCache = !noCache;
   if (*build)
-    return commandBuild(specPath, archs, output, buildOptions, quiet);
+    return commandBuild(specPath, archs, output, buildOptions, quiet, tuningPath,
+                        tuningAllowMismatch);
   if (*plan)
     return commandPlan(specPath, archs, emit);
   if (*inspect)
@@ -275,6 +321,15 @@ int main(int argc, char **argv) {
       return kExitUsage;
     }
     return runCheck(checkOptions);
+  }
+  if (*tune) {
+    if (!shapes.empty()) {
+      llvm::Expected<std::vector<int>> seqlens = parseSeqlenList(shapes);
+      if (!seqlens)
+        return reportError(seqlens.takeError(), kExitUsage);
+      tuneOptions.seqlens = *seqlens;
+    }
+    return runTune(tuneOptions);
   }
   return kExitUsage;
 }

@@ -55,7 +55,8 @@ TEST(Plan, ArchSpecificDefaults) {
   EXPECT_EQ(p[0].stages, 1);
   EXPECT_EQ(p[1].arch, "sm_90a");
   EXPECT_EQ(p[1].stages, 2);
-  EXPECT_EQ(p[1].name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2");
+  EXPECT_EQ(p[1].name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2_r8");
+  EXPECT_EQ(p[1].rescaleTau, 8); // measured default at hd 128
   EXPECT_EQ(p[1].tuning, "default");
 }
 
@@ -113,8 +114,8 @@ TEST(Plan, TunedRangesBecomeKernelsWithTheDefaultForTheRest) {
   EXPECT_EQ(tuned.name, "fagen_fwd_bf16_hd128_causal_sm80_m128n32w4s2_ra");
   EXPECT_EQ(tuned.seqlenMin, 1);
   EXPECT_EQ(tuned.seqlenMax, 4096);
-  EXPECT_EQ(tuned.tuning, "test");
-  EXPECT_EQ(def.name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2");
+  EXPECT_EQ(tuned.tuning, "test; test"); // both buckets' provenance
+  EXPECT_EQ(def.name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2_r8");
   EXPECT_EQ(def.seqlenMin, 0);
   EXPECT_EQ(def.tuning, "default");
   EXPECT_EQ(workloadKey(def), "fwd bf16 hd128x128 causal sm_90a");
@@ -137,7 +138,8 @@ TEST(Emit, SourceIsDeterministicAndSpellsThePlan) {
   std::string a = emitKernelSource(p[0]), b = emitKernelSource(p[0]);
   EXPECT_EQ(a, b);
   EXPECT_NE(a.find("fagen::sm80::FwdConfig<fagen::half_t, /*kHeadDim=*/96"), std::string::npos);
-  EXPECT_NE(a.find("fagen::NoMask>"), std::string::npos);
+  EXPECT_NE(a.find("fagen::NoMask,\n    /*kRescaleTau=*/8, /*kExp2EmuPercent=*/0, /*kExp2PolyDegree=*/3>"),
+            std::string::npos);
   EXPECT_NE(a.find(p[0].name + "(const __grid_constant__ fagen_fwd_params params)"),
             std::string::npos);
 }

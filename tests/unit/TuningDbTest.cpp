@@ -1,0 +1,458 @@
+//===- TuningDbTest.cpp - tuning database, search space, report -----------===//
+
+#include "Report.h"
+#include "SearchSpace.h"
+#include "TuningDb.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include "gtest/gtest.h"
+
+#include <set>
+
+using namespace fagen;
+
+namespace {
+
+Validators h200() {
+  return {"NVIDIA H200", 132, "9.0", "13.0", "nvcc 13.0.88", "0.1.0"};
+}
+
+ShapeBucket bucket(const std::string &name, int64_t lo, int64_t hi, int seqlen) {
+  ShapeBucket b;
+  b.name = name;
+  b.seqlenMin = lo;
+  b.seqlenMax = hi;
+  b.batch = 16384 / seqlen;
+  b.headsQ = 16;
+  b.headsKV = 16;
+  b.seqlenQ = seqlen;
+  b.seqlenK = seqlen;
+  return b;
+}
+
+TuningRecord okRecord(const std::string &bucketName, TuneConfig config, double ms,
+                      const std::string &workload = "fwd bf16 hd128x128 causal sm_90a") {
+  TuningRecord r;
+  r.workload = workload;
+  r.bucket = bucketName == "s512"    ? bucket("s512", 1, 1024, 512)
+             : bucketName == "s2048" ? bucket("s2048", 1025, 4096, 2048)
+                                     : bucket("s8192", 4097, kSeqlenUnbounded, 8192);
+  r.config = config;
+  r.kernel = "fagen_fwd_bf16_hd128_causal_sm80_" + config.text();
+  r.stage = config.rescaleTau == 0 && config.exp2EmuPercent == 0 ? "tile" : "softmax";
+  r.status = RecordStatus::Ok;
+  r.validators = h200();
+  r.timings = Timings{ms, ms * 0.98, ms * 1.03, 30, 100.0 / ms};
+  r.numerics = NumericsResult{1e-3, 4e-3, 1e-5, 2e-4, 2, true};
+  r.registers = 200;
+  r.spillBytes = 0;
+  r.date = "2026-11-30T10:00:00Z";
+  return r;
+}
+
+TuneConfig tile(int m, int n, int w, int s, int tau = 0, int emu = 0) {
+  TuneConfig c;
+  c.blockM = m;
+  c.blockN = n;
+  c.warps = w;
+  c.stages = s;
+  c.rescaleTau = tau;
+  c.exp2EmuPercent = emu;
+  return c;
+}
+
+/// A temporary folder, removed at the end of the test.
+struct TempDir {
+  llvm::SmallString<128> path;
+  TempDir() { EXPECT_FALSE(llvm::sys::fs::createUniqueDirectory("fagen-tunedb", path)); }
+  ~TempDir() { llvm::sys::fs::remove_directories(path); }
+  std::string file(const std::string &name) const { return (path + "/" + name).str(); }
+};
+
+std::string readAll(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path);
+  return buffer ? (*buffer)->getBuffer().str() : "";
+}
+
+KernelPlan basePlan(int headDim, const std::string &arch = "sm_90a") {
+  KernelPlan p;
+  p.variant = "v";
+  p.pass = "fwd";
+  p.arch = arch;
+  p.templ = "sm80";
+  p.dtype = "bf16";
+  p.headDimQK = headDim;
+  p.headDimV = headDim;
+  p.mask = "causal";
+  p.blockM = 128;
+  p.blockN = 64;
+  p.warps = 4;
+  p.stages = 2;
+  p.tuning = "default";
+  finalizePlan(p);
+  return p;
+}
+
+//===----------------------------------------------------------------------===//
+// The database
+//===----------------------------------------------------------------------===//
+
+TEST(TuningDb, RecordRoundTripsWithSortedKeys) {
+  TuningRecord r = okRecord("s8192", tile(128, 64, 4, 2, 8, 10), 1.5);
+  std::string line = formatRecordLine(r);
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_EQ(line.rfind("{\"bucket\":", 0), 0u) << line; // keys sorted: bucket first
+  EXPECT_NE(line.find("\"seqlen_max\":null"), std::string::npos) << line;
+  llvm::Expected<TuningRecord> back = parseRecordLine(line);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->workload, r.workload);
+  EXPECT_TRUE(back->bucket == r.bucket);
+  EXPECT_EQ(back->bucket.seqlenMax, kSeqlenUnbounded);
+  EXPECT_TRUE(back->config == r.config);
+  EXPECT_EQ(back->kernel, r.kernel);
+  EXPECT_EQ(back->stage, "softmax");
+  EXPECT_EQ(back->status, RecordStatus::Ok);
+  EXPECT_TRUE(back->validators == r.validators);
+  ASSERT_TRUE(back->timings && back->numerics);
+  EXPECT_DOUBLE_EQ(back->timings->medianMs, 1.5);
+  EXPECT_EQ(back->timings->runs, 30);
+  EXPECT_TRUE(back->numerics->passed);
+  EXPECT_EQ(back->registers, 200);
+  EXPECT_EQ(formatRecordLine(*back), line);
+}
+
+TEST(TuningDb, FailedRecordsRoundTrip) {
+  TuningRecord r = okRecord("s512", tile(128, 128, 4, 3), 1);
+  r.status = RecordStatus::Spills;
+  r.timings.reset();
+  r.numerics.reset();
+  r.detail = "ptxas: 16 bytes spill stores";
+  llvm::Expected<TuningRecord> back = parseRecordLine(formatRecordLine(r));
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  EXPECT_EQ(back->status, RecordStatus::Spills);
+  EXPECT_FALSE(back->timings);
+  EXPECT_EQ(back->detail, r.detail);
+  EXPECT_EQ(back->bucket.seqlenMax, 1024);
+}
+
+TEST(TuningDb, AppendIsAtomicAndKeepsExistingLinesVerbatim) {
+  TempDir dir;
+  std::string path = dir.file("tuning.db");
+  // A hand-formatted existing line (spaces, other key order) stays byte for byte.
+  std::string existing = formatRecordLine(okRecord("s512", tile(128, 64, 4, 2), 2.0));
+  existing.insert(1, " ");
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path, ec);
+    ASSERT_FALSE(ec);
+    os << existing << "\n";
+  }
+  llvm::Expected<TuningDb> db = TuningDb::load(path);
+  ASSERT_TRUE(bool(db)) << llvm::toString(db.takeError());
+  ASSERT_EQ(db->records().size(), 1u);
+  ASSERT_FALSE(bool(db->append({okRecord("s512", tile(64, 64, 4, 2), 1.0),
+                                okRecord("s2048", tile(64, 64, 4, 2), 3.0)})));
+  EXPECT_EQ(db->records().size(), 3u);
+  std::string text = readAll(path);
+  EXPECT_EQ(text.rfind(existing + "\n", 0), 0u);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3);
+  // Nothing but the database is left in the folder (the temporary file was renamed).
+  std::error_code ec;
+  unsigned files = 0;
+  for (llvm::sys::fs::directory_iterator it(dir.path, ec), end; it != end && !ec;
+       it.increment(ec))
+    ++files;
+  EXPECT_EQ(files, 1u);
+  llvm::Expected<TuningDb> again = TuningDb::load(path);
+  ASSERT_TRUE(bool(again)) << llvm::toString(again.takeError());
+  EXPECT_EQ(again->records().size(), 3u);
+}
+
+TEST(TuningDb, MissingFileIsEmpty) {
+  TempDir dir;
+  llvm::Expected<TuningDb> db = TuningDb::load(dir.file("none.db"));
+  ASSERT_TRUE(bool(db));
+  EXPECT_TRUE(db->records().empty());
+}
+
+TEST(TuningDb, CorruptLineNamesLineAndColumn) {
+  std::string good = formatRecordLine(okRecord("s512", tile(128, 64, 4, 2), 1.0));
+  llvm::Expected<TuningDb> db = TuningDb::parse(good + "\n" + good + "\n{\"bucket\": oops}\n",
+                                                "t.db");
+  ASSERT_FALSE(bool(db));
+  std::string message = llvm::toString(db.takeError());
+  EXPECT_NE(message.find("t.db:3:12: error: invalid JSON"), std::string::npos) << message;
+
+  // A torn last line (no closing brace) is an error too.
+  db = TuningDb::parse(good + "\n" + good.substr(0, 40), "t.db");
+  ASSERT_FALSE(bool(db));
+  message = llvm::toString(db.takeError());
+  EXPECT_NE(message.find("t.db:2:"), std::string::npos) << message;
+
+  // Valid JSON, missing key.
+  std::string noWorkload = good;
+  size_t at = noWorkload.find("\"workload\"");
+  noWorkload = noWorkload.substr(0, at - 1) + "}";
+  db = TuningDb::parse(noWorkload, "t.db");
+  ASSERT_FALSE(bool(db));
+  message = llvm::toString(db.takeError());
+  EXPECT_NE(message.find("t.db:1:1: error: 'workload' must be a string (missing)"),
+            std::string::npos)
+      << message;
+}
+
+TEST(TuningDb, WinnersArePerBucketFastestOkRecords) {
+  TempDir dir;
+  llvm::Expected<TuningDb> fileDb = TuningDb::load(dir.file("w.db"));
+  ASSERT_TRUE(bool(fileDb));
+  TuningRecord spills = okRecord("s512", tile(64, 32, 4, 1), 0.1);
+  spills.status = RecordStatus::Spills;
+  spills.timings.reset();
+  TuningRecord failed = okRecord("s512", tile(64, 32, 4, 2), 0.2);
+  failed.status = RecordStatus::NumericsFailed;
+  TuningRecord otherGpu = okRecord("s2048", tile(64, 64, 4, 1), 0.5);
+  otherGpu.validators.gpu = "NVIDIA H100";
+  ASSERT_FALSE(bool(fileDb->append({okRecord("s512", tile(128, 64, 4, 2), 2.0),
+                                    okRecord("s512", tile(64, 64, 4, 2), 1.0), spills, failed,
+                                    okRecord("s2048", tile(128, 64, 4, 2), 3.0),
+                                    okRecord("s2048", tile(128, 64, 8, 2), 4.0), otherGpu,
+                                    okRecord("s512", tile(64, 64, 4, 2), 0.5,
+                                             "fwd fp16 hd64x64 none sm_90a")})));
+  std::map<std::string, TuningRecord> w = fileDb->winners("fwd bf16 hd128x128 causal sm_90a");
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_TRUE(w["s512"].config == tile(64, 64, 4, 2));
+  EXPECT_TRUE(w["s2048"].config == tile(64, 64, 4, 1)); // the H100 record, without a filter
+  Validators mine = h200();
+  w = fileDb->winners("fwd bf16 hd128x128 causal sm_90a",
+                      [&](const TuningRecord &r) { return r.validators == mine; });
+  EXPECT_TRUE(w["s2048"].config == tile(128, 64, 4, 2));
+  EXPECT_EQ(fileDb->workloads(),
+            (std::vector<std::string>{"fwd bf16 hd128x128 causal sm_90a",
+                                      "fwd fp16 hd64x64 none sm_90a"}));
+  EXPECT_TRUE(fileDb->winners("fwd bf16 hd64x64 causal sm_90a").empty());
+}
+
+TEST(TuningDb, ValidatorMismatchIsRefusedWithTheFix) {
+  TuningRecord r = okRecord("s2048", tile(128, 64, 4, 2), 1.0);
+  Toolchain same{"/usr/local/cuda/bin/nvcc", "13.0.88"};
+  EXPECT_FALSE(bool(checkValidators(r, same, "0.1.0")));
+  Toolchain newer{"/usr/local/cuda/bin/nvcc", "13.1.20"};
+  std::string message = llvm::toString(checkValidators(r, newer, "0.1.0"));
+  EXPECT_NE(message.find("measured with nvcc 13.0.88, fagen 0.1.0"), std::string::npos) << message;
+  EXPECT_NE(message.find("this build uses nvcc 13.1.20, fagen 0.1.0"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("re-tune, or pass --tuning-allow-mismatch"), std::string::npos);
+  message = llvm::toString(checkValidators(r, same, "0.2.0"));
+  EXPECT_NE(message.find("fagen 0.2.0"), std::string::npos) << message;
+  EXPECT_NE(provenance(r).find("on NVIDIA H200 (132 SMs, cc 9.0)"), std::string::npos)
+      << provenance(r);
+}
+
+TEST(TuningDb, ResumeFindsOnlyMatchingMeasurements) {
+  TempDir dir;
+  llvm::Expected<TuningDb> db = TuningDb::load(dir.file("r.db"));
+  ASSERT_TRUE(bool(db));
+  TuningRecord done = okRecord("s2048", tile(128, 64, 4, 2), 1.0);
+  ASSERT_FALSE(bool(db->append({done})));
+  const std::string wl = done.workload;
+  Validators v = h200();
+  EXPECT_NE(db->find(wl, done.bucket, done.config, v), nullptr);
+  EXPECT_EQ(db->find(wl, done.bucket, tile(128, 64, 4, 3), v), nullptr);
+  ShapeBucket otherShape = done.bucket;
+  otherShape.headsKV = 4; // the same bucket name measured at another GQA ratio
+  EXPECT_EQ(db->find(wl, otherShape, done.config, v), nullptr);
+  Validators newer = v;
+  newer.fagen = "0.2.0";
+  EXPECT_EQ(db->find(wl, done.bucket, done.config, newer), nullptr);
+  EXPECT_NE(db->find(wl, done.bucket, done.config, newer, /*ignoreVersions=*/true), nullptr);
+  Validators otherGpu = v;
+  otherGpu.sms = 114;
+  EXPECT_EQ(db->find(wl, done.bucket, done.config, otherGpu, true), nullptr);
+
+  // Which stage-1 candidates are still pending for a bucket, given the database.
+  KernelPlan base = basePlan(128);
+  std::vector<Candidate> candidates = tileCandidates(base, SearchSpace());
+  unsigned pending = 0;
+  for (const Candidate &c : candidates)
+    pending += db->find(wl, done.bucket, c.config, v) == nullptr;
+  EXPECT_EQ(pending, candidates.size() - 1);
+}
+
+//===----------------------------------------------------------------------===//
+// The search space
+//===----------------------------------------------------------------------===//
+
+TEST(SearchSpace, TileStageIsPrunedByThePlannerChecks) {
+  KernelPlan base = basePlan(128);
+  unsigned pruned = 0;
+  std::vector<Candidate> c = tileCandidates(base, SearchSpace(), &pruned);
+  // 2 x 3 x 2 x 3 = 36 grid points: 9 have 8 rows per warp (64 rows, 8 warps); 128x128 with
+  // 4 warps needs 256 accumulator registers per thread (3 stage counts); 128x128x8 with 3
+  // stages needs 896 rows x 272 bytes > 227 KB at hd128.
+  EXPECT_EQ(pruned, 13u);
+  EXPECT_EQ(c.size(), 23u);
+  EXPECT_TRUE(c.front().config == configOf(base)); // the default comes first
+  std::set<std::string> names;
+  for (const Candidate &x : c) {
+    EXPECT_FALSE(bool(checkKernelPlan(x.plan))) << x.plan.name;
+    EXPECT_EQ(x.plan.blockM / x.plan.warps >= 16, true) << x.plan.name;
+    EXPECT_LE(x.plan.smemBytes, archSmemLimit("sm_90a")) << x.plan.name;
+    EXPECT_EQ(x.config.rescaleTau, 0);
+    EXPECT_EQ(x.config.exp2EmuPercent, 0);
+    EXPECT_EQ(x.stage, "tile");
+    EXPECT_EQ(x.plan.name, kernelName(x.plan));
+    names.insert(x.plan.name);
+  }
+  EXPECT_EQ(names.size(), c.size());
+
+  // hd 256: shared memory prunes much more; nothing over the limit survives.
+  std::vector<Candidate> big = tileCandidates(basePlan(256), SearchSpace(), &pruned);
+  EXPECT_LT(big.size(), c.size());
+  for (const Candidate &x : big)
+    EXPECT_LE(x.plan.smemBytes, archSmemLimit("sm_90a")) << x.plan.name;
+}
+
+TEST(SearchSpace, SoftmaxStageRunsOnTheBestTiles) {
+  std::vector<TuningRecord> records = {okRecord("s2048", tile(128, 64, 4, 2), 1.2),
+                                       okRecord("s2048", tile(128, 32, 4, 2), 1.0),
+                                       okRecord("s2048", tile(64, 64, 4, 1), 0.9),
+                                       okRecord("s2048", tile(128, 32, 4, 2, 8, 0), 0.8)};
+  records[2].status = RecordStatus::NumericsFailed;
+  std::vector<const TuningRecord *> ptrs;
+  for (const TuningRecord &r : records)
+    ptrs.push_back(&r);
+  std::vector<TuneConfig> best = bestTiles(ptrs, 2);
+  ASSERT_EQ(best.size(), 2u);
+  EXPECT_TRUE(best[0] == tile(128, 32, 4, 2)); // tau stripped, counted once
+  EXPECT_TRUE(best[1] == tile(128, 64, 4, 2));
+
+  std::vector<Candidate> c = softmaxCandidates(basePlan(128), SearchSpace(), best);
+  EXPECT_EQ(c.size(), 16u); // (3 x 3 - 1) per tile
+  for (const Candidate &x : c) {
+    EXPECT_FALSE(x.config.rescaleTau == 0 && x.config.exp2EmuPercent == 0);
+    EXPECT_EQ(x.stage, "softmax");
+    EXPECT_EQ(x.plan.rescaleTau, x.config.rescaleTau);
+    EXPECT_EQ(x.plan.exp2EmuPercent, x.config.exp2EmuPercent);
+  }
+  EXPECT_TRUE(bestTiles({}, 2).empty());
+}
+
+TEST(SearchSpace, DefaultBucketsCoverEverySeqlen) {
+  std::vector<ShapeBucket> b = makeBuckets(defaultBucketSeqlens(), 128, 4);
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].name, "s512");
+  EXPECT_EQ(b[0].seqlenMin, 1);
+  EXPECT_EQ(b[0].seqlenMax, 1024);
+  EXPECT_EQ(b[1].seqlenMin, 1025);
+  EXPECT_EQ(b[1].seqlenMax, 4096);
+  EXPECT_EQ(b[2].seqlenMin, 4097);
+  EXPECT_EQ(b[2].seqlenMax, kSeqlenUnbounded);
+  EXPECT_EQ(b[0].batch, 32);
+  EXPECT_EQ(b[2].batch, 2);
+  EXPECT_EQ(b[1].headsQ, 16);
+  EXPECT_EQ(b[1].headsKV, 4);
+  EXPECT_EQ(b[1].seqlenQ, 2048);
+  EXPECT_EQ(makeBuckets({8192, 512}, 64, 1)[0].headsQ, 32);
+  EXPECT_EQ(makeBuckets({100000}, 64, 1)[0].batch, 1);
+
+  llvm::Expected<std::vector<int>> s = parseSeqlenList("512,2048, 8192");
+  ASSERT_TRUE(bool(s));
+  EXPECT_EQ(*s, (std::vector<int>{512, 2048, 8192}));
+  EXPECT_FALSE(bool(parseSeqlenList("512,abc")));
+  EXPECT_FALSE(bool(parseSeqlenList("")));
+  EXPECT_FALSE(bool(parseSeqlenList("0")));
+  EXPECT_DOUBLE_EQ(forwardFlops(b[1], 128, true), 2.0 * 8 * 16 * 2048.0 * 2048 * 128);
+}
+
+//===----------------------------------------------------------------------===//
+// The report
+//===----------------------------------------------------------------------===//
+
+/// A tiny well-formedness check: every tag closes in order, attributes are quoted, and the
+/// only entities are the five XML ones.
+std::string xmlProblem(const std::string &s) {
+  std::vector<std::string> stack;
+  size_t i = 0;
+  while ((i = s.find_first_of("<&", i)) != std::string::npos) {
+    if (s[i] == '&') {
+      bool ok = false;
+      for (const char *e : {"&amp;", "&lt;", "&gt;", "&quot;", "&apos;"})
+        ok = ok || s.compare(i, strlen(e), e) == 0;
+      if (!ok)
+        return "bad entity at " + std::to_string(i);
+      ++i;
+      continue;
+    }
+    size_t end = s.find('>', i);
+    if (end == std::string::npos)
+      return "unclosed tag at " + std::to_string(i);
+    std::string tag = s.substr(i + 1, end - i - 1);
+    i = end + 1;
+    if (tag[0] == '?' || tag[0] == '!')
+      continue;
+    if (std::count(tag.begin(), tag.end(), '"') % 2)
+      return "unbalanced quotes in <" + tag + ">";
+    if (tag.find('<') != std::string::npos)
+      return "'<' inside a tag: " + tag;
+    if (tag[0] == '/') {
+      if (stack.empty() || stack.back() != tag.substr(1))
+        return "</" + tag.substr(1) + "> does not close <" +
+               (stack.empty() ? "" : stack.back()) + ">";
+      stack.pop_back();
+      continue;
+    }
+    if (tag.back() == '/')
+      continue;
+    stack.push_back(tag.substr(0, tag.find(' ')));
+  }
+  return stack.empty() ? "" : "unclosed <" + stack.back() + ">";
+}
+
+TEST(Report, SvgShowsEveryCandidateAndMarksWinners) {
+  std::vector<TuningRecord> records = {okRecord("s512", tile(128, 64, 4, 2), 2.0),
+                                       okRecord("s512", tile(64, 64, 4, 2), 1.0),
+                                       okRecord("s2048", tile(128, 64, 4, 2), 3.0),
+                                       okRecord("s2048", tile(128, 32, 4, 2, -1, 10), 2.5)};
+  TuningRecord failed = okRecord("s512", tile(128, 128, 8, 3), 1.0);
+  failed.status = RecordStatus::CompileError;
+  failed.timings.reset();
+  failed.detail = "error: <bad> & \"quoted\"";
+  records.push_back(failed);
+  std::map<std::string, TuneConfig> defaults = {
+      {"fwd bf16 hd128x128 causal sm_90a", tile(128, 64, 4, 2)}};
+  std::string svg = renderSvgReport(records, defaults, "tune <test> & report");
+  EXPECT_EQ(xmlProblem(svg), "");
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_NE(svg.find("<svg xmlns=\"http://www.w3.org/2000/svg\""), std::string::npos);
+  for (const TuningRecord &r : records)
+    EXPECT_NE(svg.find("data-kernel=\"" + r.kernel + "\""), std::string::npos) << r.kernel;
+  size_t winners = 0;
+  for (size_t at = 0; (at = svg.find("class=\"candidate winner\"", at)) != std::string::npos; ++at)
+    ++winners;
+  EXPECT_EQ(winners, 2u); // one per bucket
+  EXPECT_NE(svg.find("m64n64w4s2"), std::string::npos);
+  EXPECT_NE(svg.find("(default)"), std::string::npos);
+  EXPECT_NE(svg.find("compile-error"), std::string::npos);
+  EXPECT_NE(svg.find("TFLOP/s"), std::string::npos);
+
+  std::string summary = formatSummary(records, defaults);
+  EXPECT_NE(summary.find("s512"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("m64n64w4s2"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("2.00x"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("m128n32w4s2 tau-1 emu10d3"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("1.20x"), std::string::npos) << summary;
+}
+
+TEST(Report, LatestRecordWinsForARemeasuredCandidate) {
+  std::vector<TuningRecord> records = {okRecord("s512", tile(128, 64, 4, 2), 2.0),
+                                       okRecord("s512", tile(128, 64, 4, 2), 1.5)};
+  std::vector<TuningRecord> latest = latestRecords(records);
+  ASSERT_EQ(latest.size(), 1u);
+  EXPECT_DOUBLE_EQ(latest[0].timings->medianMs, 1.5);
+}
+
+} // namespace

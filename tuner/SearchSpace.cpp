@@ -1,0 +1,192 @@
+//===- SearchSpace.cpp - what `fagen tune` measures: candidates and buckets -===//
+
+#include "SearchSpace.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FormatVariadic.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+namespace fagen {
+
+TuneConfig configOf(const KernelPlan &p) {
+  TuneConfig c;
+  c.blockM = p.blockM;
+  c.blockN = p.blockN;
+  c.warps = p.warps;
+  c.stages = p.stages;
+  c.rescaleTau = p.rescaleTau;
+  c.exp2EmuPercent = p.exp2EmuPercent;
+  c.exp2PolyDegree = p.exp2PolyDegree;
+  return c;
+}
+
+llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const TuneConfig &c) {
+  KernelPlan p = base;
+  p.blockM = c.blockM;
+  p.blockN = c.blockN;
+  p.warps = c.warps;
+  p.stages = c.stages;
+  p.rescaleTau = c.rescaleTau;
+  p.exp2EmuPercent = c.exp2EmuPercent;
+  p.exp2PolyDegree = c.exp2PolyDegree;
+  p.tuning = "default";
+  finalizePlan(p);
+  if (llvm::Error err = checkKernelPlan(p))
+    return err;
+  return p;
+}
+
+namespace {
+
+/// Adds `config` to `out` unless present or refused by the planner's checks.
+void addCandidate(const KernelPlan &base, const TuneConfig &config, const char *stage,
+                  std::vector<Candidate> &out, unsigned &pruned) {
+  for (const Candidate &c : out)
+    if (c.config == config)
+      return;
+  llvm::Expected<KernelPlan> plan = applyConfig(base, config);
+  if (!plan) {
+    llvm::consumeError(plan.takeError());
+    ++pruned;
+    return;
+  }
+  out.push_back({config, std::move(*plan), stage});
+}
+
+} // namespace
+
+std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace &space,
+                                      unsigned *pruned) {
+  std::vector<Candidate> out;
+  unsigned refused = 0;
+  TuneConfig exact = configOf(base);
+  exact.rescaleTau = 0;
+  exact.exp2EmuPercent = 0;
+  exact.exp2PolyDegree = space.exp2PolyDegree;
+  addCandidate(base, exact, "tile", out, refused);
+  refused = 0; // the default is not part of the grid's count
+  for (int m : space.blockM)
+    for (int n : space.blockN)
+      for (int w : space.warps)
+        for (int s : space.stages) {
+          TuneConfig c = exact;
+          c.blockM = m;
+          c.blockN = n;
+          c.warps = w;
+          c.stages = s;
+          addCandidate(base, c, "tile", out, refused);
+        }
+  if (pruned)
+    *pruned = refused;
+  return out;
+}
+
+std::vector<Candidate> softmaxCandidates(const KernelPlan &base, const SearchSpace &space,
+                                         const std::vector<TuneConfig> &tiles,
+                                         unsigned *pruned) {
+  std::vector<Candidate> out;
+  unsigned refused = 0;
+  for (const TuneConfig &tile : tiles)
+    for (int tau : space.rescaleTau)
+      for (int emu : space.exp2EmuPercent) {
+        if (tau == 0 && emu == 0)
+          continue; // measured in stage 1
+        TuneConfig c = tile;
+        c.rescaleTau = tau;
+        c.exp2EmuPercent = emu;
+        c.exp2PolyDegree = space.exp2PolyDegree;
+        addCandidate(base, c, "softmax", out, refused);
+      }
+  if (pruned)
+    *pruned = refused;
+  return out;
+}
+
+std::vector<TuneConfig> bestTiles(const std::vector<const TuningRecord *> &records, unsigned n) {
+  std::vector<const TuningRecord *> ok;
+  for (const TuningRecord *r : records)
+    if (r->status == RecordStatus::Ok && r->timings)
+      ok.push_back(r);
+  std::stable_sort(ok.begin(), ok.end(), [](const TuningRecord *a, const TuningRecord *b) {
+    return a->timings->medianMs < b->timings->medianMs;
+  });
+  std::vector<TuneConfig> tiles;
+  for (const TuningRecord *r : ok) {
+    TuneConfig t = r->config;
+    t.rescaleTau = 0;
+    t.exp2EmuPercent = 0;
+    if (std::find(tiles.begin(), tiles.end(), t) != tiles.end())
+      continue;
+    if (tiles.size() == n)
+      break;
+    tiles.push_back(t);
+  }
+  return tiles;
+}
+
+const std::vector<int> &defaultBucketSeqlens() {
+  static const std::vector<int> seqlens = {512, 2048, 8192};
+  return seqlens;
+}
+
+std::vector<ShapeBucket> makeBuckets(std::vector<int> seqlens, int headDim, int groupSize) {
+  std::sort(seqlens.begin(), seqlens.end());
+  seqlens.erase(std::unique(seqlens.begin(), seqlens.end()), seqlens.end());
+  std::vector<ShapeBucket> out;
+  for (size_t i = 0; i < seqlens.size(); ++i) {
+    int s = seqlens[i];
+    ShapeBucket b;
+    b.name = "s" + std::to_string(s);
+    b.seqlenMin = i == 0 ? 1 : out.back().seqlenMax + 1;
+    b.seqlenMax = i + 1 == seqlens.size()
+                      ? kSeqlenUnbounded
+                      : int64_t(std::floor(std::sqrt(double(s) * double(seqlens[i + 1]))));
+    b.batch = std::max(1, 16384 / s);
+    b.headsQ = std::max(1, 2048 / headDim);
+    int group = std::max(1, groupSize);
+    b.headsKV = b.headsQ % group == 0 ? std::max(1, b.headsQ / group) : b.headsQ;
+    b.seqlenQ = s;
+    b.seqlenK = s;
+    out.push_back(b);
+  }
+  return out;
+}
+
+llvm::Expected<std::vector<int>> parseSeqlenList(const std::string &text) {
+  std::vector<int> out;
+  llvm::SmallVector<llvm::StringRef, 8> parts;
+  llvm::StringRef(text).split(parts, ',', -1, false);
+  for (llvm::StringRef part : parts) {
+    int value = 0;
+    if (part.trim().getAsInteger(10, value) || value < 1 || value > (1 << 20))
+      return llvm::createStringError(std::errc::invalid_argument,
+                                     "--shapes: '%s' is not a sequence length in 1..1048576 "
+                                     "(expected a list like 512,2048,8192)",
+                                     part.str().c_str());
+    out.push_back(value);
+  }
+  if (out.empty())
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "--shapes needs at least one sequence length, e.g. 512,2048,8192");
+  return out;
+}
+
+int groupSizeOf(const KernelPlan &plan, const AttentionSpec &spec) {
+  llvm::SmallVector<llvm::StringRef, 4> names;
+  llvm::StringRef(plan.variant).split(names, ',');
+  for (llvm::StringRef name : names)
+    for (const VariantSpec &v : spec.variants)
+      if (v.name == name && v.headsQ > 0 && v.headsKV > 0)
+        return v.headsQ / v.headsKV;
+  return 1;
+}
+
+double forwardFlops(const ShapeBucket &b, int headDim, bool causal) {
+  double flops = 4.0 * b.batch * b.headsQ * double(b.seqlenQ) * double(b.seqlenK) * headDim;
+  return causal ? flops / 2 : flops;
+}
+
+} // namespace fagen

@@ -1,0 +1,90 @@
+//===- SearchSpace.h - what `fagen tune` measures: candidates and buckets -===//
+//
+// The search space is data (SearchSpace), not code paths. The search is staged to stay
+// within minutes per spec:
+//   1. "tile": every (block_m, block_n, warps, stages) that the planner's checks accept
+//      (rows per warp, shared memory, accumulator budget), with the exact softmax
+//      (rescale_tau 0, no exp2 emulation); plus the planner's default config;
+//   2. "softmax": on the best `softmaxTiles` tiles of stage 1, per bucket, every
+//      (rescale_tau, exp2_emu_percent) pair of the space.
+// After static pruning, ptxas prunes again (spills > 0), and numerics gate every candidate.
+// Nothing here needs a GPU: this is what the unit tests pin.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FAGEN_TUNER_SEARCHSPACE_H
+#define FAGEN_TUNER_SEARCHSPACE_H
+
+#include "Plan.h"
+#include "Spec.h"
+#include "TuningDb.h"
+
+#include "llvm/Support/Error.h"
+
+#include <string>
+#include <vector>
+
+namespace fagen {
+
+/// The parameter values the tuner tries for the sm80 forward template.
+struct SearchSpace {
+  std::vector<int> blockM = {64, 128};
+  std::vector<int> blockN = {32, 64, 128};
+  std::vector<int> warps = {4, 8};
+  std::vector<int> stages = {1, 2, 3};
+  std::vector<int> rescaleTau = {-1, 0, 8};
+  std::vector<int> exp2EmuPercent = {0, 10, 25};
+  int exp2PolyDegree = 3;
+  unsigned softmaxTiles = 2; ///< stage 2 runs on this many best tiles per bucket
+};
+
+/// A config made into a plan, or why the planner's checks refuse it.
+struct Candidate {
+  TuneConfig config;
+  KernelPlan plan;
+  std::string stage; ///< "tile" or "softmax"
+};
+
+/// The tunable fields of a plan.
+TuneConfig configOf(const KernelPlan &plan);
+
+/// `base` with `config` applied (derived fields and name recomputed, tuning "default"), or the
+/// planner's reason the template cannot build it.
+llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const TuneConfig &config);
+
+/// Stage 1: the tile grid with the exact softmax; configs the planner's checks refuse are
+/// left out and counted in `pruned`. The base plan's own config is always included (first).
+std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace &space,
+                                      unsigned *pruned = nullptr);
+
+/// Stage 2: every (rescale_tau, exp2_emu_percent) of the space on each of `tiles`, except
+/// the stage-1 point itself (tau 0, no emulation).
+std::vector<Candidate> softmaxCandidates(const KernelPlan &base, const SearchSpace &space,
+                                         const std::vector<TuneConfig> &tiles,
+                                         unsigned *pruned = nullptr);
+
+/// The `n` fastest Ok records' tiles among `records` (one workload and bucket), fastest
+/// first, each tile once, with tau 0 and no emulation.
+std::vector<TuneConfig> bestTiles(const std::vector<const TuningRecord *> &records, unsigned n);
+
+/// Buckets for representative seqlens (sorted ascending): bucket i serves the seqlens from
+/// just above the geometric mean of seqlen i-1 and i up to that of i and i+1; the first
+/// starts at 1, the last is unbounded. Shape: batch 16384/seqlen (at least 1), heads_q
+/// 2048/head_dim (at least 1), heads_kv = heads_q / groupSize (at least 1).
+std::vector<ShapeBucket> makeBuckets(std::vector<int> seqlens, int headDim, int groupSize);
+
+/// The default representative seqlens: 512 (1..1024), 2048 (1025..4096), 8192 (4097..).
+const std::vector<int> &defaultBucketSeqlens();
+
+/// Parses "--shapes 512,2048,8192".
+llvm::Expected<std::vector<int>> parseSeqlenList(const std::string &text);
+
+/// The GQA group size (heads_q / heads_kv) of the first variant of `plan` that states heads
+/// in `spec`; 1 when none does.
+int groupSizeOf(const KernelPlan &plan, const AttentionSpec &spec);
+
+/// Forward FLOPs of a shape: 4 * B * Hq * Sq * Sk * D, halved when causal.
+double forwardFlops(const ShapeBucket &bucket, int headDim, bool causal);
+
+} // namespace fagen
+
+#endif // FAGEN_TUNER_SEARCHSPACE_H

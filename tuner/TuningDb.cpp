@@ -1,0 +1,445 @@
+//===- TuningDb.cpp - the tuning database: measured kernel configs --------===//
+
+#include "TuningDb.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <regex>
+#include <set>
+#include <tuple>
+
+namespace fagen {
+
+//===----------------------------------------------------------------------===//
+// Value types
+//===----------------------------------------------------------------------===//
+
+std::string TuneConfig::text() const {
+  std::string s = llvm::formatv("m{0}n{1}w{2}s{3}", blockM, blockN, warps, stages).str();
+  if (rescaleTau != 0)
+    s += rescaleTau < 0 ? " tau-1" : llvm::formatv(" tau{0}", rescaleTau).str();
+  if (exp2EmuPercent != 0)
+    s += llvm::formatv(" emu{0}d{1}", exp2EmuPercent, exp2PolyDegree).str();
+  return s;
+}
+
+static auto configTie(const TuneConfig &c) {
+  return std::tie(c.blockM, c.blockN, c.warps, c.stages, c.rescaleTau, c.exp2EmuPercent,
+                  c.exp2PolyDegree);
+}
+
+bool TuneConfig::operator==(const TuneConfig &o) const { return configTie(*this) == configTie(o); }
+bool TuneConfig::operator<(const TuneConfig &o) const { return configTie(*this) < configTie(o); }
+
+bool ShapeBucket::operator==(const ShapeBucket &o) const {
+  return std::tie(name, seqlenMin, seqlenMax, batch, headsQ, headsKV, seqlenQ, seqlenK) ==
+         std::tie(o.name, o.seqlenMin, o.seqlenMax, o.batch, o.headsQ, o.headsKV, o.seqlenQ,
+                  o.seqlenK);
+}
+
+bool Validators::operator==(const Validators &o) const {
+  return std::tie(gpu, sms, cc, driver, toolchain, fagen) ==
+         std::tie(o.gpu, o.sms, o.cc, o.driver, o.toolchain, o.fagen);
+}
+
+bool Validators::sameGpu(const Validators &o) const {
+  return std::tie(gpu, sms, cc) == std::tie(o.gpu, o.sms, o.cc);
+}
+
+static const RecordStatus kAllStatuses[] = {
+    RecordStatus::Ok,           RecordStatus::Spills,       RecordStatus::CompileError,
+    RecordStatus::NumericsFailed, RecordStatus::LaunchFailed, RecordStatus::CudaError};
+
+const char *statusName(RecordStatus status) {
+  switch (status) {
+  case RecordStatus::Ok:
+    return "ok";
+  case RecordStatus::Spills:
+    return "spills";
+  case RecordStatus::CompileError:
+    return "compile-error";
+  case RecordStatus::NumericsFailed:
+    return "numerics-failed";
+  case RecordStatus::LaunchFailed:
+    return "launch-failed";
+  case RecordStatus::CudaError:
+    return "cuda-error";
+  }
+  return "unknown";
+}
+
+//===----------------------------------------------------------------------===//
+// JSON
+//===----------------------------------------------------------------------===//
+
+llvm::json::Value toJson(const TuningRecord &r) {
+  using llvm::json::Object;
+  Object bucket{{"name", r.bucket.name},
+                {"seqlen_min", r.bucket.seqlenMin},
+                {"seqlen_max", r.bucket.seqlenMax >= kSeqlenUnbounded
+                                   ? llvm::json::Value(nullptr)
+                                   : llvm::json::Value(r.bucket.seqlenMax)},
+                {"batch", r.bucket.batch},
+                {"heads_q", r.bucket.headsQ},
+                {"heads_kv", r.bucket.headsKV},
+                {"seqlen_q", r.bucket.seqlenQ},
+                {"seqlen_k", r.bucket.seqlenK}};
+  const TuneConfig &c = r.config;
+  Object config{{"block_m", c.blockM},
+                {"block_n", c.blockN},
+                {"warps", c.warps},
+                {"stages", c.stages},
+                {"rescale_tau", c.rescaleTau},
+                {"exp2_emu_percent", c.exp2EmuPercent},
+                {"exp2_poly_degree", c.exp2PolyDegree},
+                {"kernel", r.kernel}};
+  const Validators &v = r.validators;
+  Object validators{{"gpu", v.gpu},       {"sms", v.sms},
+                    {"cc", v.cc},         {"driver", v.driver},
+                    {"toolchain", v.toolchain}, {"fagen", v.fagen}};
+  Object out{{"format", kTuningDbFormat},
+             {"workload", r.workload},
+             {"bucket", std::move(bucket)},
+             {"config", std::move(config)},
+             {"stage", r.stage},
+             {"status", statusName(r.status)},
+             {"validators", std::move(validators)},
+             {"resources", Object{{"registers", r.registers}, {"spill_bytes", r.spillBytes}}},
+             {"date", r.date}};
+  if (r.timings)
+    out["timings"] = Object{{"median_ms", r.timings->medianMs},
+                            {"p10_ms", r.timings->p10Ms},
+                            {"p90_ms", r.timings->p90Ms},
+                            {"runs", r.timings->runs},
+                            {"tflops", r.timings->tflops}};
+  if (r.numerics)
+    out["numerics"] = Object{{"max_error_o", r.numerics->maxErrorO},
+                             {"limit_o", r.numerics->limitO},
+                             {"max_error_lse", r.numerics->maxErrorLse},
+                             {"limit_lse", r.numerics->limitLse},
+                             {"shapes", r.numerics->shapes},
+                             {"passed", r.numerics->passed}};
+  if (!r.detail.empty())
+    out["detail"] = r.detail;
+  return llvm::json::Value(std::move(out));
+}
+
+std::string formatRecordLine(const TuningRecord &record) {
+  std::string line;
+  llvm::raw_string_ostream os(line);
+  os << toJson(record); // llvm::json prints object keys sorted
+  return line;
+}
+
+namespace {
+
+/// Reads typed fields out of a JSON object; the first problem is kept, naming the key path.
+class FieldReader {
+public:
+  FieldReader(const llvm::json::Object &object, std::string prefix, std::string &error)
+      : Obj(object), Prefix(std::move(prefix)), Error(error) {}
+
+  const llvm::json::Object *object(llvm::StringRef key) {
+    const llvm::json::Object *o = Obj.getObject(key);
+    if (!o)
+      fail(key, "an object");
+    return o;
+  }
+  std::string string(llvm::StringRef key) {
+    if (std::optional<llvm::StringRef> s = Obj.getString(key))
+      return s->str();
+    fail(key, "a string");
+    return "";
+  }
+  int64_t integer(llvm::StringRef key) {
+    if (std::optional<int64_t> i = Obj.getInteger(key))
+      return *i;
+    fail(key, "an integer");
+    return 0;
+  }
+  /// An integer, or null for `nullValue`.
+  int64_t integerOrNull(llvm::StringRef key, int64_t nullValue) {
+    const llvm::json::Value *v = Obj.get(key);
+    if (v && v->kind() == llvm::json::Value::Null)
+      return nullValue;
+    return integer(key);
+  }
+  double number(llvm::StringRef key) {
+    if (std::optional<double> d = Obj.getNumber(key))
+      return *d;
+    fail(key, "a number");
+    return 0;
+  }
+  bool boolean(llvm::StringRef key) {
+    if (std::optional<bool> b = Obj.getBoolean(key))
+      return *b;
+    fail(key, "true or false");
+    return false;
+  }
+
+private:
+  void fail(llvm::StringRef key, const char *what) {
+    if (!Error.empty())
+      return;
+    Error = llvm::formatv("'{0}{1}' must be {2}{3}", Prefix, key, what,
+                          Obj.get(key) ? "" : " (missing)")
+                .str();
+  }
+  const llvm::json::Object &Obj;
+  std::string Prefix;
+  std::string &Error;
+};
+
+llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
+  const llvm::json::Object *obj = value.getAsObject();
+  if (!obj)
+    return llvm::createStringError(std::errc::invalid_argument, "a record must be a JSON object");
+  std::string error;
+  FieldReader top(*obj, "", error);
+  int64_t format = top.integer("format");
+  if (error.empty() && format != kTuningDbFormat)
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "record format %lld, this fagen reads format %d: re-tune with "
+                                   "this fagen into a new database",
+                                   (long long)format, kTuningDbFormat);
+  TuningRecord r;
+  r.workload = top.string("workload");
+  r.stage = top.string("stage");
+  r.date = top.string("date");
+  std::string status = top.string("status");
+  if (const llvm::json::Value *d = obj->get("detail")) {
+    if (std::optional<llvm::StringRef> s = d->getAsString())
+      r.detail = s->str();
+    else if (error.empty())
+      error = "'detail' must be a string";
+  }
+  if (const llvm::json::Object *b = top.object("bucket")) {
+    FieldReader f(*b, "bucket.", error);
+    r.bucket.name = f.string("name");
+    r.bucket.seqlenMin = f.integer("seqlen_min");
+    r.bucket.seqlenMax = f.integerOrNull("seqlen_max", kSeqlenUnbounded);
+    r.bucket.batch = int(f.integer("batch"));
+    r.bucket.headsQ = int(f.integer("heads_q"));
+    r.bucket.headsKV = int(f.integer("heads_kv"));
+    r.bucket.seqlenQ = int(f.integer("seqlen_q"));
+    r.bucket.seqlenK = int(f.integer("seqlen_k"));
+  }
+  if (const llvm::json::Object *c = top.object("config")) {
+    FieldReader f(*c, "config.", error);
+    r.config.blockM = int(f.integer("block_m"));
+    r.config.blockN = int(f.integer("block_n"));
+    r.config.warps = int(f.integer("warps"));
+    r.config.stages = int(f.integer("stages"));
+    r.config.rescaleTau = int(f.integer("rescale_tau"));
+    r.config.exp2EmuPercent = int(f.integer("exp2_emu_percent"));
+    r.config.exp2PolyDegree = int(f.integer("exp2_poly_degree"));
+    r.kernel = f.string("kernel");
+  }
+  if (const llvm::json::Object *v = top.object("validators")) {
+    FieldReader f(*v, "validators.", error);
+    r.validators.gpu = f.string("gpu");
+    r.validators.sms = int(f.integer("sms"));
+    r.validators.cc = f.string("cc");
+    r.validators.driver = f.string("driver");
+    r.validators.toolchain = f.string("toolchain");
+    r.validators.fagen = f.string("fagen");
+  }
+  if (const llvm::json::Object *res = top.object("resources")) {
+    FieldReader f(*res, "resources.", error);
+    r.registers = int(f.integer("registers"));
+    r.spillBytes = int(f.integer("spill_bytes"));
+  }
+  if (const llvm::json::Object *t = obj->getObject("timings")) {
+    FieldReader f(*t, "timings.", error);
+    r.timings = Timings{f.number("median_ms"), f.number("p10_ms"), f.number("p90_ms"),
+                        int(f.integer("runs")), f.number("tflops")};
+  }
+  if (const llvm::json::Object *n = obj->getObject("numerics")) {
+    FieldReader f(*n, "numerics.", error);
+    NumericsResult nr;
+    nr.maxErrorO = f.number("max_error_o");
+    nr.limitO = f.number("limit_o");
+    nr.maxErrorLse = f.number("max_error_lse");
+    nr.limitLse = f.number("limit_lse");
+    nr.shapes = int(f.integer("shapes"));
+    nr.passed = f.boolean("passed");
+    r.numerics = nr;
+  }
+  if (!error.empty())
+    return llvm::createStringError(std::errc::invalid_argument, "%s", error.c_str());
+  bool known = false;
+  for (RecordStatus s : kAllStatuses)
+    if (status == statusName(s)) {
+      r.status = s;
+      known = true;
+    }
+  if (!known)
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "unknown status '%s': expected ok, spills, compile-error, "
+                                   "numerics-failed, launch-failed or cuda-error",
+                                   status.c_str());
+  if (r.status == RecordStatus::Ok && !r.timings)
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "an 'ok' record must have 'timings'");
+  return r;
+}
+
+} // namespace
+
+llvm::Expected<TuningRecord> parseRecordLine(llvm::StringRef line) {
+  llvm::Expected<llvm::json::Value> value = llvm::json::parse(line);
+  if (!value)
+    return value.takeError();
+  return recordFromJson(*value);
+}
+
+//===----------------------------------------------------------------------===//
+// The database
+//===----------------------------------------------------------------------===//
+
+namespace {
+
+/// "PATH:LINE:COL: error: MESSAGE" for a line of the database. llvm::json's syntax errors
+/// carry "[1:COL, byte=N]: MESSAGE", which gives the column.
+llvm::Error lineError(const std::string &name, size_t lineNo, llvm::Error err) {
+  std::string message = llvm::toString(std::move(err));
+  int col = 1;
+  std::smatch m;
+  if (std::regex_search(message, m, std::regex(R"(^\[(\d+):(\d+), byte=\d+\]: )"))) {
+    col = std::stoi(m[2]);
+    message = "invalid JSON: " + m.suffix().str();
+  }
+  return llvm::createStringError(
+      std::errc::invalid_argument,
+      "%s:%zu:%d: error: %s (one JSON record per line; fix or delete the line, or start a new "
+      "database with -o)",
+      name.c_str(), lineNo, col, message.c_str());
+}
+
+} // namespace
+
+llvm::Expected<TuningDb> TuningDb::parse(llvm::StringRef text, const std::string &name) {
+  TuningDb db;
+  db.Path = name;
+  size_t lineNo = 0;
+  while (!text.empty()) {
+    auto [line, rest] = text.split('\n');
+    text = rest;
+    ++lineNo;
+    if (line.trim().empty())
+      continue;
+    llvm::Expected<TuningRecord> record = parseRecordLine(line);
+    if (!record)
+      return lineError(name, lineNo, record.takeError());
+    db.Records.push_back(std::move(*record));
+  }
+  return db;
+}
+
+llvm::Expected<TuningDb> TuningDb::load(const std::string &path) {
+  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
+                                            /*RequiresNullTerminator=*/false);
+  if (!buffer) {
+    if (buffer.getError() == std::errc::no_such_file_or_directory) {
+      TuningDb db;
+      db.Path = path;
+      return db;
+    }
+    return llvm::createStringError(buffer.getError(), "cannot read %s: %s", path.c_str(),
+                                   buffer.getError().message().c_str());
+  }
+  return parse((*buffer)->getBuffer(), path);
+}
+
+llvm::Error TuningDb::append(llvm::ArrayRef<TuningRecord> records) {
+  if (records.empty())
+    return llvm::Error::success();
+  // Re-read the file rather than re-serializing Records: existing lines stay byte for byte.
+  std::string bytes;
+  auto buffer = llvm::MemoryBuffer::getFile(Path, false, false);
+  if (buffer) {
+    bytes = (*buffer)->getBuffer().str();
+  } else if (buffer.getError() != std::errc::no_such_file_or_directory) {
+    return llvm::createStringError(buffer.getError(), "cannot read %s: %s", Path.c_str(),
+                                   buffer.getError().message().c_str());
+  }
+  if (!bytes.empty() && bytes.back() != '\n')
+    bytes += '\n'; // a hand-edited last line without its newline
+  for (const TuningRecord &r : records)
+    bytes += formatRecordLine(r) + "\n";
+  if (llvm::Error err = writeFileAtomically(Path, bytes))
+    return err;
+  Records.insert(Records.end(), records.begin(), records.end());
+  return llvm::Error::success();
+}
+
+const TuningRecord *TuningDb::find(const std::string &workload, const ShapeBucket &bucket,
+                                   const TuneConfig &config, const Validators &validators,
+                                   bool ignoreVersions) const {
+  for (auto it = Records.rbegin(); it != Records.rend(); ++it) {
+    const TuningRecord &r = *it;
+    if (r.workload != workload || !(r.bucket == bucket) || r.config != config)
+      continue;
+    if (ignoreVersions ? r.validators.sameGpu(validators) : r.validators == validators)
+      return &r;
+  }
+  return nullptr;
+}
+
+std::map<std::string, TuningRecord>
+TuningDb::winners(const std::string &workload,
+                  const std::function<bool(const TuningRecord &)> &accept) const {
+  std::map<std::string, TuningRecord> best;
+  for (const TuningRecord &r : Records) {
+    if (r.workload != workload || r.status != RecordStatus::Ok || !r.timings)
+      continue;
+    if (accept && !accept(r))
+      continue;
+    auto it = best.find(r.bucket.name);
+    if (it == best.end())
+      best.emplace(r.bucket.name, r);
+    else if (r.timings->medianMs < it->second.timings->medianMs)
+      it->second = r;
+  }
+  return best;
+}
+
+std::vector<std::string> TuningDb::workloads() const {
+  std::set<std::string> names;
+  for (const TuningRecord &r : Records)
+    names.insert(r.workload);
+  return {names.begin(), names.end()};
+}
+
+llvm::Error checkValidators(const TuningRecord &record, const Toolchain &toolchain,
+                            const std::string &fagenVersion) {
+  std::string want = toolchain.describe() + ", fagen " + fagenVersion;
+  std::string have = record.validators.toolchain + ", fagen " + record.validators.fagen;
+  if (record.validators.toolchain == toolchain.describe() && record.validators.fagen == fagenVersion)
+    return llvm::Error::success();
+  return llvm::createStringError(
+      std::errc::invalid_argument,
+      "tuning record for '%s' bucket %s (kernel %s) was measured with %s; this build uses %s: "
+      "re-tune, or pass --tuning-allow-mismatch",
+      record.workload.c_str(), record.bucket.name.c_str(), record.kernel.c_str(), have.c_str(),
+      want.c_str());
+}
+
+std::string provenance(const TuningRecord &r) {
+  std::string range = r.bucket.seqlenMax >= kSeqlenUnbounded
+                          ? llvm::formatv("{0}..", r.bucket.seqlenMin).str()
+                          : llvm::formatv("{0}..{1}", r.bucket.seqlenMin, r.bucket.seqlenMax).str();
+  std::string out = llvm::formatv("tuned {0} ({1}) on {2} ({3} SMs, cc {4})", r.bucket.name, range,
+                                  r.validators.gpu, r.validators.sms, r.validators.cc)
+                        .str();
+  if (r.timings)
+    out += llvm::formatv(": {0:f3} ms, {1:f1} TFLOP/s", r.timings->medianMs, r.timings->tflops)
+               .str();
+  if (!r.date.empty())
+    out += ", " + r.date;
+  return out;
+}
+
+} // namespace fagen
