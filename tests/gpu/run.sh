@@ -35,7 +35,7 @@ if command -v compute-sanitizer >/dev/null; then
   step "racecheck (quick grid)" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/check.fab --quick --kernel hd128 >>$OUT/sanitizer.log 2>&1"
   tail -n 3 "$OUT/sanitizer.log"
 fi
-if [ -f "$C/bench.fab" ]; then
+if [ -f "$C/bench.fab" ] && [ -z "${SKIP_BENCH:-}" ]; then
   step "bench" bash -c "python3 bench/bench_fwd.py --bundle $C/bench.fab --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench.log"
 fi
