@@ -26,6 +26,25 @@ namespace ref = reference;
 
 /// The grid. Odd sizes on purpose: 1, 17, 127, 577, 1000 are multiples of no tile size;
 /// Sq != Sk exercises the bottom-right causal alignment and rows that see no key.
+/// The shapes of `grid` that a kernel tuned for max(seqlen_q, seqlen_k) in [lo, hi] serves;
+/// where fewer than two are left, odd shapes at the bottom of the range are added (one with
+/// Sq < Sk, one with Sq > Sk, so that causal rows that see no key are covered too).
+std::vector<CheckShape> shapesInRange(const std::vector<CheckShape> &grid, int64_t lo,
+                                      int64_t hi) {
+  std::vector<CheckShape> out;
+  for (const CheckShape &s : grid) {
+    int64_t seqlen = std::max(s.seqlenQ, s.seqlenK);
+    if (seqlen >= lo && seqlen <= hi)
+      out.push_back(s);
+  }
+  if (out.size() >= 2)
+    return out;
+  int top = int(std::min<int64_t>(std::max<int64_t>(lo, 1) + 3, hi));
+  out.push_back({1, 2, 1, 17, top, false});
+  out.push_back({2, 2, 2, top, 129 < top ? 129 : top, true});
+  return out;
+}
+
 std::vector<CheckShape> shapeGrid(bool quick) {
   if (quick)
     return {{1, 2, 1, 17, 127, false}, {2, 2, 2, 130, 77, true}, {1, 1, 1, 1, 1, false}};
@@ -273,9 +292,10 @@ int runCheck(const CheckOptions &opt) {
                                 "kernel", "arch", "B x Hq/Hkv Sq x Sk layout", "err O",
                                 "limit O", "err LSE", "limit LSE", "result");
   unsigned passed = 0, failed = 0, skipped = 0;
-  std::vector<CheckShape> shapes = shapeGrid(opt.quick);
+  std::vector<CheckShape> grid = shapeGrid(opt.quick);
   for (size_t i = 0; i < records.kernels.size(); ++i) {
     const KernelRecord &k = records.kernels[i];
+    std::vector<CheckShape> shapes = shapesInRange(grid, k.seqlenMin, k.seqlenMax);
     if (!opt.kernelFilter.empty() && k.name.find(opt.kernelFilter) == std::string::npos)
       continue;
     if (!archRunsOn(k.arch, major, minor)) {

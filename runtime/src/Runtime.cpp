@@ -577,6 +577,13 @@ fagen_status fagen_plan_forward_kernel(const fagen_bundle *bundle,
                 "fagen_plan_forward_kernel: kernel_index " + std::to_string(kernel_index) +
                     " is out of range [0, " + std::to_string(b.kernels.size()) + ")");
   const KernelRecord &k = b.kernels[kernel_index];
+  if (int64_t seqlen = std::max(problem->seqlen_q, problem->seqlen_k);
+      seqlen < k.seqlenMin || seqlen > k.seqlenMax)
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                "kernel " + k.name + " is tuned for max(seqlen_q, seqlen_k) in " +
+                    std::to_string(k.seqlenMin) + ".." + std::to_string(k.seqlenMax) +
+                    "; the call has " + std::to_string(seqlen) +
+                    ": plan without pinning a kernel, or pick one whose range holds the call");
   if (!servesProblem(k, *problem))
     return fail(FAGEN_ERROR_NOT_SUPPORTED,
                 "kernel " + k.name + " is a " + k.pass + " kernel for " +

@@ -46,7 +46,8 @@ if $C/fagen build bench/bench.yaml --arch "$ARCH" --tuning "$db" -q -o "$OUT/tun
 else
   status=1
 fi
-sed -n '/^workload /,/^$/p' "$log" | sort -u
+# The tuner's own summary of the benchmark spec: default vs winner per bucket.
+awk '/^=== fagen tune bench/ {on = 1} on && /^workload / {p = 1} p && /^$/ {p = 0} p' "$log"
 [ -f "$OUT/bench.log" ] && sed -n '/^hd  causal/,$p' "$OUT/bench.log"
 printf '%s\n' "${summary[@]}"
 rm -f "$OUT/tuned.fab"
