@@ -170,6 +170,52 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
                                  problem.c_str());
 }
 
+std::string KernelConfig::text() const {
+  std::string s = llvm::formatv("m{0}n{1}w{2}s{3}", blockM, blockN, warps, stages).str();
+  if (rescaleTau != 0)
+    s += rescaleTau < 0 ? " tau-1" : llvm::formatv(" tau{0}", rescaleTau).str();
+  if (exp2EmuPercent != 0)
+    s += llvm::formatv(" emu{0}d{1}", exp2EmuPercent, exp2PolyDegree).str();
+  return s;
+}
+
+static auto configTie(const KernelConfig &c) {
+  return std::tie(c.blockM, c.blockN, c.warps, c.stages, c.rescaleTau, c.exp2EmuPercent,
+                  c.exp2PolyDegree);
+}
+
+bool KernelConfig::operator==(const KernelConfig &o) const {
+  return configTie(*this) == configTie(o);
+}
+bool KernelConfig::operator<(const KernelConfig &o) const { return configTie(*this) < configTie(o); }
+
+KernelConfig configOf(const KernelPlan &p) {
+  KernelConfig c;
+  c.blockM = p.blockM;
+  c.blockN = p.blockN;
+  c.warps = p.warps;
+  c.stages = p.stages;
+  c.rescaleTau = p.rescaleTau;
+  c.exp2EmuPercent = p.exp2EmuPercent;
+  c.exp2PolyDegree = p.exp2PolyDegree;
+  return c;
+}
+
+llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const KernelConfig &c) {
+  KernelPlan p = base;
+  p.blockM = c.blockM;
+  p.blockN = c.blockN;
+  p.warps = c.warps;
+  p.stages = c.stages;
+  p.rescaleTau = c.rescaleTau;
+  p.exp2EmuPercent = c.exp2EmuPercent;
+  p.exp2PolyDegree = c.exp2PolyDegree;
+  finalizePlan(p);
+  if (llvm::Error err = checkKernelPlan(p))
+    return err;
+  return p;
+}
+
 void finalizePlan(KernelPlan &p) {
   if (p.exp2EmuPercent == 0)
     p.exp2PolyDegree = 3; // no polynomial: one kernel, whatever the degree says
@@ -227,25 +273,18 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
   int64_t next = 1; // the first seqlen not yet covered
   bool gap = false;
   for (const TunedConfig &c : configs) {
-    KernelPlan p = base;
-    p.blockM = c.blockM;
-    p.blockN = c.blockN;
-    p.warps = c.warps;
-    p.stages = c.stages;
-    p.rescaleTau = c.rescaleTau;
-    p.exp2EmuPercent = c.exp2EmuPercent;
-    p.exp2PolyDegree = c.exp2PolyDegree;
-    p.seqlenMin = c.seqlenMin;
-    p.seqlenMax = c.seqlenMax;
-    p.tuning = c.provenance;
-    finalizePlan(p);
-    if (llvm::Error err = checkKernelPlan(p))
+    llvm::Expected<KernelPlan> tuned = applyConfig(base, c.config);
+    if (!tuned)
       return llvm::createStringError(
           std::errc::invalid_argument,
           "tuning database: the config tuned for %s, seqlen %lld..%lld cannot be built: %s: "
           "re-tune with this fagen",
           workloadKey(base).c_str(), (long long)c.seqlenMin, (long long)c.seqlenMax,
-          llvm::toString(std::move(err)).c_str());
+          llvm::toString(tuned.takeError()).c_str());
+    KernelPlan p = std::move(*tuned);
+    p.seqlenMin = c.seqlenMin;
+    p.seqlenMax = c.seqlenMax;
+    p.tuning = c.provenance;
     gap |= c.seqlenMin > next;
     next = std::max(next, c.seqlenMax + 1);
     if (!out.empty() && out.back().name == p.name && out.back().seqlenMax + 1 == p.seqlenMin) {

@@ -18,6 +18,20 @@
 
 namespace fagen {
 
+/// The tunable fields of a KernelPlan: one point of the template's parameter space.
+struct KernelConfig {
+  int blockM = 0, blockN = 0, warps = 0, stages = 0;
+  int rescaleTau = 0;     ///< -1 always rescale, 0 exact skip, > 0 FA4's threshold (log2 units)
+  int exp2EmuPercent = 0; ///< percent of exp2 on the FMA units
+  int exp2PolyDegree = 3;
+
+  /// "m128n64w4s2" plus " tau8" / " emu25d3" where not the default.
+  std::string text() const;
+  bool operator==(const KernelConfig &o) const;
+  bool operator!=(const KernelConfig &o) const { return !(*this == o); }
+  bool operator<(const KernelConfig &o) const;
+};
+
 /// Everything the emitter and the bundle need to know about one kernel.
 struct KernelPlan {
   std::string name;     ///< the kernel's symbol; spells its specialization
@@ -56,11 +70,18 @@ llvm::Error checkKernelPlan(const KernelPlan &plan);
 /// Recomputes the derived fields (threads, smemBytes, name) after a config change.
 void finalizePlan(KernelPlan &plan);
 
+/// The tunable fields of a plan.
+KernelConfig configOf(const KernelPlan &plan);
+
+/// `base` with `config` applied (derived fields and name recomputed), or the planner's reason
+/// the template cannot build it.
+llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const KernelConfig &config);
+
+
 /// A configuration measured best for one range of calls (from `fagen tune`'s database).
 struct TunedConfig {
   int64_t seqlenMin = 0, seqlenMax = int64_t(1) << 40; ///< on max(seqlen_q, seqlen_k)
-  int blockM = 0, blockN = 0, warps = 0, stages = 0;
-  int rescaleTau = 0, exp2EmuPercent = 0, exp2PolyDegree = 3;
+  KernelConfig config;
   std::string provenance; ///< recorded in the bundle: where and how this config won
 };
 

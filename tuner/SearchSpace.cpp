@@ -11,34 +11,6 @@
 
 namespace fagen {
 
-TuneConfig configOf(const KernelPlan &p) {
-  TuneConfig c;
-  c.blockM = p.blockM;
-  c.blockN = p.blockN;
-  c.warps = p.warps;
-  c.stages = p.stages;
-  c.rescaleTau = p.rescaleTau;
-  c.exp2EmuPercent = p.exp2EmuPercent;
-  c.exp2PolyDegree = p.exp2PolyDegree;
-  return c;
-}
-
-llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const TuneConfig &c) {
-  KernelPlan p = base;
-  p.blockM = c.blockM;
-  p.blockN = c.blockN;
-  p.warps = c.warps;
-  p.stages = c.stages;
-  p.rescaleTau = c.rescaleTau;
-  p.exp2EmuPercent = c.exp2EmuPercent;
-  p.exp2PolyDegree = c.exp2PolyDegree;
-  p.tuning = "default";
-  finalizePlan(p);
-  if (llvm::Error err = checkKernelPlan(p))
-    return err;
-  return p;
-}
-
 namespace {
 
 /// Adds `config` to `out` unless present or refused by the planner's checks.

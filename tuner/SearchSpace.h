@@ -44,13 +44,6 @@ struct Candidate {
   std::string stage; ///< "tile" or "softmax"
 };
 
-/// The tunable fields of a plan.
-TuneConfig configOf(const KernelPlan &plan);
-
-/// `base` with `config` applied (derived fields and name recomputed, tuning "default"), or the
-/// planner's reason the template cannot build it.
-llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const TuneConfig &config);
-
 /// Stage 1: the tile grid with the exact softmax; configs the planner's checks refuse are
 /// left out and counted in `pruned`. The base plan's own config is always included (first).
 std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace &space,

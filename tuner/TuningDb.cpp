@@ -16,23 +16,6 @@ namespace fagen {
 // Value types
 //===----------------------------------------------------------------------===//
 
-std::string TuneConfig::text() const {
-  std::string s = llvm::formatv("m{0}n{1}w{2}s{3}", blockM, blockN, warps, stages).str();
-  if (rescaleTau != 0)
-    s += rescaleTau < 0 ? " tau-1" : llvm::formatv(" tau{0}", rescaleTau).str();
-  if (exp2EmuPercent != 0)
-    s += llvm::formatv(" emu{0}d{1}", exp2EmuPercent, exp2PolyDegree).str();
-  return s;
-}
-
-static auto configTie(const TuneConfig &c) {
-  return std::tie(c.blockM, c.blockN, c.warps, c.stages, c.rescaleTau, c.exp2EmuPercent,
-                  c.exp2PolyDegree);
-}
-
-bool TuneConfig::operator==(const TuneConfig &o) const { return configTie(*this) == configTie(o); }
-bool TuneConfig::operator<(const TuneConfig &o) const { return configTie(*this) < configTie(o); }
-
 bool ShapeBucket::operator==(const ShapeBucket &o) const {
   return std::tie(name, seqlenMin, seqlenMax, batch, headsQ, headsKV, seqlenQ, seqlenK) ==
          std::tie(o.name, o.seqlenMin, o.seqlenMax, o.batch, o.headsQ, o.headsKV, o.seqlenQ,

@@ -15,6 +15,7 @@
 #define FAGEN_TUNER_TUNINGDB_H
 
 #include "Build.h"
+#include "Plan.h"
 
 #include "Bundle.h" // kSeqlenUnbounded: "seqlen_max": null in the database
 
@@ -34,19 +35,8 @@ namespace fagen {
 /// Version of the record layout; a record with another version is refused on load.
 constexpr int kTuningDbFormat = 1;
 
-/// One point of a template's parameter space (the tunable fields of a KernelPlan).
-struct TuneConfig {
-  int blockM = 0, blockN = 0, warps = 0, stages = 0;
-  int rescaleTau = 0;     ///< -1 always rescale, 0 exact skip, > 0 FA4's threshold (log2 units)
-  int exp2EmuPercent = 0; ///< percent of exp2 on the FMA units
-  int exp2PolyDegree = 3;
-
-  /// "m128n64w4s2" plus " tau8" / " emu25d3" where not the default.
-  std::string text() const;
-  bool operator==(const TuneConfig &o) const;
-  bool operator!=(const TuneConfig &o) const { return !(*this == o); }
-  bool operator<(const TuneConfig &o) const;
-};
+/// One point of a template's parameter space: the planner's KernelConfig.
+using TuneConfig = KernelConfig;
 
 /// A range of sequence lengths one tuned kernel serves, and the shape it was measured on.
 /// A call is in the bucket when seqlenMin <= max(seqlen_q, seqlen_k) <= seqlenMax, the same

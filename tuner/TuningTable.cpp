@@ -56,13 +56,7 @@ llvm::Expected<TuningTable> loadTuningTable(const std::string &dbPath, const Too
       TunedConfig c;
       c.seqlenMin = record.bucket.seqlenMin;
       c.seqlenMax = record.bucket.seqlenMax;
-      c.blockM = record.config.blockM;
-      c.blockN = record.config.blockN;
-      c.warps = record.config.warps;
-      c.stages = record.config.stages;
-      c.rescaleTau = record.config.rescaleTau;
-      c.exp2EmuPercent = record.config.exp2EmuPercent;
-      c.exp2PolyDegree = record.config.exp2PolyDegree;
+      c.config = record.config;
       c.provenance = provenance(record) + note;
       table[workload].push_back(std::move(c));
     }

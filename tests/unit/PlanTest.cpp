@@ -97,11 +97,11 @@ TEST(Plan, TunedRangesBecomeKernelsWithTheDefaultForTheRest) {
     TunedConfig c;
     c.seqlenMin = lo;
     c.seqlenMax = hi;
-    c.blockM = 128;
-    c.blockN = blockN;
-    c.warps = 4;
-    c.stages = 2;
-    c.rescaleTau = tau;
+    c.config.blockM = 128;
+    c.config.blockN = blockN;
+    c.config.warps = 4;
+    c.config.stages = 2;
+    c.config.rescaleTau = tau;
     c.provenance = "test";
     return c;
   };
