@@ -48,7 +48,7 @@ struct VariantSpec {
   std::string mask;                  ///< "none" | "causal" (bottom-right aligned)
   std::vector<std::string> passes;   ///< subset of {"fwd"}
   std::vector<std::string> targets;  ///< archs; empty = the spec's top-level targets
-  int headsQ = 0, headsKV = 0;       ///< optional model shape (0 = unspecified); used by check
+  int headsQ = 0, headsKV = 0;       ///< optional model shape (0 = unspecified); its GQA ratio shapes fagen tune's buckets
   std::optional<TileOverride> tile;
   SourceLoc loc;                     ///< of the variant's mapping
   /// Where each key's value stands. Nested keys are dotted ("heads.q", "tile.block_m"), each
