@@ -36,7 +36,10 @@ for tool in ("FileCheck", "not"):
     if not os.path.isfile(os.path.join(llvm_bin, tool)):
         lit_config.fatal("%s not found in %s: apt-get install llvm-22-tools, or pass "
                          "--param llvm_bin=DIR" % (tool, llvm_bin))
-config.environment["PATH"] = os.pathsep.join([llvm_bin, os.environ.get("PATH", "")])
+# nvcc for the template compile tests: $CUDA_HOME/bin, then PATH, then /usr/local/cuda/bin.
+cuda_bins = [os.path.join(os.environ["CUDA_HOME"], "bin")] if os.environ.get("CUDA_HOME") else []
+config.environment["PATH"] = os.pathsep.join(
+    [llvm_bin] + cuda_bins + [os.environ.get("PATH", ""), "/usr/local/cuda/bin"])
 
 config.test_exec_root = param("build_dir", "FAGEN_LIT_BUILD_DIR",
                               os.path.join(tempfile.gettempdir(), "fagen-lit"))
