@@ -74,19 +74,6 @@ struct DeviceBuffers {
       return CudaFailure{cudaErrorText(api, rc_, #call)};                                          \
   } while (0)
 
-/// Builds strides for `shape` in elements, for a tensor with `dim` columns.
-void setStrides(int64_t out[3], const CheckShape &s, int heads, int seqlen, int dim) {
-  if (s.bhsd) {
-    out[0] = int64_t(heads) * seqlen * dim;
-    out[1] = int64_t(seqlen) * dim;
-    out[2] = dim;
-  } else {
-    out[0] = int64_t(seqlen) * heads * dim;
-    out[1] = dim;
-    out[2] = int64_t(heads) * dim;
-  }
-}
-
 std::vector<uint16_t> randomTensor(size_t n, ref::ElementType type, std::mt19937_64 &rng) {
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<uint16_t> out(n);
@@ -97,25 +84,31 @@ std::vector<uint16_t> randomTensor(size_t n, ref::ElementType type, std::mt19937
 
 } // namespace
 
-CaseOutcome checkKernelCase(const DriverApi &api, const fagen_bundle *bundle, int kernelIndex,
-                            const KernelRecord &k, const CheckShape &s, unsigned seed) {
-  const ref::ElementType type = k.dtype == "bf16" ? ref::ElementType::BF16 : ref::ElementType::F16;
-  const int d = k.headDimQK;
+fagen_fwd_problem forwardProblem(const std::string &dtype, int headDimQK, int headDimV,
+                                 bool causal, const CheckShape &s) {
   fagen_fwd_problem problem{};
   problem.batch = s.batch;
   problem.heads_q = s.headsQ;
   problem.heads_kv = s.headsKV;
   problem.seqlen_q = s.seqlenQ;
   problem.seqlen_k = s.seqlenK;
-  problem.head_dim_qk = d;
-  problem.head_dim_v = k.headDimV;
-  problem.dtype = k.dtype == "bf16" ? FAGEN_DTYPE_BF16 : FAGEN_DTYPE_FP16;
-  problem.causal = k.mask == "causal";
-  problem.softmax_scale = 0; // 1/sqrt(d)
-  setStrides(problem.q_strides, s, s.headsQ, s.seqlenQ, d);
-  setStrides(problem.k_strides, s, s.headsKV, s.seqlenK, d);
-  setStrides(problem.v_strides, s, s.headsKV, s.seqlenK, d);
-  setStrides(problem.o_strides, s, s.headsQ, s.seqlenQ, d);
+  problem.head_dim_qk = headDimQK;
+  problem.head_dim_v = headDimV;
+  problem.dtype = dtype == "bf16" ? FAGEN_DTYPE_BF16 : FAGEN_DTYPE_FP16;
+  problem.causal = causal;
+  problem.softmax_scale = 0; // 1/sqrt(head_dim_qk)
+  if (s.bhsd)
+    fagen_fwd_problem_set_bhsd_strides(&problem);
+  else
+    fagen_fwd_problem_set_bshd_strides(&problem);
+  return problem;
+}
+
+CaseOutcome checkKernelCase(const DriverApi &api, const fagen_bundle *bundle, int kernelIndex,
+                            const KernelRecord &k, const CheckShape &s, unsigned seed) {
+  const ref::ElementType type = k.dtype == "bf16" ? ref::ElementType::BF16 : ref::ElementType::F16;
+  const int d = k.headDimQK;
+  const fagen_fwd_problem problem = forwardProblem(k.dtype, d, k.headDimV, k.mask == "causal", s);
 
   const size_t nQ = size_t(s.batch) * s.headsQ * s.seqlenQ * d;
   const size_t nK = size_t(s.batch) * s.headsKV * s.seqlenK * d;

@@ -28,6 +28,12 @@ struct CheckShape {
   bool bhsd; ///< layout [batch, heads, seq, dim] instead of [batch, seq, heads, dim]
 };
 
+/// The forward problem of `shape` for a kernel of this dtype ("bf16" or "fp16"), head dims and
+/// mask, with the strides of dense tensors in the shape's layout and the default softmax scale.
+/// The check and the tuner's timing both launch through it, so they describe a shape alike.
+fagen_fwd_problem forwardProblem(const std::string &dtype, int headDimQK, int headDimV,
+                                 bool causal, const CheckShape &shape);
+
 /// The outcome of one kernel on one shape against both references.
 struct CaseResult {
   reference::FwdError kernel, samePrecision;

@@ -180,6 +180,32 @@ std::vector<uint16_t> randomValues(size_t n, reference::ElementType type, uint64
   return out;
 }
 
+/// One stage's candidates on their way through compile, ptxas pruning, numerics and timing:
+/// compiled[i], errors[i] and numerics[i] belong to jobs[i]. Owns the loaded bundle.
+struct StageRun {
+  StageRun(std::string stage, const std::vector<Workload> &all, std::vector<Job> pending)
+      : name(std::move(stage)), workloads(all), jobs(std::move(pending)), compiled(jobs.size()),
+        errors(jobs.size()), numerics(jobs.size()) {}
+  StageRun(const StageRun &) = delete;
+  StageRun &operator=(const StageRun &) = delete;
+  ~StageRun() {
+    if (loaded)
+      fagen_bundle_destroy(loaded);
+  }
+
+  /// The index of `kernel` in the bundle, or -1.
+  int indexOf(const std::string &kernel) const;
+
+  std::string name;
+  const std::vector<Workload> &workloads;
+  std::vector<Job> jobs;
+  std::vector<std::optional<CompiledKernel>> compiled; ///< empty: a compile error
+  std::vector<std::string> errors;                     ///< the compile error, or ""
+  std::vector<NumericsResult> numerics;
+  Bundle bundle;                  ///< the runnable candidates
+  fagen_bundle *loaded = nullptr; ///< `bundle`, loaded by the runtime
+};
+
 class Tuner {
 public:
   Tuner(const TuneOptions &options, const DriverApi &api, const Gpu &gpu,
@@ -200,6 +226,17 @@ public:
 private:
   int runStage(const std::string &stage, const std::vector<Workload> &workloads,
                std::vector<Job> jobs);
+  void compileCandidates(StageRun &s);
+  int recordUnrunnable(StageRun &s, std::vector<size_t> &runnable);
+  int loadCandidates(StageRun &s, const std::vector<size_t> &runnable);
+  std::optional<CudaFailure> checkNumerics(StageRun &s, size_t i, std::string &failure);
+  int gateNumerics(StageRun &s, const std::vector<size_t> &runnable,
+                   std::vector<size_t> &passing);
+  int timeCandidates(const StageRun &s, const std::vector<size_t> &passing);
+  int timeBucket(const StageRun &s, size_t wi, size_t b, const std::vector<size_t> &here);
+  std::string makeInputSets(const Workload &w, size_t b, DeviceMemory &memory,
+                            std::vector<InputSet> &sets);
+  int recordTiming(const StageRun &s, size_t i, size_t b, TimingOutcome t, double flops);
   std::vector<Job> pendingJobs(const std::vector<Workload> &workloads, size_t wi,
                                const std::vector<Candidate> &candidates,
                                const std::vector<size_t> &buckets, unsigned &resumed) const;
@@ -208,6 +245,11 @@ private:
   }
   TuningRecord makeRecord(const Workload &w, size_t bucket, const Job &job,
                           RecordStatus status) const;
+  /// One record of job i per bucket it still has to be measured on; `kernel` adds its ptxas
+  /// report.
+  std::vector<TuningRecord> jobRecords(const StageRun &s, size_t i, RecordStatus status,
+                                       const std::string &detail,
+                                       const CompiledKernel *kernel) const;
   /// Appends to the database; false (after printing why) when it cannot be written.
   bool record(std::vector<TuningRecord> records);
   int setUpTiming();
@@ -363,310 +405,354 @@ std::vector<CheckShape> numericsShapes(int groupSize) {
   return {{1, g, 1, 257, 577, false}, {2, g, 1, 577, 129, true}};
 }
 
-int Tuner::runStage(const std::string &stage, const std::vector<Workload> &workloads,
-                    std::vector<Job> jobs) {
-  if (jobs.empty())
-    return kExitOk;
+/// Copies the ptxas report of a candidate's kernel into its record.
+void setPtxas(TuningRecord &r, const CompiledKernel &kernel) {
+  r.registers = kernel.report.registers;
+  r.spillBytes = kernel.report.spillBytes();
+}
 
-  // --- compile every candidate (cached), in parallel; each on its own so that one failure
-  // does not hide the others.
-  std::vector<std::optional<CompiledKernel>> compiled(jobs.size());
-  std::vector<std::string> errors(jobs.size());
-  {
-    Log.begin(stage + ": compile", unsigned(jobs.size()));
-    std::mutex mutex;
-    BuildOptions options;
-    options.jobs = 1;
-    options.cacheDir = Opt.cacheDir;
-    llvm::DefaultThreadPool pool(llvm::hardware_concurrency(Opt.jobs));
-    for (size_t i = 0; i < jobs.size(); ++i)
-      pool.async([&, i] {
-        llvm::Expected<std::vector<CompiledKernel>> r =
-            compileKernels(Tc, {jobs[i].candidate.plan}, options);
-        std::lock_guard<std::mutex> lock(mutex);
-        std::string status;
-        if (!r) {
-          errors[i] = llvm::toString(r.takeError());
-          status = jobs[i].candidate.plan.name + ": compile error";
-        } else {
-          compiled[i] = std::move(r->front());
-          const PtxasReport &rep = compiled[i]->report;
-          status = llvm::formatv("{0}: {1} registers, {2} spill bytes{3}",
-                                 jobs[i].candidate.plan.name, rep.registers,
-                                 std::max(rep.spillBytes(), 0),
-                                 compiled[i]->cached ? " (cached)" : "")
-                       .str();
-        }
-        Log.step(status);
-      });
-    pool.wait();
+/// The progress line of one compiled candidate.
+std::string compileStatus(const std::string &name, const CompiledKernel &kernel) {
+  return llvm::formatv("{0}: {1} registers, {2} spill bytes{3}", name, kernel.report.registers,
+                       std::max(kernel.report.spillBytes(), 0), kernel.cached ? " (cached)" : "")
+      .str();
+}
+
+/// The note that ends a run on a CUDA error: the context may be unusable, so the run stops,
+/// and a rerun resumes past the candidate, which is already recorded.
+std::string cudaErrorNote(const std::string &doing, const std::string &kernel,
+                          const std::string &message, const std::string &dbPath) {
+  return "fagen tune: CUDA error while " + doing + " " + kernel + ": " + message +
+         "\nfagen tune: the results so far are in " + dbPath +
+         "; run the same command again to resume (this candidate is recorded as cuda-error and "
+         "skipped)";
+}
+
+/// The progress line of one measured candidate on one bucket.
+std::string timingStatus(const std::string &bucket, const std::string &kernel,
+                         const Timings &t) {
+  double spread = t.medianMs > 0 ? 100 * (t.p90Ms - t.p10Ms) / t.medianMs : 0;
+  return llvm::formatv("{0} {1}: {2:f1} TFLOP/s ({3:f3} ms, p10-p90 {4:f1}%)", bucket, kernel,
+                       t.tflops, t.medianMs, spread)
+      .str();
+}
+
+int StageRun::indexOf(const std::string &kernel) const {
+  for (size_t k = 0; k < bundle.kernels.size(); ++k)
+    if (bundle.kernels[k].name == kernel)
+      return int(k);
+  return -1;
+}
+
+std::vector<TuningRecord> Tuner::jobRecords(const StageRun &s, size_t i, RecordStatus status,
+                                            const std::string &detail,
+                                            const CompiledKernel *kernel) const {
+  const Job &job = s.jobs[i];
+  std::vector<TuningRecord> out;
+  for (size_t b : job.buckets) {
+    TuningRecord r = makeRecord(s.workloads[job.workload], b, job, status);
+    r.detail = detail;
+    if (kernel)
+      setPtxas(r, *kernel);
+    out.push_back(std::move(r));
   }
+  return out;
+}
 
-  // --- ptxas pruning: spills and compile errors are recorded and not run.
-  std::vector<size_t> runnable;
-  std::vector<CompiledKernel> kernels;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Workload &w = workloads[jobs[i].workload];
-    std::vector<TuningRecord> out;
-    RecordStatus status = RecordStatus::Ok;
-    std::string detail;
-    if (!compiled[i]) {
-      status = RecordStatus::CompileError;
-      detail = errors[i].substr(0, 2000);
-    } else if (compiled[i]->report.spillBytes() > 0) {
-      status = RecordStatus::Spills;
-      detail = llvm::formatv("ptxas: {0} bytes spill stores, {1} bytes spill loads",
-                             compiled[i]->report.spillStoreBytes,
-                             compiled[i]->report.spillLoadBytes)
-                   .str();
-    }
-    if (status == RecordStatus::Ok) {
+/// Compiles every candidate (cached) in parallel, each on its own so that one failure does not
+/// hide the others.
+void Tuner::compileCandidates(StageRun &s) {
+  Log.begin(s.name + ": compile", unsigned(s.jobs.size()));
+  std::mutex mutex;
+  BuildOptions options;
+  options.jobs = 1;
+  options.cacheDir = Opt.cacheDir;
+  llvm::DefaultThreadPool pool(llvm::hardware_concurrency(Opt.jobs));
+  for (size_t i = 0; i < s.jobs.size(); ++i)
+    pool.async([&, i] {
+      const KernelPlan &plan = s.jobs[i].candidate.plan;
+      llvm::Expected<std::vector<CompiledKernel>> r = compileKernels(Tc, {plan}, options);
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!r) {
+        s.errors[i] = llvm::toString(r.takeError());
+        Log.step(plan.name + ": compile error");
+        return;
+      }
+      s.compiled[i] = std::move(r->front());
+      Log.step(compileStatus(plan.name, *s.compiled[i]));
+    });
+  pool.wait();
+}
+
+/// ptxas pruning: compile errors and spilling kernels are recorded (so that a resumed run
+/// skips them) and not run; the others are `runnable`.
+int Tuner::recordUnrunnable(StageRun &s, std::vector<size_t> &runnable) {
+  for (size_t i = 0; i < s.jobs.size(); ++i) {
+    const std::optional<CompiledKernel> &kernel = s.compiled[i];
+    if (kernel && !(kernel->report.spillBytes() > 0)) {
       runnable.push_back(i);
-      kernels.push_back(*compiled[i]);
       continue;
     }
-    for (size_t b : jobs[i].buckets) {
-      TuningRecord r = makeRecord(w, b, jobs[i], status);
-      r.detail = detail;
-      if (compiled[i]) {
-        r.registers = compiled[i]->report.registers;
-        r.spillBytes = compiled[i]->report.spillBytes();
-      }
-      out.push_back(std::move(r));
-    }
-    if (!record(std::move(out)))
+    RecordStatus status = kernel ? RecordStatus::Spills : RecordStatus::CompileError;
+    std::string detail =
+        kernel ? llvm::formatv("ptxas: {0} bytes spill stores, {1} bytes spill loads",
+                               kernel->report.spillStoreBytes, kernel->report.spillLoadBytes)
+                     .str()
+               : s.errors[i].substr(0, 2000);
+    if (!record(jobRecords(s, i, status, detail, kernel ? &*kernel : nullptr)))
       return kExitToolchain;
   }
-  if (runnable.empty())
-    return kExitOk;
+  return kExitOk;
+}
 
-  // --- one in-memory bundle with every runnable candidate.
-  Bundle bundle = assembleBundle(Tc, kernels);
-  std::vector<uint8_t> bytes = serializeBundle(bundle);
-  fagen_bundle *loaded = nullptr;
-  if (fagen_bundle_load_memory(bytes.data(), bytes.size(), &loaded) != FAGEN_OK) {
+/// Loads one in-memory bundle with every runnable candidate, so that the numerics check and the
+/// timing launch them through the runtime as a user's bundle would.
+int Tuner::loadCandidates(StageRun &s, const std::vector<size_t> &runnable) {
+  std::vector<CompiledKernel> kernels;
+  for (size_t i : runnable)
+    kernels.push_back(*s.compiled[i]);
+  s.bundle = assembleBundle(Tc, kernels);
+  std::vector<uint8_t> bytes = serializeBundle(s.bundle);
+  if (fagen_bundle_load_memory(bytes.data(), bytes.size(), &s.loaded) != FAGEN_OK) {
     llvm::errs() << "fagen tune: the candidates' bundle does not load: " << fagen_last_error()
                  << "\n";
     return kExitRejected;
   }
-  auto unload = [&] { fagen_bundle_destroy(loaded); };
-  auto indexOf = [&](const std::string &name) {
-    for (size_t k = 0; k < bundle.kernels.size(); ++k)
-      if (bundle.kernels[k].name == name)
-        return int(k);
-    return -1;
-  };
+  return kExitOk;
+}
 
-  // --- numerics: a candidate may only be timed (and win) if it passes.
-  std::vector<size_t> passing;
-  std::vector<NumericsResult> numerics(jobs.size());
-  Log.begin(stage + ": numerics", unsigned(runnable.size()));
-  for (size_t i : runnable) {
-    const Job &job = jobs[i];
-    const Workload &w = workloads[job.workload];
-    int index = indexOf(job.candidate.plan.name);
-    NumericsResult &n = numerics[i];
-    n.passed = true;
-    std::string failure;
-    double worstO = -1, worstLse = -1;
-    std::vector<CheckShape> shapes = numericsShapes(w.groupSize);
-    for (size_t si = 0; si < shapes.size() && failure.empty(); ++si) {
-      CaseOutcome outcome = checkKernelCase(Api, loaded, index, bundle.kernels[index],
-                                            shapes[si], 4321u + unsigned(si));
-      if (auto *cuda = std::get_if<CudaFailure>(&outcome)) {
-        std::vector<TuningRecord> out;
-        for (size_t b : job.buckets) {
-          TuningRecord r = makeRecord(w, b, job, RecordStatus::CudaError);
-          r.detail = "numerics check: " + cuda->message;
-          out.push_back(std::move(r));
-        }
-        record(std::move(out));
-        Log.note("fagen tune: CUDA error while checking " + job.candidate.plan.name + ": " +
-                 cuda->message + "\nfagen tune: the results so far are in " + Db.path() +
-                 "; run the same command again to resume (this candidate is recorded as "
-                 "cuda-error and skipped)");
-        unload();
-        return kExitRejected;
-      }
-      const CaseResult &c = std::get<CaseResult>(outcome);
-      if (!c.failure.empty()) {
-        failure = c.failure;
-        break;
-      }
-      double limitO = 2 * c.samePrecision.MaxO + reference::kEpsO;
-      double limitLse = 2 * c.samePrecision.MaxLse + reference::kEpsLse;
-      if (c.kernel.MaxO / limitO > worstO) {
-        worstO = c.kernel.MaxO / limitO;
-        n.maxErrorO = c.kernel.MaxO;
-        n.limitO = limitO;
-      }
-      if (c.kernel.MaxLse / limitLse > worstLse) {
-        worstLse = c.kernel.MaxLse / limitLse;
-        n.maxErrorLse = c.kernel.MaxLse;
-        n.limitLse = limitLse;
-      }
-      n.passed = n.passed && c.passed;
-      ++n.shapes;
+/// Runs candidate i on the numerics shapes into s.numerics[i], keeping for O and LSE the error
+/// that comes closest to its limit. A plan or run error of the runtime stops it and lands in
+/// `failure`; a CUDA error is returned.
+std::optional<CudaFailure> Tuner::checkNumerics(StageRun &s, size_t i, std::string &failure) {
+  const Job &job = s.jobs[i];
+  int index = s.indexOf(job.candidate.plan.name);
+  NumericsResult &n = s.numerics[i];
+  n.passed = true;
+  double worstO = -1, worstLse = -1;
+  std::vector<CheckShape> shapes = numericsShapes(s.workloads[job.workload].groupSize);
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    CaseOutcome outcome = checkKernelCase(Api, s.loaded, index, s.bundle.kernels[index],
+                                          shapes[si], 4321u + unsigned(si));
+    if (auto *cuda = std::get_if<CudaFailure>(&outcome))
+      return *cuda;
+    const CaseResult &c = std::get<CaseResult>(outcome);
+    if (!c.failure.empty()) {
+      failure = c.failure;
+      return std::nullopt;
     }
-    std::string status;
-    if (!failure.empty() || !n.passed) {
-      RecordStatus st = failure.empty() ? RecordStatus::NumericsFailed : RecordStatus::LaunchFailed;
-      std::vector<TuningRecord> out;
-      for (size_t b : job.buckets) {
-        TuningRecord r = makeRecord(w, b, job, st);
-        r.registers = compiled[i]->report.registers;
-        r.spillBytes = compiled[i]->report.spillBytes();
-        if (failure.empty())
-          r.numerics = n;
-        r.detail = failure.empty()
-                       ? llvm::formatv("max |O error| {0:e2} (limit {1:e2}), max |LSE error| "
-                                       "{2:e2} (limit {3:e2})",
-                                       n.maxErrorO, n.limitO, n.maxErrorLse, n.limitLse)
-                             .str()
-                       : failure;
-        out.push_back(std::move(r));
-      }
-      if (!record(std::move(out))) {
-        unload();
-        return kExitToolchain;
-      }
-      status = job.candidate.plan.name + ": " + statusName(st);
-    } else {
-      passing.push_back(i);
-      status = llvm::formatv("{0}: ok (O error {1:e2} <= {2:e2})", job.candidate.plan.name,
-                             n.maxErrorO, n.limitO)
-                   .str();
+    double limitO = 2 * c.samePrecision.MaxO + reference::kEpsO;
+    double limitLse = 2 * c.samePrecision.MaxLse + reference::kEpsLse;
+    if (c.kernel.MaxO / limitO > worstO) {
+      worstO = c.kernel.MaxO / limitO;
+      n.maxErrorO = c.kernel.MaxO;
+      n.limitO = limitO;
     }
-    Log.step(status);
+    if (c.kernel.MaxLse / limitLse > worstLse) {
+      worstLse = c.kernel.MaxLse / limitLse;
+      n.maxErrorLse = c.kernel.MaxLse;
+      n.limitLse = limitLse;
+    }
+    n.passed = n.passed && c.passed;
+    ++n.shapes;
   }
+  return std::nullopt;
+}
 
-  // --- timing, bucket by bucket: one set of input buffers per bucket, every candidate on it.
+/// The numerics gate: a candidate may only be timed (and win) if it passes; the others are
+/// recorded with why they failed.
+int Tuner::gateNumerics(StageRun &s, const std::vector<size_t> &runnable,
+                        std::vector<size_t> &passing) {
+  Log.begin(s.name + ": numerics", unsigned(runnable.size()));
+  for (size_t i : runnable) {
+    const std::string &kernel = s.jobs[i].candidate.plan.name;
+    const NumericsResult &n = s.numerics[i];
+    std::string failure;
+    if (std::optional<CudaFailure> cuda = checkNumerics(s, i, failure)) {
+      record(jobRecords(s, i, RecordStatus::CudaError, "numerics check: " + cuda->message,
+                        nullptr));
+      Log.note(cudaErrorNote("checking", kernel, cuda->message, Db.path()));
+      return kExitRejected;
+    }
+    if (failure.empty() && n.passed) {
+      passing.push_back(i);
+      Log.step(llvm::formatv("{0}: ok (O error {1:e2} <= {2:e2})", kernel, n.maxErrorO, n.limitO)
+                   .str());
+      continue;
+    }
+    RecordStatus st = failure.empty() ? RecordStatus::NumericsFailed : RecordStatus::LaunchFailed;
+    std::string detail =
+        failure.empty() ? llvm::formatv("max |O error| {0:e2} (limit {1:e2}), max |LSE error| "
+                                        "{2:e2} (limit {3:e2})",
+                                        n.maxErrorO, n.limitO, n.maxErrorLse, n.limitLse)
+                              .str()
+                        : failure;
+    std::vector<TuningRecord> out = jobRecords(s, i, st, detail, &*s.compiled[i]);
+    if (failure.empty())
+      for (TuningRecord &r : out)
+        r.numerics = n;
+    if (!record(std::move(out)))
+      return kExitToolchain;
+    Log.step(kernel + ": " + statusName(st));
+  }
+  return kExitOk;
+}
+
+/// Allocates and fills the rotating input sets of bucket b of `w`: at least kMinInputSets, and
+/// together at least 4x the L2, so that a launch does not find its inputs in the L2. Returns
+/// the failed CUDA call's text, or "".
+std::string Tuner::makeInputSets(const Workload &w, size_t b, DeviceMemory &memory,
+                                 std::vector<InputSet> &sets) {
+  const ShapeBucket &bucket = w.buckets[b];
+  const auto type =
+      w.base.dtype == "bf16" ? reference::ElementType::BF16 : reference::ElementType::F16;
+  const size_t nQ = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimQK;
+  const size_t nK = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimQK;
+  const size_t nV = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimV;
+  const size_t nO = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimV;
+  const size_t nL = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ;
+  const size_t setBytes = 2 * (nQ + nK + nV + nO) + 4 * nL;
+  unsigned setCount = unsigned(std::min<size_t>(
+      kMaxInputSets,
+      std::max<size_t>(kMinInputSets, (size_t(Device.l2Bytes) * 4 + setBytes - 1) / setBytes)));
+
+  sets.resize(setCount);
+  std::vector<uint16_t> host = randomValues(std::max({nQ, nK, nV}), type, b + 1);
+  std::string cudaError;
+  for (InputSet &s : sets) {
+    for (auto [ptr, bytes] : {std::pair<CUdeviceptr *, size_t>{&s.q, nQ * 2},
+                              {&s.k, nK * 2},
+                              {&s.v, nV * 2},
+                              {&s.o, nO * 2},
+                              {&s.lse, nL * 4}})
+      if (cudaError.empty())
+        if (CUresult r = memory.alloc(*ptr, bytes); r != CUDA_SUCCESS)
+          cudaError = cudaErrorText(Api, r, "cuMemAlloc") +
+                      llvm::formatv(" ({0} MB of inputs for bucket {1})",
+                                    (setBytes * setCount) >> 20, bucket.name)
+                          .str();
+    if (cudaError.empty())
+      for (auto [ptr, n] : {std::pair<CUdeviceptr, size_t>{s.q, nQ}, {s.k, nK}, {s.v, nV}})
+        if (CUresult r = Api.cuMemcpyHtoD(ptr, host.data(), n * 2);
+            r != CUDA_SUCCESS && cudaError.empty())
+          cudaError = cudaErrorText(Api, r, "cuMemcpyHtoD");
+  }
+  if (cudaError.empty())
+    if (CUresult r = Api.cuCtxSynchronize(); r != CUDA_SUCCESS)
+      cudaError = cudaErrorText(Api, r, "cuCtxSynchronize");
+  return cudaError;
+}
+
+/// Records candidate i's timing on bucket b and prints its progress line. A CUDA error ends the
+/// run: the context is unusable, so the candidate's remaining buckets are recorded too, so that
+/// a resumed run does not fault on it again.
+int Tuner::recordTiming(const StageRun &s, size_t i, size_t b, TimingOutcome t, double flops) {
+  const Job &job = s.jobs[i];
+  const Workload &w = s.workloads[job.workload];
+  const std::string &bucket = w.buckets[b].name, &kernel = job.candidate.plan.name;
+  std::vector<TuningRecord> out;
+  TuningRecord r = makeRecord(w, b, job, RecordStatus::Ok);
+  setPtxas(r, *s.compiled[i]);
+  r.numerics = s.numerics[i];
+  std::string status;
+  if (t.kind == TimingOutcome::Measured) {
+    t.timings.tflops = flops / (t.timings.medianMs * 1e-3) / 1e12;
+    r.timings = t.timings;
+    status = timingStatus(bucket, kernel, t.timings);
+    out.push_back(std::move(r));
+  } else {
+    r.status = t.kind == TimingOutcome::LaunchFailed ? RecordStatus::LaunchFailed
+                                                     : RecordStatus::CudaError;
+    r.detail = t.message;
+    status = bucket + " " + kernel + ": " + statusName(r.status);
+    out.push_back(std::move(r));
+    if (t.kind == TimingOutcome::CudaError)
+      for (size_t later : job.buckets)
+        if (later > b) {
+          TuningRecord rest = makeRecord(w, later, job, RecordStatus::CudaError);
+          rest.detail = "not measured: the context failed on bucket " + bucket;
+          out.push_back(std::move(rest));
+        }
+  }
+  if (!record(std::move(out)))
+    return kExitToolchain;
+  Log.step(status);
+  if (t.kind != TimingOutcome::CudaError)
+    return kExitOk;
+  Log.note(cudaErrorNote("timing", kernel, t.message, Db.path()));
+  return kExitRejected;
+}
+
+/// Times the candidates `here` (of workload wi) on bucket b, all on one set of input buffers.
+int Tuner::timeBucket(const StageRun &s, size_t wi, size_t b, const std::vector<size_t> &here) {
+  const Workload &w = s.workloads[wi];
+  const ShapeBucket &bucket = w.buckets[b];
+  const bool causal = w.base.mask == "causal";
+  const CheckShape shape{bucket.batch, bucket.headsQ, bucket.headsKV, bucket.seqlenQ,
+                         bucket.seqlenK, /*bhsd=*/false};
+  const fagen_fwd_problem problem =
+      forwardProblem(w.base.dtype, w.base.headDimQK, w.base.headDimV, causal, shape);
+
+  DeviceMemory memory(Api);
+  std::vector<InputSet> sets;
+  if (std::string cudaError = makeInputSets(w, b, memory, sets); !cudaError.empty()) {
+    Log.note("fagen tune: " + cudaError);
+    return kExitRejected;
+  }
+  const double flops = forwardFlops(bucket, w.base.headDimQK, causal);
+  for (size_t i : here) {
+    TimingOutcome t =
+        timeCandidate(s.loaded, s.indexOf(s.jobs[i].candidate.plan.name), problem, sets);
+    if (int rc = recordTiming(s, i, b, std::move(t), flops))
+      return rc;
+  }
+  return kExitOk;
+}
+
+/// Times the candidates that passed, bucket by bucket: one set of input buffers per bucket,
+/// every candidate of the bucket on it.
+int Tuner::timeCandidates(const StageRun &s, const std::vector<size_t> &passing) {
   unsigned total = 0;
   for (size_t i : passing)
-    total += unsigned(jobs[i].buckets.size());
-  Log.begin(stage + ": timing", total);
-  for (size_t wi = 0; wi < workloads.size(); ++wi) {
-    const Workload &w = workloads[wi];
-    const bool causal = w.base.mask == "causal";
-    const auto type = w.base.dtype == "bf16" ? reference::ElementType::BF16
-                                             : reference::ElementType::F16;
-    for (size_t b = 0; b < w.buckets.size(); ++b) {
+    total += unsigned(s.jobs[i].buckets.size());
+  Log.begin(s.name + ": timing", total);
+  for (size_t wi = 0; wi < s.workloads.size(); ++wi) {
+    for (size_t b = 0; b < s.workloads[wi].buckets.size(); ++b) {
       std::vector<size_t> here;
-      for (size_t i : passing)
-        if (jobs[i].workload == wi &&
-            std::find(jobs[i].buckets.begin(), jobs[i].buckets.end(), b) != jobs[i].buckets.end())
+      for (size_t i : passing) {
+        const std::vector<size_t> &buckets = s.jobs[i].buckets;
+        if (s.jobs[i].workload == wi &&
+            std::find(buckets.begin(), buckets.end(), b) != buckets.end())
           here.push_back(i);
+      }
       if (here.empty())
         continue;
-      const ShapeBucket &bucket = w.buckets[b];
-      fagen_fwd_problem problem{};
-      problem.batch = bucket.batch;
-      problem.heads_q = bucket.headsQ;
-      problem.heads_kv = bucket.headsKV;
-      problem.seqlen_q = bucket.seqlenQ;
-      problem.seqlen_k = bucket.seqlenK;
-      problem.head_dim_qk = w.base.headDimQK;
-      problem.head_dim_v = w.base.headDimV;
-      problem.dtype = w.base.dtype == "bf16" ? FAGEN_DTYPE_BF16 : FAGEN_DTYPE_FP16;
-      problem.causal = causal;
-      problem.softmax_scale = 0;
-      fagen_fwd_problem_set_bshd_strides(&problem);
-      const size_t nQ = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimQK;
-      const size_t nK = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimQK;
-      const size_t nV = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimV;
-      const size_t nO = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimV;
-      const size_t nL = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ;
-      const size_t setBytes = 2 * (nQ + nK + nV + nO) + 4 * nL;
-      unsigned setCount = unsigned(std::min<size_t>(
-          kMaxInputSets,
-          std::max<size_t>(kMinInputSets, (size_t(Device.l2Bytes) * 4 + setBytes - 1) / setBytes)));
-
-      DeviceMemory memory(Api);
-      std::vector<InputSet> sets(setCount);
-      std::vector<uint16_t> host = randomValues(std::max({nQ, nK, nV}), type, b + 1);
-      std::string cudaError;
-      for (InputSet &s : sets) {
-        for (auto [ptr, bytes] : {std::pair<CUdeviceptr *, size_t>{&s.q, nQ * 2},
-                                  {&s.k, nK * 2},
-                                  {&s.v, nV * 2},
-                                  {&s.o, nO * 2},
-                                  {&s.lse, nL * 4}})
-          if (cudaError.empty())
-            if (CUresult r = memory.alloc(*ptr, bytes); r != CUDA_SUCCESS)
-              cudaError = cudaErrorText(Api, r, "cuMemAlloc") +
-                          llvm::formatv(" ({0} MB of inputs for bucket {1})",
-                                        (setBytes * setCount) >> 20, bucket.name)
-                              .str();
-        if (cudaError.empty())
-          for (auto [ptr, n] : {std::pair<CUdeviceptr, size_t>{s.q, nQ}, {s.k, nK}, {s.v, nV}})
-            if (CUresult r = Api.cuMemcpyHtoD(ptr, host.data(), n * 2);
-                r != CUDA_SUCCESS && cudaError.empty())
-              cudaError = cudaErrorText(Api, r, "cuMemcpyHtoD");
-      }
-      if (cudaError.empty())
-        if (CUresult r = Api.cuCtxSynchronize(); r != CUDA_SUCCESS)
-          cudaError = cudaErrorText(Api, r, "cuCtxSynchronize");
-      if (!cudaError.empty()) {
-        Log.note("fagen tune: " + cudaError);
-        unload();
-        return kExitRejected;
-      }
-
-      const double flops = forwardFlops(bucket, w.base.headDimQK, causal);
-      for (size_t i : here) {
-        const Job &job = jobs[i];
-        TimingOutcome t = timeCandidate(loaded, indexOf(job.candidate.plan.name), problem, sets);
-        std::vector<TuningRecord> out;
-        TuningRecord r = makeRecord(w, b, job, RecordStatus::Ok);
-        r.registers = compiled[i]->report.registers;
-        r.spillBytes = compiled[i]->report.spillBytes();
-        r.numerics = numerics[i];
-        std::string status;
-        if (t.kind == TimingOutcome::Measured) {
-          t.timings.tflops = flops / (t.timings.medianMs * 1e-3) / 1e12;
-          r.timings = t.timings;
-          double spread = t.timings.medianMs > 0
-                              ? 100 * (t.timings.p90Ms - t.timings.p10Ms) / t.timings.medianMs
-                              : 0;
-          status = llvm::formatv("{0} {1}: {2:f1} TFLOP/s ({3:f3} ms, p10-p90 {4:f1}%)",
-                                 bucket.name, job.candidate.plan.name, t.timings.tflops,
-                                 t.timings.medianMs, spread)
-                       .str();
-          out.push_back(std::move(r));
-        } else {
-          r.status = t.kind == TimingOutcome::LaunchFailed ? RecordStatus::LaunchFailed
-                                                           : RecordStatus::CudaError;
-          r.detail = t.message;
-          status = bucket.name + " " + job.candidate.plan.name + ": " + statusName(r.status);
-          out.push_back(std::move(r));
-          if (t.kind == TimingOutcome::CudaError)
-            // The context is unusable: record the candidate's remaining buckets too, so that a
-            // resumed run does not fault on it again.
-            for (size_t later : job.buckets)
-              if (later > b) {
-                TuningRecord rest = makeRecord(w, later, job, RecordStatus::CudaError);
-                rest.detail = "not measured: the context failed on bucket " + bucket.name;
-                out.push_back(std::move(rest));
-              }
-        }
-        if (!record(std::move(out))) {
-          unload();
-          return kExitToolchain;
-        }
-        Log.step(status);
-        if (t.kind == TimingOutcome::CudaError) {
-          Log.note("fagen tune: CUDA error while timing " + job.candidate.plan.name + ": " +
-                   t.message + "\nfagen tune: the results so far are in " + Db.path() +
-                   "; run the same command again to resume (this candidate is recorded as "
-                   "cuda-error and skipped)");
-          unload();
-          return kExitRejected;
-        }
-      }
+      if (int rc = timeBucket(s, wi, b, here))
+        return rc;
     }
   }
-  unload();
   return kExitOk;
+}
+
+/// One stage: compile the jobs' candidates, prune by ptxas, gate by numerics, time the rest.
+/// Every outcome is recorded as soon as it is known.
+int Tuner::runStage(const std::string &stage, const std::vector<Workload> &workloads,
+                    std::vector<Job> jobs) {
+  if (jobs.empty())
+    return kExitOk;
+  StageRun s(stage, workloads, std::move(jobs));
+  compileCandidates(s);
+  std::vector<size_t> runnable;
+  if (int rc = recordUnrunnable(s, runnable))
+    return rc;
+  if (runnable.empty())
+    return kExitOk;
+  if (int rc = loadCandidates(s, runnable))
+    return rc;
+  std::vector<size_t> passing;
+  if (int rc = gateNumerics(s, runnable, passing))
+    return rc;
+  return timeCandidates(s, passing);
 }
 
 int Tuner::run(const std::vector<Workload> &workloads) {

@@ -3,10 +3,14 @@
 // Implements the driver entry points the runtime binds, with one device whose compute
 // capability ($FAKE_CUDA_CC, default 90) and opt-in shared memory ($FAKE_CUDA_SMEM, default
 // 232448) are read on every call, so that one test process can play several GPUs. Records
-// module loads and the last launch for the test to inspect through fake_cuda_state().
+// module loads and the last launch for the test to inspect through fake_cuda_state(). The
+// context and synchronization entry points, alike in every fake, are in
+// tests/common/FakeDriverCommon.h.
 //
 //===----------------------------------------------------------------------===//
 #include "FakeCuda.h"
+
+#include "../common/FakeDriverCommon.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -17,16 +21,9 @@
 
 namespace {
 
-using CUresult = int;
-struct FakeContext {
-  int id;
-};
 struct FakeFunction {
   std::string name;
 };
-
-FakeContext primaryContext{1};
-thread_local void *currentContext = nullptr;
 
 int envInt(const char *name, int fallback) {
   const char *v = std::getenv(name);
@@ -42,17 +39,7 @@ __attribute__((visibility("default"))) FakeCudaState *fake_cuda_state() {
   return &state;
 }
 
-#define FAKE_API __attribute__((visibility("default")))
-
 FAKE_API CUresult cuInit(unsigned) { return envInt("FAKE_CUDA_INIT_ERROR", 0); }
-FAKE_API CUresult cuDriverGetVersion(int *v) {
-  *v = 13000;
-  return 0;
-}
-FAKE_API CUresult cuDeviceGet(int *d, int ordinal) {
-  *d = ordinal;
-  return ordinal == 0 ? 0 : 101;
-}
 FAKE_API CUresult cuDeviceGetCount(int *n) {
   *n = envInt("FAKE_CUDA_DEVICES", 1);
   return 0;
@@ -79,23 +66,6 @@ FAKE_API CUresult cuDeviceGetAttribute(int *value, int attribute, int) {
   }
   return 1;
 }
-FAKE_API CUresult cuCtxGetCurrent(void **ctx) {
-  *ctx = currentContext;
-  return 0;
-}
-FAKE_API CUresult cuCtxSetCurrent(void *ctx) {
-  currentContext = ctx;
-  return 0;
-}
-FAKE_API CUresult cuCtxGetDevice(int *d) {
-  *d = 0;
-  return currentContext ? 0 : 201;
-}
-FAKE_API CUresult cuCtxSynchronize() { return 0; }
-FAKE_API CUresult cuDevicePrimaryCtxRetain(void **ctx, int) {
-  *ctx = &primaryContext;
-  return 0;
-}
 FAKE_API CUresult cuModuleLoadData(void **module, const void *image) {
   if (std::memcmp(image, "\x7f" "ELF", 4) != 0)
     return 200; // CUDA_ERROR_INVALID_IMAGE
@@ -121,10 +91,6 @@ FAKE_API CUresult cuModuleUnload(void *) {
 FAKE_API CUresult cuFuncSetAttribute(void *, int attribute, int value) {
   if (attribute == 8)
     fake_cuda_state()->maxDynamicSmem = value;
-  return 0;
-}
-FAKE_API CUresult cuFuncGetAttribute(int *value, int, void *) {
-  *value = 0;
   return 0;
 }
 FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
@@ -173,12 +139,10 @@ FAKE_API CUresult cuEventCreate(void **e, unsigned) {
   return 0;
 }
 FAKE_API CUresult cuEventRecord(void *, void *) { return 0; }
-FAKE_API CUresult cuEventSynchronize(void *) { return 0; }
 FAKE_API CUresult cuEventElapsedTime(float *ms, void *, void *) {
   *ms = 0;
   return 0;
 }
 FAKE_API CUresult cuEventDestroy_v2(void *) { return 0; }
-FAKE_API CUresult cuStreamSynchronize(void *) { return 0; }
 
 } // extern "C"

@@ -6,10 +6,13 @@
 // clock that each launch advances by a deterministic, config-dependent time, so that the tuner
 // finds a winner. Kernels whose name contains $FAKE_GPU_WRONG (default "_e25") produce wrong
 // output, to exercise the numerics gate. One device: "Fake GPU", cc 9.0, 132 SMs, 1 MB L2.
+// The context and synchronization entry points, alike in every fake, are in
+// tests/common/FakeDriverCommon.h.
 //
 //===----------------------------------------------------------------------===//
 
 #include "../../compiler/Reference.h"
+#include "../common/FakeDriverCommon.h"
 #include "fwd_params.h"
 
 #include <cstdio>
@@ -22,13 +25,7 @@
 
 namespace {
 
-using CUresult = int;
 namespace ref = fagen::reference;
-
-struct FakeContext {
-  int id;
-} primaryContext{1};
-thread_local void *currentContext = nullptr;
 
 std::mutex mutex;
 double gpuClockMs = 0;                  ///< the simulated GPU timeline
@@ -78,17 +75,7 @@ void runForward(const std::string &name, const fagen_fwd_params &p) {
 
 extern "C" {
 
-#define FAKE_API __attribute__((visibility("default")))
-
 FAKE_API CUresult cuInit(unsigned) { return 0; }
-FAKE_API CUresult cuDriverGetVersion(int *v) {
-  *v = 13000;
-  return 0;
-}
-FAKE_API CUresult cuDeviceGet(int *d, int ordinal) {
-  *d = ordinal;
-  return ordinal == 0 ? 0 : 101;
-}
 FAKE_API CUresult cuDeviceGetCount(int *n) {
   *n = 1;
   return 0;
@@ -117,23 +104,6 @@ FAKE_API CUresult cuDeviceGetAttribute(int *value, int attribute, int) {
   }
   return 1;
 }
-FAKE_API CUresult cuCtxGetCurrent(void **ctx) {
-  *ctx = currentContext;
-  return 0;
-}
-FAKE_API CUresult cuCtxSetCurrent(void *ctx) {
-  currentContext = ctx;
-  return 0;
-}
-FAKE_API CUresult cuCtxGetDevice(int *d) {
-  *d = 0;
-  return currentContext ? 0 : 201;
-}
-FAKE_API CUresult cuCtxSynchronize() { return 0; }
-FAKE_API CUresult cuDevicePrimaryCtxRetain(void **ctx, int) {
-  *ctx = &primaryContext;
-  return 0;
-}
 FAKE_API CUresult cuModuleLoadData(void **module, const void *image) {
   *module = const_cast<void *>(image);
   return 0;
@@ -145,10 +115,6 @@ FAKE_API CUresult cuModuleGetFunction(void **function, void *, const char *name)
 }
 FAKE_API CUresult cuModuleUnload(void *) { return 0; }
 FAKE_API CUresult cuFuncSetAttribute(void *, int, int) { return 0; }
-FAKE_API CUresult cuFuncGetAttribute(int *value, int, void *) {
-  *value = 0;
-  return 0;
-}
 FAKE_API CUresult cuLaunchKernel(void *f, unsigned, unsigned, unsigned, unsigned, unsigned,
                                  unsigned, unsigned, void *, void **params, void **) {
   const std::string &name = *static_cast<std::string *>(f);
@@ -200,7 +166,6 @@ FAKE_API CUresult cuEventRecord(void *e, void *) {
   eventTimes[e] = gpuClockMs;
   return 0;
 }
-FAKE_API CUresult cuEventSynchronize(void *) { return 0; }
 FAKE_API CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
   std::lock_guard<std::mutex> lock(mutex);
   if (!eventTimes.count(start) || !eventTimes.count(end))
@@ -214,6 +179,5 @@ FAKE_API CUresult cuEventDestroy_v2(void *e) {
   std::free(e);
   return 0;
 }
-FAKE_API CUresult cuStreamSynchronize(void *) { return 0; }
 
 } // extern "C"
