@@ -1,0 +1,76 @@
+// fagen sm90: the forward kernel's configuration (sm_90a, wgmma). The planner mirrors every
+// constant and static_assert here (compiler/plan); a generated kernel checks kSmemBytes against
+// the plan.
+#ifndef FAGEN_TEMPLATES_SM90_FWD_CONFIG_CUH
+#define FAGEN_TEMPLATES_SM90_FWD_CONFIG_CUH
+
+#include "common/types.cuh"
+#include "common/variants.cuh"
+
+namespace fagen {
+namespace sm90 {
+
+/// One CTA computes a kBlockM-row query tile of one (batch, head) with kBlockM / 64 consumer
+/// warpgroups (64 rows each, the M of one wgmma), visiting kBlockN-row key/value tiles held in
+/// a ring of kStages K slots and kStages V slots (cp.async, prefetch distance kStages - 1 tiles).
+///
+/// Softmax: O is rescaled only when some row max of the warp grew (exact max). Of each thread's
+/// kBlockN / 4 probabilities per row and key tile, the first round(kBlockN / 4 *
+/// kExp2EmuPercent / 100) are computed by exp2_poly<kExp2PolyDegree> (FMA pipe) instead of
+/// ex2.approx (MUFU), as in sm80::FwdConfig (FlashAttention-4, section 3.1.3).
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Mask_,
+          int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
+struct FwdConfig {
+  using Element = Element_;
+  using Mask = Mask_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kExp2EmuPercent = kExp2EmuPercent_;
+  static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
+  static constexpr int kExp2EmuColumns = (kBlockN / 4 * kExp2EmuPercent + 50) / 100;
+
+  static constexpr int kWarpgroups = kBlockM / 64;
+  static constexpr int kThreads = 128 * kWarpgroups;
+  // 1: no register cap beyond the 255 per thread. Small tiles still get several CTAs per SM when
+  // registers and shared memory allow (hd64 64x128: 3, hd128 64x64: 2), and those CTAs, unlike
+  // the warpgroups of one CTA, are not in lockstep (measured: +15-35 % at hd64, H200,
+  // 2026-11-30, docs/perf/sm90-fwd.md).
+  static constexpr int kMinBlocksPerSm = 1;
+
+  // Shared memory, every tile in 128-byte-swizzled 64-column blocks (sm90/tile_ops.cuh): the Q
+  // tile, kStages K tiles, kStages V tiles, plus 1024 bytes to align the base to a swizzle atom
+  // (dynamic shared memory is only guaranteed 16-byte alignment).
+  static constexpr int kSmemQBytes = kBlockM * kHeadDim * 2;
+  static constexpr int kSmemKvTileBytes = kBlockN * kHeadDim * 2;
+  static constexpr int kSmemAlignBytes = 1024;
+  static constexpr int kSmemBytes =
+      (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + kSmemAlignBytes;
+
+  static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
+  static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
+                "kHeadDim must be 64, 128 or 256 (whole 128-byte swizzle rows; wgmma N of O)");
+  static_assert(kBlockM == 64 || kBlockM == 128,
+                "kBlockM must be 64 or 128 (1 or 2 warpgroups of 64 rows)");
+  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256,
+                "kBlockN must be 64, 128 or 256 (the wgmma N of S; a multiple of 8 swizzle rows)");
+  static_assert(kStages >= 2 && kStages <= 4, "kStages must be in [2, 4]");
+  static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
+                "kExp2EmuPercent must be in [0, 50]");
+  static_assert(kExp2PolyDegree >= 3 && kExp2PolyDegree <= 5,
+                "kExp2PolyDegree must be in [3, 5] (degrees 1 and 2 fail the tolerance rule, "
+                "measured on the sm80 template)");
+  static_assert(kSmemBytes <= 227 * 1024,
+                "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
+                "kStages, kBlockN or kBlockM");
+  // Registers per thread of a warpgroup: S (kBlockN / 2) + O (kHeadDim / 2) + P (kBlockN / 4).
+  static_assert(kBlockN / 2 + kHeadDim / 2 + kBlockN / 4 <= 192,
+                "S + O + P accumulators need more than 192 of the 255 registers a thread may "
+                "have: lower kBlockN");
+};
+
+} // namespace sm90
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM90_FWD_CONFIG_CUH

@@ -1,0 +1,163 @@
+// fagen sm90: tile-level steps of the forward kernel, built on the atoms of wgmma.cuh.
+//
+// Shared-memory tiles (rows, kHeadDim) are stored as kHeadDim / 64 column blocks of
+// (rows, 64) elements, each row 128 bytes with the 128-byte swizzle (wgmma.cuh); column block
+// b starts at b * rows * 128 bytes. Q and K are read K-major (head dim contiguous), V MN-major
+// (its rows are the keys, the K of P V), so all three share this one layout and one loader.
+// Register tiles of a warpgroup: float[N / 8][4] per thread, the layout of wgmma.cuh.
+#ifndef FAGEN_TEMPLATES_SM90_TILE_OPS_CUH
+#define FAGEN_TEMPLATES_SM90_TILE_OPS_CUH
+
+#include <stdint.h>
+
+#include "common/softmax.cuh"
+#include "sm80/mma.cuh"
+#include "sm90/wgmma.cuh"
+
+namespace fagen {
+namespace sm90 {
+
+using sm80::cp_async_16;
+using sm80::pack2;
+
+/// Byte offset of 16-byte chunk `chunk` (8 elements) of row `row` in a swizzled (kRows, *) tile.
+template <int kRows> __device__ __forceinline__ u32 swizzled_offset(int row, int chunk) {
+  return (chunk / 8) * kRows * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) << 4);
+}
+
+/// Issues the cp.async copies of a (kRows, kHeadDim) tile by all kThreads threads into the
+/// swizzled layout; rows >= rows_valid are zero-filled, so masked keys multiply zeros, never
+/// stale NaNs. Global reads stay coalesced: consecutive threads take consecutive chunks.
+template <int kRows, int kHeadDim, int kThreads, class Element>
+__device__ __forceinline__ void load_tile_sw128(u32 smem, const Element *gmem, int64_t row_stride,
+                                                int rows_valid) {
+  constexpr int kChunksPerRow = kHeadDim / 8;
+  static_assert(kThreads % kChunksPerRow == 0, "each thread keeps one column chunk");
+  constexpr int kRowsPerRound = kThreads / kChunksPerRow;
+  static_assert(kRows % kRowsPerRound == 0, "whole rounds of rows");
+  static_assert(kRowsPerRound % 8 == 0,
+                "a round must cover whole swizzle atoms (8 rows): more threads or a smaller "
+                "kHeadDim");
+  const int tid = sm80::thread_index_rematerialized();
+  const int row0 = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
+  const Element *src = gmem + row0 * row_stride + chunk * 8;
+  // kRowsPerRound is a multiple of 8, so the swizzle of a thread's chunk is the same every round.
+  const u32 dst = smem + swizzled_offset<kRows>(row0, chunk);
+  const int rows_left = rows_valid - row0;
+#pragma unroll
+  for (int i = 0; i < kRows / kRowsPerRound; ++i) {
+    const bool valid = i * kRowsPerRound < rows_left;
+    cp_async_16(dst + i * kRowsPerRound * 128, valid ? src : gmem, valid);
+    src += kRowsPerRound * row_stride;
+  }
+}
+
+/// s (64, kBlockN) = q (64, kHeadDim) * k (kBlockN, kHeadDim)^T, issued (not awaited) by one
+/// warpgroup. q_smem: the warpgroup's first Q row in a (kRowsQ, kHeadDim) tile; k_smem: the tile.
+template <class Element, int kHeadDim, int kRowsQ, int kBlockN>
+__device__ __forceinline__ void gemm_qk_issue(float (&s)[kBlockN / 8][4], u32 q_smem,
+                                              u32 k_smem) {
+#pragma unroll
+  for (int k = 0; k < kHeadDim / 16; ++k) {
+    const u32 column = (k / 4), within = (k % 4) * 32; // 64-column block, 16-column step in it
+    const uint64_t desc_q = smem_desc_sw128(q_smem + column * kRowsQ * 128 + within, 16, 1024);
+    const uint64_t desc_k = smem_desc_sw128(k_smem + column * kBlockN * 128 + within, 16, 1024);
+    Wgmma<kBlockN, Element>::ss(s, desc_q, desc_k, k > 0);
+  }
+}
+
+/// o (64, kHeadDim) += p (64, kBlockN) * v (kBlockN, kHeadDim), issued (not awaited) by one
+/// warpgroup; p: kBlockN / 16 A fragments (16 keys each).
+template <class Element, int kHeadDim, int kBlockN>
+__device__ __forceinline__ void gemm_pv_issue(float (&o)[kHeadDim / 8][4],
+                                              const u32 (&p)[kBlockN / 16][4], u32 v_smem) {
+#pragma unroll
+  for (int k = 0; k < kBlockN / 16; ++k) {
+    const uint64_t desc_v = smem_desc_sw128(v_smem + k * 16 * 128, kBlockN * 128, 1024);
+    Wgmma<kHeadDim, Element>::rs(o, p[k], desc_v, 1);
+  }
+}
+
+/// Rounds probabilities to Element: accumulator tiles 2k and 2k+1 are A fragment k.
+template <class Element, int kColTiles>
+__device__ __forceinline__ void convert_p(u32 (&p)[kColTiles / 2][4],
+                                          const float (&s)[kColTiles][4]) {
+#pragma unroll
+  for (int k = 0; k < kColTiles / 2; ++k) {
+    p[k][0] = pack2<Element>(s[2 * k][0], s[2 * k][1]);
+    p[k][1] = pack2<Element>(s[2 * k][2], s[2 * k][3]);
+    p[k][2] = pack2<Element>(s[2 * k + 1][0], s[2 * k + 1][1]);
+    p[k][3] = pack2<Element>(s[2 * k + 1][2], s[2 * k + 1][3]);
+  }
+}
+
+/// The first half of an online-softmax step, split from the O rescale so that it can run while
+/// the previous P V is still in flight: turns logits s into exp2(scale_log2 * (s - max)),
+/// updates the running max and sum of softmax (its 2 rows of this thread) and returns each row's
+/// rescale factor for O. Rows with no visible key so far keep max -inf and get P = 0.
+/// The first kEmuColumns of each row's 2 * kColTiles values in this thread go through
+/// exp2_poly<kPolyDegree> on the FMA pipe instead of MUFU (FlashAttention-4, section 3.1.3).
+/// Returns whether O needs the rescale: false when no row of the warp raised a finite max
+/// (every factor is then exactly 1, or O is still 0).
+template <int kEmuColumns, int kPolyDegree, int kColTiles>
+__device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1> &softmax,
+                                            float (&s)[kColTiles][4], float scale_log2) {
+  const float kNegInf = -__int_as_float(0x7f800000);
+  bool grew = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float m = softmax.row_max[h];
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j)
+      m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+    m = quad_max(m);
+    const float m_used = m == kNegInf ? 0.f : m;
+    grew |= m != softmax.row_max[h] && softmax.row_max[h] != kNegInf;
+    rescale[h] = exp2_approx((softmax.row_max[h] - m_used) * scale_log2);
+    const float bias = -m_used * scale_log2;
+    softmax.row_max[h] = m;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        const float x = fmaf(s[j][e], scale_log2, bias);
+        s[j][e] = 2 * j + e % 2 < kEmuColumns ? exp2_poly<kPolyDegree>(x) : exp2_approx(x);
+        sum += s[j][e];
+      }
+    softmax.row_sum[h] = softmax.row_sum[h] * rescale[h] + sum;
+  }
+  return __any_sync(0xffffffffu, grew);
+}
+
+template <int kDimTiles>
+__device__ __forceinline__ void rescale_o(float (&o)[kDimTiles][4], const float (&rescale)[2]) {
+#pragma unroll
+  for (int d = 0; d < kDimTiles; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      o[d][e] *= rescale[e / 2];
+}
+
+/// Writes one warp's 16 output rows (rows >= rows_valid are not written) straight from the
+/// accumulator fragments: each quad writes 16 contiguous bytes of a row.
+template <class Element, int kHeadDim>
+__device__ __forceinline__ void store_o_rows(Element *gmem, int64_t row_stride, int rows_valid,
+                                             const float (&o)[kHeadDim / 8][4]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = lane / 4 + 8 * h;
+    if (row < rows_valid) {
+      Element *dst = gmem + row * row_stride + 2 * (lane % 4);
+#pragma unroll
+      for (int d = 0; d < kHeadDim / 8; ++d)
+        *reinterpret_cast<u32 *>(dst + 8 * d) = pack2<Element>(o[d][2 * h], o[d][2 * h + 1]);
+    }
+  }
+}
+
+} // namespace sm90
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM90_TILE_OPS_CUH

@@ -1,0 +1,65 @@
+#!/bin/bash
+# Dev loop for the sm90 (wgmma, sm_90a) forward template.
+#   tests/gpu/run_sm90.sh build   here (nvcc, no GPU needed): .carry-sm90/sm90_harness for
+#                                 sm_90a, CUDA runtime linked statically, plus the ptxas report
+#   tests/gpu/run_sm90.sh run     on the H200 (carry .carry-sm90): SASS check (HGMMA), full
+#                                 correctness grid, compute-sanitizer memcheck + racecheck on a
+#                                 reduced grid, timing, then torch SDPA flash/cuDNN on the same
+#                                 shapes in the same call; table last
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fagen-sm90}
+mkdir -p "$OUT"
+bin=.carry-sm90/sm90_harness
+case "${1:-}" in
+build)
+  mkdir -p .carry-sm90
+  nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I templates -I templates/common \
+    -I compiler --cudart static -Xcompiler -pthread -Xptxas -v tests/gpu/sm90_harness.cu \
+    -o "$bin" 2>&1 | tee "$bin.ptxas.log" |
+    grep -E "Compiling entry|spill|Used|warn|error" | sed 's/ptxas info *: //' | paste - - - |
+    sed -E "s/Compiling entry function '([a-z0-9_]+)'.*stack frame, ([0-9]+) bytes spill stores.*Used ([0-9]+) registers.*/\1 regs=\3 spill=\2/" |
+    grep fagen_ | tee "$bin.regs.txt"
+  grep -iE "warn|C7508|serializ" "$bin.ptxas.log" || true
+  ;;
+run)
+  # One device call of at most ~190 s: correctness, timing and the SDPA table first, the
+  # sanitizers with whatever time is left (DEADLINE_S from the start), the table again last.
+  export PYTHONUNBUFFERED=1
+  t0=$(date +%s)
+  left() { echo $(( ${DEADLINE_S:-190} - ($(date +%s) - t0) )); }
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv || true
+  status=0
+  if command -v cuobjdump >/dev/null; then
+    cuobjdump --dump-sass "$bin" >"$OUT/sass.txt" 2>&1 || true
+    echo "SASS: HGMMA $(grep -c HGMMA "$OUT/sass.txt") HMMA $(grep -c ' HMMA' "$OUT/sass.txt")" \
+      "LDL $(grep -c 'LDL' "$OUT/sass.txt") STL $(grep -c 'STL' "$OUT/sass.txt")"
+  fi
+  timeout 110 "$bin" --check >"$OUT/check.log" 2>&1 || status=1
+  grep -E "FAIL|device" "$OUT/check.log" | head -n 30
+  grep SUMMARY "$OUT/check.log" || echo "CHECK did not finish (rc $status)"
+  timeout 40 "$bin" --bench --seqlens 2048,16384 --csv "$OUT/fagen_bench.csv" >"$OUT/bench.log" 2>&1 || status=1
+  timeout 30 "$bin" --bench --seqlens 2048,16384 --csv "$OUT/fagen_again.csv" >"$OUT/bench_again.log" 2>&1 || true
+  timeout 60 python3 tests/gpu/sdpa_bench.py - new="$OUT/fagen_bench.csv" again="$OUT/fagen_again.csv" \
+    >"$OUT/table.txt" 2>&1 || true
+  if command -v compute-sanitizer >/dev/null; then
+    for run in "memcheck bf16_hd128_causal_m128n128s2" "racecheck bf16_hd128_causal_m128n128s2" \
+               "racecheck bf16_hd64_nomask_m128n128s3" "memcheck bf16_hd64_causal_m64n128s2_e25d3" \
+               "racecheck bf16_hd64_causal_m64n128s2_e25d3"; do
+      set -- $run
+      t=$(left)
+      if [ "$t" -lt 8 ]; then echo "sanitizer $1 $2: skipped (time)"; continue; fi
+      timeout $((t - 3)) compute-sanitizer --tool $1 --error-exitcode 3 "$bin" --check --reduced \
+        --filter $2 >"$OUT/sanitizer_$1_$2.log" 2>&1 || status=1
+      echo "sanitizer $1 $2: $(grep -E "ERROR SUMMARY|SUMMARY" "$OUT/sanitizer_$1_$2.log" | tr '\n' ' ')"
+    done
+  fi
+  grep -vE "^ *256 |8192|4096" "$OUT/table.txt" | sed 's/fagen_fwd_sm90_//'
+  grep SUMMARY "$OUT/check.log" || true
+  exit $status
+  ;;
+*)
+  echo "usage: $0 build|run" >&2
+  exit 2
+  ;;
+esac
