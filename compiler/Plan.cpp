@@ -27,6 +27,12 @@ int sm80FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
   return (blockM + 2 * stages * blockN) * rowBytes;
 }
 
+int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
+  // Q + kStages x (K + V), 128-byte swizzled, plus 1024 bytes to align the base to a swizzle
+  // atom. Mirrors templates/sm90/fwd_config.cuh.
+  return (blockM + 2 * stages * blockN) * headDim * 2 + 1024;
+}
+
 namespace {
 
 struct Tile {
@@ -127,6 +133,34 @@ std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
   return "";
 }
 
+/// Mirrors templates/sm90/fwd_config.cuh's static_asserts, restricted to what has run on the
+/// H200 (head dims 64 and 128).
+std::string sm90ConfigProblem(const KernelPlan &p) {
+  if (p.arch != "sm_90a")
+    return "the sm90 template (wgmma) needs the sm_90a target";
+  if (p.headDimQK != p.headDimV || (p.headDimQK != 64 && p.headDimQK != 128))
+    return "the sm90 template runs head dims 64 and 128";
+  if (p.blockM != 64 && p.blockM != 128)
+    return llvm::formatv("block_m must be 64 or 128 (1 or 2 warpgroups), got {0}", p.blockM);
+  if (p.warps != p.blockM / 16)
+    return llvm::formatv("warps must be block_m / 16 = {0} (4 per warpgroup), got {1}",
+                         p.blockM / 16, p.warps);
+  if (p.blockN != 64 && p.blockN != 128 && p.blockN != 256)
+    return llvm::formatv("block_n must be 64, 128 or 256, got {0}", p.blockN);
+  if (p.stages < 2 || p.stages > 4)
+    return llvm::formatv("stages must be in 2..4, got {0}", p.stages);
+  if (p.rescaleTau != 0)
+    return "the sm90 template rescales only when a row max grows (rescale_tau 0)";
+  int smem = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  if (smem > archSmemLimit(p.arch))
+    return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
+                         archSmemLimit(p.arch));
+  if (p.blockN / 2 + p.headDimQK / 2 + p.blockN / 4 > 192)
+    return llvm::formatv("S + O + P need more than 192 registers per thread at block_n {0}",
+                         p.blockN);
+  return "";
+}
+
 bool validHeadDim(int headDim) { return headDim % 16 == 0 && headDim >= 32 && headDim <= 256; }
 
 llvm::Error checkSm80Tile(const Tile &t, const VariantSpec &v, const std::string &arch) {
@@ -160,8 +194,9 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
   if (!validHeadDim(p.headDimQK))
     problem = llvm::formatv("head_dim {0} is not a multiple of 16 in 32..256", p.headDimQK);
   if (problem.empty())
-    problem = sm80ConfigProblem({p.blockM, p.blockN, p.warps, p.stages}, p.headDimQK, p.headDimV,
-                                p.arch);
+    problem = p.templ == "sm90" ? sm90ConfigProblem(p)
+                                : sm80ConfigProblem({p.blockM, p.blockN, p.warps, p.stages},
+                                                    p.headDimQK, p.headDimV, p.arch);
   if (problem.empty())
     problem = fa4ParamsProblem(p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree);
   if (problem.empty())
@@ -220,7 +255,8 @@ void finalizePlan(KernelPlan &p) {
   if (p.exp2EmuPercent == 0)
     p.exp2PolyDegree = 3; // no polynomial: one kernel, whatever the degree says
   p.threads = 32 * p.warps;
-  p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  p.smemBytes = p.templ == "sm90" ? sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages)
+                                  : sm80FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   p.name = kernelName(p);
 }
 
@@ -233,6 +269,29 @@ std::string workloadKey(const KernelPlan &p) {
 namespace {
 
 /// The planner's (or the spec's) kernel for one variant, pass and arch.
+/// Whether the planner picks the wgmma template: sm_90a targets at head dims 64 and 128, the
+/// configurations that have run on the H200 (1.28-1.50x the portable template's speed,
+/// docs/perf/sm90-fwd.md). A spec's tile: keeps the portable template.
+bool usesSm90Template(const KernelPlan &p) {
+  return p.arch == "sm_90a" && p.headDimQK == p.headDimV &&
+         (p.headDimQK == 64 || p.headDimQK == 128);
+}
+
+/// The sm90 template's default for `p`, measured on the H200 (bf16, 2026-11-30,
+/// docs/perf/sm90-fwd.md): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
+/// one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; two stages (three
+/// never helped).
+KernelPlan sm90Plan(KernelPlan p) {
+  p.templ = "sm90";
+  p.blockM = p.headDimQK == 64 ? 64 : 128;
+  p.blockN = 128;
+  p.warps = p.blockM / 16;
+  p.stages = 2;
+  p.rescaleTau = 0;
+  finalizePlan(p);
+  return p;
+}
+
 llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pass,
                                     const std::string &arch) {
   Tile t = fitSmem(defaultTile(v.headDimQK, arch), v.headDimQK, arch);
@@ -262,6 +321,8 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   p.rescaleTau = defaultRescaleTau(v.headDimQK, v.mask == "causal", arch);
   p.tuning = tuning;
   finalizePlan(p);
+  if (!v.tile && usesSm90Template(p))
+    return sm90Plan(p);
   return p;
 }
 

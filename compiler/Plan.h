@@ -38,7 +38,7 @@ struct KernelPlan {
   std::string variant;  ///< spec variant name(s) served, comma-separated
   std::string pass;     ///< "fwd"
   std::string arch;     ///< canonical target arch, e.g. "sm_90a"
-  std::string templ;    ///< template family: "sm80" (portable mma.sync)
+  std::string templ;    ///< template family: "sm80" (portable mma.sync), "sm90" (wgmma, sm_90a)
   std::string dtype;    ///< "fp16" | "bf16"
   int headDimQK = 0;
   int headDimV = 0;
@@ -97,6 +97,8 @@ int archSmemLimit(const std::string &arch);
 
 /// Shared memory of the sm80 forward template; mirrors FwdConfig::kSmemBytes.
 int sm80FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
+/// Shared memory of the sm90 (wgmma) forward template; mirrors sm90::FwdConfig::kSmemBytes.
+int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 
 /// Plans every kernel of `spec`. `archs`, when non-empty, replaces the spec's targets.
 /// With `tuning`, a workload that has tuned configs gets one kernel per tuned seqlen range

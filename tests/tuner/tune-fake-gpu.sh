@@ -16,10 +16,10 @@ variants:
 YAML
 fail() { echo "tune-fake-gpu: $*" >&2; exit 1; }
 
-"$fagen" tune spec.yaml --arch sm_90a --shapes 64,256 --runs 3 -o tuning.db --report report.svg \
+"$fagen" tune spec.yaml --arch sm_90 --shapes 64,256 --runs 3 -o tuning.db --report report.svg \
   > out1.txt 2> err1.txt || { cat err1.txt; fail "the first run failed"; }
-grep -q '^fwd bf16 hd64x64 causal sm_90a *s64 ' out1.txt || fail "no summary row for s64"
-grep -q '^fwd bf16 hd64x64 causal sm_90a *s256 ' out1.txt || fail "no summary row for s256"
+grep -q '^fwd bf16 hd64x64 causal sm_90 *s64 ' out1.txt || fail "no summary row for s64"
+grep -q '^fwd bf16 hd64x64 causal sm_90 *s256 ' out1.txt || fail "no summary row for s256"
 grep -q '"status":"ok"' tuning.db || fail "no ok record"
 grep -q '"status":"numerics-failed"' tuning.db || fail "the wrong-output candidates were not gated"
 ! grep '"status":"numerics-failed"' tuning.db | grep -q '"timings"' || fail "a failed candidate was timed"
@@ -29,7 +29,7 @@ grep -q 'ETA' err1.txt || fail "no ETA in the progress"
 lines=$(wc -l < tuning.db)
 
 # Resume: everything is in the database, nothing is measured again.
-"$fagen" tune spec.yaml --arch sm_90a --shapes 64,256 --runs 3 -o tuning.db > out2.txt 2> err2.txt \
+"$fagen" tune spec.yaml --arch sm_90 --shapes 64,256 --runs 3 -o tuning.db > out2.txt 2> err2.txt \
   || { cat err2.txt; fail "the second run failed"; }
 grep -q 'stage tile: 54 of 54 measurements already in tuning.db' err2.txt || { cat err2.txt; fail "no resume"; }
 [ "$(wc -l < tuning.db)" -eq "$lines" ] || fail "the resumed run appended records"
@@ -37,14 +37,14 @@ cmp -s out1.txt out2.txt || fail "the summary changed on resume"
 
 # An interrupted run: drop the last half of the records, the rerun measures only those.
 head -n $((lines / 2)) tuning.db > part.db
-"$fagen" tune spec.yaml --arch sm_90a --shapes 64,256 --runs 3 -o part.db > out3.txt 2> err3.txt \
+"$fagen" tune spec.yaml --arch sm_90 --shapes 64,256 --runs 3 -o part.db > out3.txt 2> err3.txt \
   || { cat err3.txt; fail "the resumed run failed"; }
 [ "$(wc -l < part.db)" -eq "$lines" ] || fail "resume measured $(wc -l < part.db) records, expected $lines"
 
 # A corrupt database is refused with its line number (exit 1).
 sed '2s/.*/{"broken"/' tuning.db > bad.db
 set +e
-"$fagen" tune spec.yaml --arch sm_90a --shapes 64,256 -o bad.db > /dev/null 2> err4.txt
+"$fagen" tune spec.yaml --arch sm_90 --shapes 64,256 -o bad.db > /dev/null 2> err4.txt
 rc=$?
 set -e
 [ "$rc" -eq 1 ] || fail "a corrupt database exited $rc, expected 1"
@@ -52,18 +52,18 @@ grep -q 'bad.db:2:' err4.txt || { cat err4.txt; fail "no line number for the cor
 # The database feeds a build: the winners become the bundle's kernels, with their seqlen
 # ranges and provenance; a database from another fagen version is refused unless allowed.
 unset FAGEN_LIBCUDA
-"$fagen" build spec.yaml --arch sm_90a --tuning tuning.db -q -o tuned.fab || fail "build --tuning failed"
+"$fagen" build spec.yaml --arch sm_90 --tuning tuning.db -q -o tuned.fab || fail "build --tuning failed"
 "$fagen" inspect tuned.fab > inspect.txt
 grep -q 'tuning: tuned s64 (1..128) on Fake GPU' inspect.txt || { cat inspect.txt; fail "no provenance"; }
 grep -q 'serves max(seqlen_q, seqlen_k) in 1\.\.' inspect.txt || fail "no tuned seqlen range"
 sed 's/"fagen":"[^"]*"/"fagen":"0.0.0-old"/g' tuning.db > old.db
 set +e
-"$fagen" build spec.yaml --arch sm_90a --tuning old.db -q -o old.fab 2> err5.txt
+"$fagen" build spec.yaml --arch sm_90 --tuning old.db -q -o old.fab 2> err5.txt
 rc=$?
 set -e
 [ "$rc" -eq 1 ] || fail "a database of another fagen version exited $rc, expected 1"
 grep -q 'tuning-allow-mismatch' err5.txt || { cat err5.txt; fail "no hint at --tuning-allow-mismatch"; }
 [ ! -e old.fab ] || fail "a refused build wrote its output"
-"$fagen" build spec.yaml --arch sm_90a --tuning old.db --tuning-allow-mismatch -q -o old.fab \
+"$fagen" build spec.yaml --arch sm_90 --tuning old.db --tuning-allow-mismatch -q -o old.fab \
   || fail "--tuning-allow-mismatch did not allow it"
 echo "tune-fake-gpu: ok ($lines records)"

@@ -48,16 +48,26 @@ TEST(Plan, EveryDefaultFitsItsArch) {
 }
 
 TEST(Plan, ArchSpecificDefaults) {
-  std::vector<KernelPlan> p =
-      planOf("variants: [{name: v, dtype: bf16, head_dim: 128, mask: causal}]", {"sm_80", "sm_90a"});
-  ASSERT_EQ(p.size(), 2u);
+  std::vector<KernelPlan> p = planOf(
+      "variants: [{name: v, dtype: bf16, head_dim: 128, mask: causal}]", {"sm_80", "sm_90", "sm_90a"});
+  ASSERT_EQ(p.size(), 3u);
   EXPECT_EQ(p[0].arch, "sm_80");
   EXPECT_EQ(p[0].stages, 1);
-  EXPECT_EQ(p[1].arch, "sm_90a");
+  EXPECT_EQ(p[1].arch, "sm_90");
   EXPECT_EQ(p[1].stages, 2);
   EXPECT_EQ(p[1].name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2_r8");
   EXPECT_EQ(p[1].rescaleTau, 8); // measured default at hd 128
   EXPECT_EQ(p[1].tuning, "default");
+  // sm_90a: the wgmma template, two warpgroups.
+  EXPECT_EQ(p[2].templ, "sm90");
+  EXPECT_EQ(p[2].name, "fagen_fwd_bf16_hd128_causal_sm90_m128n128w8s2");
+  EXPECT_EQ(p[2].threads, 256);
+  EXPECT_EQ(p[2].smemBytes, sm90FwdSmemBytes(128, 128, 128, 2));
+  EXPECT_FALSE(bool(applyConfig(p[2], [] {
+    KernelConfig c;
+    c.blockM = 128, c.blockN = 64, c.warps = 4, c.stages = 2; // 4 warps cannot be 2 warpgroups
+    return c;
+  }())));
 }
 
 TEST(Plan, IdenticalKernelsArePlannedOnce) {
@@ -106,8 +116,8 @@ TEST(Plan, TunedRangesBecomeKernelsWithTheDefaultForTheRest) {
     return c;
   };
   // 1..1024 and 1025..4096 share a config (merged); nothing tuned above 4096.
-  table["fwd bf16 hd128x128 causal sm_90a"] = {config(1, 1024, 32, -1), config(1025, 4096, 32, -1)};
-  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, {"sm_90a"}, &table);
+  table["fwd bf16 hd128x128 causal sm_90"] = {config(1, 1024, 32, -1), config(1025, 4096, 32, -1)};
+  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, {"sm_90"}, &table);
   ASSERT_TRUE(bool(plans)) << llvm::toString(plans.takeError());
   ASSERT_EQ(plans->size(), 2u);
   const KernelPlan &def = (*plans)[1], &tuned = (*plans)[0];
@@ -118,15 +128,15 @@ TEST(Plan, TunedRangesBecomeKernelsWithTheDefaultForTheRest) {
   EXPECT_EQ(def.name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2_r8");
   EXPECT_EQ(def.seqlenMin, 0);
   EXPECT_EQ(def.tuning, "default");
-  EXPECT_EQ(workloadKey(def), "fwd bf16 hd128x128 causal sm_90a");
+  EXPECT_EQ(workloadKey(def), "fwd bf16 hd128x128 causal sm_90");
 
   // A full cover needs no default kernel; an unbuildable config is refused with the reason.
-  table["fwd bf16 hd128x128 causal sm_90a"].push_back(config(4097, int64_t(1) << 40, 64, 8));
-  plans = planKernels(*spec, {"sm_90a"}, &table);
+  table["fwd bf16 hd128x128 causal sm_90"].push_back(config(4097, int64_t(1) << 40, 64, 8));
+  plans = planKernels(*spec, {"sm_90"}, &table);
   ASSERT_TRUE(bool(plans));
   EXPECT_EQ(plans->size(), 2u);
-  table["fwd bf16 hd128x128 causal sm_90a"] = {config(1, 100, 128, 0)};
-  plans = planKernels(*spec, {"sm_90a"}, &table);
+  table["fwd bf16 hd128x128 causal sm_90"] = {config(1, 100, 128, 0)};
+  plans = planKernels(*spec, {"sm_90"}, &table);
   ASSERT_FALSE(bool(plans));
   EXPECT_NE(llvm::toString(plans.takeError()).find("fp32 accumulator registers"), std::string::npos);
 }
