@@ -38,8 +38,11 @@ for tool in ("FileCheck", "not"):
                          "--param llvm_bin=DIR" % (tool, llvm_bin))
 # nvcc for the template compile tests: $CUDA_HOME/bin, then PATH, then /usr/local/cuda/bin.
 cuda_bins = [os.path.join(os.environ["CUDA_HOME"], "bin")] if os.environ.get("CUDA_HOME") else []
+# cuobjdump and nvdisasm for the SASS checks: installed by scripts/install-deps into .tools/.
+sass_tools = os.path.join(os.path.dirname(os.path.dirname(config.test_source_root)),
+                          ".tools", "cuda", "nvidia", "cu13", "bin")
 config.environment["PATH"] = os.pathsep.join(
-    [llvm_bin] + cuda_bins + [os.environ.get("PATH", ""), "/usr/local/cuda/bin"])
+    [llvm_bin] + cuda_bins + [os.environ.get("PATH", ""), "/usr/local/cuda/bin", sass_tools])
 
 config.test_exec_root = param("build_dir", "FAGEN_LIT_BUILD_DIR",
                               os.path.join(tempfile.gettempdir(), "fagen-lit"))
