@@ -24,8 +24,6 @@ namespace {
 
 namespace ref = reference;
 
-/// The grid. Odd sizes on purpose: 1, 17, 127, 577, 1000 are multiples of no tile size;
-/// Sq != Sk exercises the bottom-right causal alignment and rows that see no key.
 /// The shapes of `grid` that a kernel tuned for max(seqlen_q, seqlen_k) in [lo, hi] serves;
 /// where fewer than two are left, odd shapes at the bottom of the range are added (one with
 /// Sq < Sk, one with Sq > Sk, so that causal rows that see no key are covered too).
@@ -45,6 +43,8 @@ std::vector<CheckShape> shapesInRange(const std::vector<CheckShape> &grid, int64
   return out;
 }
 
+/// The grid. Odd sizes on purpose: 1, 17, 127, 577, 1000 are multiples of no tile size;
+/// Sq != Sk exercises the bottom-right causal alignment and rows that see no key.
 std::vector<CheckShape> shapeGrid(bool quick) {
   if (quick)
     return {{1, 2, 1, 17, 127, false}, {2, 2, 2, 130, 77, true}, {1, 1, 1, 1, 1, false}};
@@ -83,6 +83,10 @@ std::vector<uint16_t> randomTensor(size_t n, ref::ElementType type, std::mt19937
 }
 
 } // namespace
+
+std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, bool quick) {
+  return shapesInRange(shapeGrid(quick), seqlenMin, seqlenMax);
+}
 
 fagen_fwd_problem forwardProblem(const std::string &dtype, int headDimQK, int headDimV,
                                  bool causal, const CheckShape &s) {
@@ -285,10 +289,9 @@ int runCheck(const CheckOptions &opt) {
                                 "kernel", "arch", "B x Hq/Hkv Sq x Sk layout", "err O",
                                 "limit O", "err LSE", "limit LSE", "result");
   unsigned passed = 0, failed = 0, skipped = 0;
-  std::vector<CheckShape> grid = shapeGrid(opt.quick);
   for (size_t i = 0; i < records.kernels.size(); ++i) {
     const KernelRecord &k = records.kernels[i];
-    std::vector<CheckShape> shapes = shapesInRange(grid, k.seqlenMin, k.seqlenMax);
+    std::vector<CheckShape> shapes = checkShapesFor(k.seqlenMin, k.seqlenMax, opt.quick);
     if (!opt.kernelFilter.empty() && k.name.find(opt.kernelFilter) == std::string::npos)
       continue;
     if (!archRunsOn(k.arch, major, minor)) {

@@ -28,6 +28,11 @@ struct CheckShape {
   bool bhsd; ///< layout [batch, heads, seq, dim] instead of [batch, seq, heads, dim]
 };
 
+/// The shapes `fagen check` runs a kernel on: the grid's (or the quick grid's) shapes whose
+/// max(seqlen_q, seqlen_k) lies in the kernel's [seqlenMin, seqlenMax], plus two odd shapes at
+/// the bottom of the range where fewer than two of the grid's are left (tuned kernels).
+std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, bool quick);
+
 /// The forward problem of `shape` for a kernel of this dtype ("bf16" or "fp16"), head dims and
 /// mask, with the strides of dense tensors in the shape's layout and the default softmax scale.
 /// The check and the tuner's timing both launch through it, so they describe a shape alike.

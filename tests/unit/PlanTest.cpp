@@ -1,6 +1,7 @@
 //===- PlanTest.cpp - planner, emitter and ptxas-report unit tests --------===//
 
 #include "Build.h"
+#include "Check.h"
 #include "Emit.h"
 #include "Plan.h"
 #include "Spec.h"
@@ -182,6 +183,30 @@ TEST(Build, NvccFlagsPerArch) {
 TEST(Build, TemplatesHashIsStable) {
   EXPECT_EQ(templatesHash().size(), 64u);
   EXPECT_EQ(templatesHash(), templatesHash());
+}
+
+} // namespace
+
+namespace {
+
+TEST(Check, ShapesFollowTheKernelsTunedRange) {
+  auto maxSeqlen = [](const CheckShape &s) { return std::max(s.seqlenQ, s.seqlenK); };
+  // An untuned kernel runs the whole grid.
+  std::vector<CheckShape> all = checkShapesFor(0, int64_t(1) << 40, false);
+  EXPECT_EQ(all.size(), 9u);
+  // A short-sequence bucket keeps the grid's shapes inside it.
+  for (const CheckShape &s : checkShapesFor(1, 128, false))
+    EXPECT_LE(maxSeqlen(s), 128);
+  // A long-sequence bucket the grid does not reach gets two odd shapes in range, one with
+  // Sq < Sk and one with Sq > Sk.
+  std::vector<CheckShape> lng = checkShapesFor(4097, int64_t(1) << 40, false);
+  ASSERT_EQ(lng.size(), 2u);
+  for (const CheckShape &s : lng) {
+    EXPECT_GE(maxSeqlen(s), 4097);
+    EXPECT_LE(maxSeqlen(s), 4100);
+  }
+  EXPECT_LT(lng[0].seqlenQ, lng[0].seqlenK);
+  EXPECT_GT(lng[1].seqlenQ, lng[1].seqlenK);
 }
 
 } // namespace
