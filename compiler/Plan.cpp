@@ -292,19 +292,43 @@ KernelPlan sm90Plan(KernelPlan p) {
   return p;
 }
 
+/// A spec's tile: pins the template and any of its parameters; the rest stay the planner's.
+llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile,
+                                      const VariantSpec &v) {
+  if (tile.templ == "sm90") {
+    if (p.arch != "sm_90a")
+      return makeSpecError(tile.loc, "template sm90 needs the sm_90a target, not " + p.arch +
+                                         ": list only sm_90a in this variant's targets");
+    p = sm90Plan(p);
+  }
+  if (tile.blockM) p.blockM = tile.blockM;
+  if (tile.blockN) p.blockN = tile.blockN;
+  if (tile.stages) p.stages = tile.stages;
+  if (tile.warps)
+    p.warps = tile.warps;
+  else if (p.templ == "sm90")
+    p.warps = p.blockM / 16;
+  if (tile.rescaleTau) p.rescaleTau = *tile.rescaleTau;
+  if (tile.exp2EmuPercent) p.exp2EmuPercent = *tile.exp2EmuPercent;
+  if (tile.exp2PolyDegree) p.exp2PolyDegree = *tile.exp2PolyDegree;
+  p.tuning = "spec";
+  finalizePlan(p);
+  if (p.templ == "sm80") {
+    Tile t{p.blockM, p.blockN, p.warps, p.stages};
+    if (llvm::Error err = checkSm80Tile(t, v, p.arch))
+      return err;
+  }
+  if (llvm::Error err = checkKernelPlan(p)) {
+    std::string message = llvm::toString(std::move(err));
+    return makeSpecError(tile.loc, message.substr(message.find(": ") + 2));
+  }
+  return p;
+}
+
 llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pass,
                                     const std::string &arch) {
-  Tile t = fitSmem(defaultTile(v.headDimQK, arch), v.headDimQK, arch);
-  std::string tuning = "default";
-  if (v.tile) {
-    if (v.tile->blockM) t.blockM = v.tile->blockM;
-    if (v.tile->blockN) t.blockN = v.tile->blockN;
-    if (v.tile->warps) t.warps = v.tile->warps;
-    if (v.tile->stages) t.stages = v.tile->stages;
-    tuning = "spec";
-  }
-  if (llvm::Error err = checkSm80Tile(t, v, arch))
-    return err;
+  if (!validHeadDim(v.headDimQK))
+    return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 16 in 32..256");
   KernelPlan p;
   p.variant = v.name;
   p.pass = pass;
@@ -314,14 +338,18 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   p.headDimQK = v.headDimQK;
   p.headDimV = v.headDimV;
   p.mask = v.mask;
+  Tile t = fitSmem(defaultTile(v.headDimQK, arch), v.headDimQK, arch);
   p.blockM = t.blockM;
   p.blockN = t.blockN;
   p.warps = t.warps;
   p.stages = t.stages;
   p.rescaleTau = defaultRescaleTau(v.headDimQK, v.mask == "causal", arch);
-  p.tuning = tuning;
+  p.tuning = "default";
   finalizePlan(p);
-  if (!v.tile && usesSm90Template(p))
+  // A pinned tile keeps the portable template unless it names another one.
+  if (v.tile)
+    return pinnedPlan(p, *v.tile, v);
+  if (usesSm90Template(p))
     return sm90Plan(p);
   return p;
 }

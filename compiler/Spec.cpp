@@ -760,7 +760,8 @@ void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
                               describe(entry.value));
     return;
   }
-  Entries keys = readMapping(entry.value, {"block_m", "block_n", "warps", "stages"});
+  Entries keys = readMapping(entry.value, {"block_m", "block_n", "warps", "stages", "template",
+                                          "rescale_tau", "exp2_emu_percent", "exp2_poly_degree"});
   TileOverride tile;
   tile.loc = entry.valueLoc;
   for (const auto &[key, item] : keys) {
@@ -772,7 +773,20 @@ void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
       tile.blockN = readRange(item, what, 16, 256, 16).value_or(0);
     else if (key == "stages")
       tile.stages = readRange(item, what, 1, 4, 1).value_or(0);
-    else if (std::optional<int> warps = readInt(item, what)) {
+    else if (key == "rescale_tau")
+      tile.rescaleTau = readRange(item, what, -1, 8, 1);
+    else if (key == "exp2_emu_percent")
+      tile.exp2EmuPercent = readRange(item, what, 0, 50, 1);
+    else if (key == "exp2_poly_degree")
+      tile.exp2PolyDegree = readRange(item, what, 3, 5, 1);
+    else if (key == "template") {
+      std::string templ = item.value.IsScalar() ? item.value.Scalar() : "";
+      if (templ == "sm80" || templ == "sm90")
+        tile.templ = templ;
+      else
+        error(item.valueLoc, what + " must be sm80 (portable, mma.sync) or sm90 (wgmma, sm_90a), "
+                                    "got " + describe(item.value));
+    } else if (std::optional<int> warps = readInt(item, what)) {
       if (*warps == 1 || *warps == 2 || *warps == 4 || *warps == 8)
         tile.warps = *warps;
       else

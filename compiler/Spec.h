@@ -36,6 +36,10 @@ struct TileOverride {
   int blockN = 0;
   int warps = 0;
   int stages = 0;
+  std::string templ;                 ///< "sm80", "sm90" or "" (planner's choice)
+  std::optional<int> rescaleTau;     ///< FA4 conditional-rescaling threshold, -1..8
+  std::optional<int> exp2EmuPercent; ///< percent of exp2 on the FMA units, 0..50
+  std::optional<int> exp2PolyDegree; ///< that polynomial's degree, 3..5
   SourceLoc loc; ///< of the `tile` mapping, where the planner reports a combination it rejects
 };
 
