@@ -1,0 +1,80 @@
+// fagen: the backward kernels' parameter block (FlashAttention-2 order).
+//
+// Like fwd_params.h: plain C, shared by templates/ and runtime/, versioned. A backward plan is
+// three kernels built into one cubin, all taking `const __grid_constant__ fagen_bwd_params`:
+//   <name>_pre   grid (ceil(seqlen_q / kBlockM), heads_q, batch): D = rowsum(dO * O) in fp32
+//                and dq_accum zeroed (rows of this call only).
+//   <name>       grid (ceil(seqlen_k / kBlockN), heads_kv, batch): per key tile, dK and dV of
+//                that tile (summed over the group's query heads inside the CTA, so no atomics
+//                for them), dQ accumulated in fp32 into dq_accum (atomicAdd, or in a fixed order
+//                with dq_semaphore when the kernel is deterministic).
+//   <name>_post  grid like _pre: dQ = dq_accum in the input dtype.
+// Launch geometry: block = Config::kThreads for the main kernel, Config::kPrePostThreads for
+// _pre/_post; dynamic shared memory Config::kSmemBytes for the main kernel, 0 for the others.
+#ifndef FAGEN_TEMPLATES_COMMON_BWD_PARAMS_H
+#define FAGEN_TEMPLATES_COMMON_BWD_PARAMS_H
+
+#include "common/fwd_params.h"
+
+#define FAGEN_BWD_PARAMS_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// The forward's problem (fwd: q, k, v, o read; lse read, as the forward wrote it; every
+/// variant field as in the forward call, which the backward must repeat exactly) plus the
+/// gradients. dO like O, dQ like Q, dK like K, dV like V (own strides, same layouts rules).
+/// Workspace (caller-allocated, size from the plan; see fagen_bwd_workspace_layout):
+///   dq_accum  float32, addressed dq_accum + b * dq_accum_batch_stride + h *
+///             dq_accum_head_stride + row * head_dim_qk + d (varlen: row = cu_seqlens_q[b] + i)
+///   d         float32, addressed like the LSE with d_batch_stride / d_head_stride
+///   dq_semaphore  int32, one per (b, h, m_block), zeroed by _pre; deterministic kernels only.
+typedef struct fagen_bwd_params {
+  fagen_fwd_params fwd;
+
+  const void *dout;
+  void *dq;
+  void *dk;
+  void *dv;
+  int64_t do_batch_stride, do_head_stride, do_row_stride;
+  int64_t dq_batch_stride, dq_head_stride, dq_row_stride;
+  int64_t dk_batch_stride, dk_head_stride, dk_row_stride;
+  int64_t dv_batch_stride, dv_head_stride, dv_row_stride;
+
+  float *dq_accum;
+  float *d;
+  int32_t *dq_semaphore;
+  int64_t dq_accum_batch_stride, dq_accum_head_stride;
+  int64_t d_batch_stride, d_head_stride;
+  int64_t semaphore_batch_stride, semaphore_head_stride; // in int32s; one per m_block
+  int32_t m_blocks;    // ceil(seqlen_q / kBlockM) of the main kernel
+  int32_t pad0_;
+} fagen_bwd_params;
+
+/// Where each workspace buffer starts and how big the whole is. `rows_q`: batch * seqlen_q
+/// (varlen: total_q). Every offset is 256-byte aligned.
+typedef struct fagen_bwd_workspace {
+  uint64_t dq_accum_offset, d_offset, semaphore_offset, total_bytes;
+} fagen_bwd_workspace;
+
+static inline uint64_t fagen_align256_(uint64_t x) { return (x + 255u) & ~(uint64_t)255u; }
+
+static inline fagen_bwd_workspace fagen_bwd_workspace_layout(int64_t rows_q, int32_t heads_q,
+                                                             int32_t head_dim_qk,
+                                                             int32_t batch, int32_t m_blocks,
+                                                             int32_t deterministic) {
+  fagen_bwd_workspace w;
+  w.dq_accum_offset = 0;
+  w.d_offset = fagen_align256_((uint64_t)rows_q * heads_q * head_dim_qk * 4u);
+  w.semaphore_offset = w.d_offset + fagen_align256_((uint64_t)rows_q * heads_q * 4u);
+  w.total_bytes = w.semaphore_offset +
+                  (deterministic ? fagen_align256_((uint64_t)batch * heads_q * m_blocks * 4u) : 0);
+  return w;
+}
+
+#ifdef __cplusplus
+} // extern "C"
+#endif
+
+#endif // FAGEN_TEMPLATES_COMMON_BWD_PARAMS_H
