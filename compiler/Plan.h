@@ -12,6 +12,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -36,13 +37,25 @@ struct KernelConfig {
 struct KernelPlan {
   std::string name;     ///< the kernel's symbol; spells its specialization
   std::string variant;  ///< spec variant name(s) served, comma-separated
-  std::string pass;     ///< "fwd"
+  std::string pass;     ///< "fwd" | "bwd"
   std::string arch;     ///< canonical target arch, e.g. "sm_90a"
   std::string templ;    ///< template family: "sm80" (portable mma.sync), "sm90" (wgmma, sm_90a)
   std::string dtype;    ///< "fp16" | "bf16"
   int headDimQK = 0;
   int headDimV = 0;
-  std::string mask;     ///< "none" | "causal"
+  std::string mask;     ///< "none" | "causal" | "window"
+  // The rest of the variant; docs/design/variants-and-backward.md.
+  std::string maskAlign = "bottom_right"; ///< "bottom_right" | "top_left" (causal, window)
+  std::string scoreMod = "none";          ///< "none" | "softcap" | "alibi"
+  bool dropout = false;                   ///< Philox dropout on P
+  bool varlen = false;                    ///< packed sequences with cu_seqlens
+  std::string sparsity = "none";          ///< "none" | "runtime" | "static"
+  int sparseBlock = 0;                    ///< tokens per block of the block mask / layout
+  int sparseRows = 0, sparseCols = 0;     ///< static layout: table size in blocks
+  std::vector<uint8_t> sparseTable;       ///< static layout: rows x cols, 1 = computed
+  std::string sparseHash;                 ///< static layout: 8 hex digits naming the table
+  bool deterministic = false;             ///< bwd: bitwise-repeatable dQ
+  int prePostThreads = 0;                 ///< bwd: threads of the _pre and _post kernels
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
   int threads = 0;
   int smemBytes = 0;
