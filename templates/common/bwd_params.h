@@ -14,7 +14,7 @@
 #ifndef FAGEN_TEMPLATES_COMMON_BWD_PARAMS_H
 #define FAGEN_TEMPLATES_COMMON_BWD_PARAMS_H
 
-#include "common/fwd_params.h"
+#include "fwd_params.h" // same folder: found whatever the include path
 
 #define FAGEN_BWD_PARAMS_VERSION 1
 

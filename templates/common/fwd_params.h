@@ -80,11 +80,12 @@ typedef struct fagen_fwd_params {
   int64_t block_mask_batch_stride, block_mask_head_stride, block_mask_row_stride;
 
   // Dropout on P (PhiloxDropout): each element is kept with probability 1 - dropout_p and
-  // kept values are scaled by dropout_rescale = 1 / (1 - dropout_p). Element (b, h, i, j) is
-  // kept iff fagen_philox_keep(...) (common/philox.h) with these seed and offset.
+  // kept values are scaled by dropout_rescale. Element (b, h, i, j) is kept iff
+  // fagen::dropout_keep(...) (common/philox.h) with these seed, offset and threshold; p is
+  // quantized to 1/256 there (dropout_threshold(p), dropout_rescale(threshold)).
   float dropout_p;
   float dropout_rescale;
-  uint32_t dropout_threshold; // round(dropout_p * 2^32), saturated to 2^32 - 1: drop iff r < it
+  uint32_t dropout_threshold; // 8 bits: min(255, round(dropout_p * 256)); drop iff byte < it
   uint32_t pad0_;
   uint64_t dropout_seed;
   uint64_t dropout_offset;

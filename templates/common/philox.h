@@ -6,23 +6,30 @@
 // forward's mask from it, and `fagen check` reproduces it on the CPU): changing it changes
 // every dropout result, so it is versioned with the params (FAGEN_FWD_PARAMS_VERSION).
 //
+// One Philox call gives 16 bytes; each decides one element with 8 bits (as FlashAttention-2
+// does: one 32-bit draw per element made dropout cost +75% at hd 128 on the H200, 2026-11-30),
+// so p is quantized to 1/256: threshold = min(255, round(p * 256)), effective p = threshold /
+// 256, kept values scaled by 256 / (256 - threshold).
 // Element (b, h, i, j) of the attention matrix (i, j: query / key index within the sequence)
-// belongs to the 2x2 patch {r, r + 8} x {c, c + 1} with r = (i & ~15) | (i & 7), c = j & ~1:
-// exactly the four elements one thread holds in an m16n8 MMA accumulator (rows lane/4 and
-// lane/4 + 8, columns 2 (lane % 4) and + 1), so one Philox call serves one thread's patch.
-//   counter = {j >> 1, (i >> 4) * 8 + (i & 7), b * heads_q + h, uint32(offset)}
+// belongs to the patch {r, r + 8} x {c + 8 t + e : t = 0..3, e = 0, 1} with
+// r = (i & ~15) | (i & 7) and c = j & ~25 (bits 0, 3, 4 cleared): exactly the 16 elements one
+// thread holds in four adjacent m16n8 MMA accumulators (rows lane/4 and lane/4 + 8, columns
+// 2 (lane % 4) + {0, 1} of each 8-column tile), so one Philox call serves a thread's 32 columns.
+//   counter = {(j >> 5) * 4 + ((j >> 1) & 3), (i >> 4) * 8 + (i & 7), b * heads_q + h,
+//              uint32(offset)}
 //   key     = {uint32(seed), uint32(seed >> 32) ^ uint32(offset >> 32)}
-//   word    = ((i >> 3) & 1) * 2 + (j & 1)
-//   kept   <=> output[word] >= threshold   (threshold = round(p * 2^32), saturated)
+//   byte    = ((i >> 3) & 1) * 8 + ((j >> 3) & 3) * 2 + (j & 1)   (byte k of the output is
+//             bits 8 (k % 4) .. of word k / 4, words in the order x, y, z, w)
+//   kept   <=> byte value >= threshold
 #ifndef FAGEN_TEMPLATES_COMMON_PHILOX_H
 #define FAGEN_TEMPLATES_COMMON_PHILOX_H
 
 #include <stdint.h>
 
 #if defined(__CUDACC__)
-#define FAGEN_HD __host__ __device__ __forceinline__
+#define FAGEN_PHILOX_HD __host__ __device__ __forceinline__
 #else
-#define FAGEN_HD inline
+#define FAGEN_PHILOX_HD inline
 #endif
 
 namespace fagen {
@@ -31,7 +38,7 @@ struct Philox4 {
   uint32_t x, y, z, w;
 };
 
-FAGEN_HD uint32_t philox_mulhi(uint32_t a, uint32_t b) {
+FAGEN_PHILOX_HD uint32_t philox_mulhi(uint32_t a, uint32_t b) {
 #if defined(__CUDA_ARCH__)
   return __umulhi(a, b);
 #else
@@ -40,7 +47,7 @@ FAGEN_HD uint32_t philox_mulhi(uint32_t a, uint32_t b) {
 }
 
 /// Philox4x32 with 10 rounds.
-FAGEN_HD Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
+FAGEN_PHILOX_HD Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
   const uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
   const uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
 #if defined(__CUDA_ARCH__)
@@ -56,29 +63,37 @@ FAGEN_HD Philox4 philox4x32_10(Philox4 c, uint32_t k0, uint32_t k1) {
   return c;
 }
 
-/// The four words of the patch that holds (i, j) (see the file comment).
-FAGEN_HD Philox4 dropout_patch(uint64_t seed, uint64_t offset, uint32_t bh, int i, int j) {
-  Philox4 c{uint32_t(j) >> 1, (uint32_t(i) >> 4) * 8u + (uint32_t(i) & 7u), bh, uint32_t(offset)};
+/// The 16 bytes of the patch that holds (i, j) (see the file comment).
+FAGEN_PHILOX_HD Philox4 dropout_patch(uint64_t seed, uint64_t offset, uint32_t bh, int i, int j) {
+  Philox4 c{(uint32_t(j) >> 5) * 4u + ((uint32_t(j) >> 1) & 3u),
+            (uint32_t(i) >> 4) * 8u + (uint32_t(i) & 7u), bh, uint32_t(offset)};
   return philox4x32_10(c, uint32_t(seed), uint32_t(seed >> 32) ^ uint32_t(offset >> 32));
 }
 
-/// Whether element (bh = b * heads_q + h, i, j) survives dropout.
-FAGEN_HD bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t threshold, uint32_t bh, int i,
-                           int j) {
-  const Philox4 r = dropout_patch(seed, offset, bh, i, j);
-  const int word = ((i >> 3) & 1) * 2 + (j & 1);
-  const uint32_t v = word == 0 ? r.x : word == 1 ? r.y : word == 2 ? r.z : r.w;
-  return v >= threshold;
+/// Byte k (0..15) of a patch.
+FAGEN_PHILOX_HD uint32_t dropout_byte(Philox4 r, int k) {
+  const uint32_t w = k < 4 ? r.x : k < 8 ? r.y : k < 12 ? r.z : r.w;
+  return (w >> (8 * (k & 3))) & 0xFFu;
 }
 
-/// round(p * 2^32) saturated to [0, 2^32 - 1] (p in [0, 1)).
-inline uint32_t dropout_threshold(float p) {
-  const double t = double(p) * 4294967296.0 + 0.5;
-  return t >= 4294967295.0 ? 0xFFFFFFFFu : t <= 0 ? 0u : uint32_t(t);
+/// Whether element (bh = b * heads_q + h, i, j) survives dropout.
+FAGEN_PHILOX_HD bool dropout_keep(uint64_t seed, uint64_t offset, uint32_t threshold, uint32_t bh, int i,
+                           int j) {
+  const Philox4 r = dropout_patch(seed, offset, bh, i, j);
+  return dropout_byte(r, ((i >> 3) & 1) * 8 + ((j >> 3) & 3) * 2 + (j & 1)) >= threshold;
 }
+
+/// The 8-bit threshold for drop probability p in [0, 1): min(255, round(p * 256)).
+inline uint32_t dropout_threshold(float p) {
+  const double t = double(p) * 256.0 + 0.5;
+  return t >= 255.0 ? 255u : t <= 0 ? 0u : uint32_t(t);
+}
+
+/// The scale of kept values for a threshold: 1 / (1 - threshold / 256).
+inline float dropout_rescale(uint32_t threshold) { return 256.0f / float(256u - threshold); }
 
 } // namespace fagen
 
-#undef FAGEN_HD
+#undef FAGEN_PHILOX_HD
 
 #endif // FAGEN_TEMPLATES_COMMON_PHILOX_H

@@ -49,6 +49,44 @@ __device__ __forceinline__ void apply_mask(float (&s)[kRowTiles][kColTiles][4], 
       }
 }
 
+/// Replaces raw scores s = q . k by the score mod's logits (natural-log units), element by
+/// element; call before apply_mask (a masked -inf is no score). (row0, col0) as apply_mask.
+template <class ScoreMod, int kRowTiles, int kColTiles>
+__device__ __forceinline__ void apply_score_mod(float (&s)[kRowTiles][kColTiles][4],
+                                                const ScoreMod &mod, int row0, int col0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
+        const int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
+        s[t][j][e] = mod.logit(s[t][j][e], row, col);
+      }
+}
+
+/// Zeroes the probabilities that dropout drops (the kept ones are scaled by 1 / (1 - p) later,
+/// with the output: finalize's o_scale). One Philox call per 16-row tile and pair of columns
+/// gives the 2x2 patch this thread holds (common/philox.h). row0 % 16 == 0 (the patch rule
+/// needs each fragment row r with r % 16 < 8 at lane / 4); (row0, col0) as apply_mask.
+template <class Dropout, int kRowTiles, int kColTiles>
+__device__ __forceinline__ void apply_dropout(float (&p)[kRowTiles][kColTiles][4],
+                                              const Dropout &dropout, int row0, int col0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j) {
+      const unsigned keep =
+          dropout.keep4(row0 + 16 * t + lane / 4, col0 + 8 * j + 2 * (lane % 4));
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        p[t][j][e] = keep >> e & 1u ? p[t][j][e] : 0.f;
+    }
+}
+
 /// Running max and sum per row for kRowTiles 16-row tiles. The max is kept in raw logit
 /// units; logits reach exp2 through one FFMA with scale_log2 = softmax_scale * log2(e) (> 0).
 /// kRescaleTau, kExp2EmuPercent, kExp2PolyDegree: see sm80::FwdConfig.
@@ -132,6 +170,13 @@ struct OnlineSoftmax {
   template <int kOColTiles>
   __device__ __forceinline__ void finalize(float (&o)[kRowTiles][kOColTiles][4], float scale_log2,
                                            float (&lse)[kRows]) {
+    finalize(o, scale_log2, lse, 1.f);
+  }
+
+  /// As finalize, o also multiplied by o_scale (dropout's 1 / (1 - p)).
+  template <int kOColTiles>
+  __device__ __forceinline__ void finalize(float (&o)[kRowTiles][kOColTiles][4], float scale_log2,
+                                           float (&lse)[kRows], float o_scale) {
     const float kLn2 = 0.693147180559945309f;
 #pragma unroll
     for (int t = 0; t < kRowTiles; ++t)
@@ -141,7 +186,7 @@ struct OnlineSoftmax {
         const float kNegInf = -__int_as_float(0x7f800000);
         const float sum = quad_sum(row_sum[r]);
         const bool empty = row_max[r] == kNegInf;
-        const float inv = empty ? 0.f : 1.f / sum;
+        const float inv = empty ? 0.f : o_scale / sum;
         lse[r] = empty ? kNegInf : (row_max[r] * scale_log2 + __log2f(sum)) * kLn2;
 #pragma unroll
         for (int d = 0; d < kOColTiles; ++d) {

@@ -210,12 +210,29 @@ struct PhiloxDropout {
   __device__ __forceinline__ PhiloxDropout(const fagen_fwd_params &p, int batch, int head)
       : seed(p.dropout_seed), offset(p.dropout_offset), threshold(p.dropout_threshold),
         bh(uint32_t(batch * p.heads_q + head)), rescale(p.dropout_rescale) {}
-  /// Keep bits of the 2x2 patch of (row, col) (row % 16 < 8, col even): bit
-  /// 2 * (row half) + (col % 2), as the accumulator element index e of an m16n8 fragment.
-  __device__ __forceinline__ unsigned keep4(int row, int col) const {
+  /// Keep bits of the 16 elements of (row, col)'s patch (common/philox.h): bit 4 t + e for
+  /// 8-column tile t = 0..3 of the patch and accumulator element e = 2 (row half) + col % 2, as
+  /// an m16n8 fragment numbers them. (row, col): the patch's first element.
+  __device__ __forceinline__ unsigned keep16(int row, int col) const {
     const Philox4 r = dropout_patch(seed, offset, bh, row, col);
-    return unsigned(r.x >= threshold) | unsigned(r.y >= threshold) << 1 |
-           unsigned(r.z >= threshold) << 2 | unsigned(r.w >= threshold) << 3;
+    // A byte per element: 0xff where kept (byte >= threshold), as 4 x 4 bytes.
+    const unsigned t4 = threshold * 0x01010101u;
+    const unsigned kx = __vcmpgeu4(r.x, t4), ky = __vcmpgeu4(r.y, t4);
+    const unsigned kz = __vcmpgeu4(r.z, t4), kw = __vcmpgeu4(r.w, t4);
+    unsigned bits = 0;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const unsigned lo = t < 2 ? kx : ky, hi = t < 2 ? kz : kw; // row halves
+      const int shift = 16 * (t % 2);
+      bits |= ((lo >> shift) & 1u) << (4 * t) | ((lo >> (shift + 8)) & 1u) << (4 * t + 1) |
+              ((hi >> shift) & 1u) << (4 * t + 2) | ((hi >> (shift + 8)) & 1u) << (4 * t + 3);
+    }
+    return bits;
+  }
+  /// Keep bits of the four elements of one 8-column tile: (row, col) with row % 16 < 8 and col
+  /// even; bit e = 2 (row half) + col % 2. Draws the whole patch: prefer keep16.
+  __device__ __forceinline__ unsigned keep4(int row, int col) const {
+    return (keep16(row, col & ~31 | (col & 6)) >> (4 * ((col >> 3) & 3))) & 0xFu;
   }
 };
 

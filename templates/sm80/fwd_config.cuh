@@ -11,6 +11,8 @@ namespace sm80 {
 
 /// One CTA computes a kBlockM-row query tile of one (batch, head), visiting kBlockN-row key/value
 /// tiles through a kStages-deep cp.async ring. Each warp owns kBlockM / kWarps consecutive rows.
+/// Variant: every attention-semantics choice (common/variants.cuh: mask, score mod, dropout,
+/// block sparsity, varlen). Q and K have kHeadDimQK columns, V and O kHeadDimV.
 ///
 /// Softmax techniques of FlashAttention-4 (section 3.1.3, 3.1.4), as compile-time choices:
 ///  kRescaleTau      -1: rescale O and the row sums after every key tile, branch-free;
@@ -24,12 +26,19 @@ namespace sm80 {
 ///                   round(kBlockN / 4 * percent / 100) of each row's kBlockN / 4 columns.
 ///  kExp2PolyDegree  degree of that polynomial (common/exp2_poly.h); only meaningful when
 ///                   kExp2EmuPercent > 0. Degrees 1 and 2 fail the tolerance rule (harness).
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kWarps_, int kStages_,
-          class Mask_, int kRescaleTau_ = 0, int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
+template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
+          int kWarps_, int kStages_, class Variant_, int kRescaleTau_ = 0,
+          int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
 struct FwdConfig {
   using Element = Element_;
-  using Mask = Mask_;
-  static constexpr int kHeadDim = kHeadDim_;
+  using Variant = Variant_;
+  using Mask = typename Variant::Mask;
+  using ScoreMod = typename Variant::ScoreMod;
+  using Dropout = typename Variant::Dropout;
+  using Sparsity = typename Variant::Sparsity;
+  static constexpr bool kVarlen = Variant::kVarlen;
+  static constexpr int kHeadDimQK = kHeadDimQK_;
+  static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kWarps = kWarps_;
@@ -43,18 +52,29 @@ struct FwdConfig {
   static constexpr int kRowsPerWarp = kBlockM / kWarps;
   static constexpr int kRowTiles = kRowsPerWarp / 16; // 16-row mma tiles per warp
 
+  // Head dims as the MMAs see them: rounded up to the 16-deep k step. The loaders zero-fill the
+  // columns in [kHeadDimQK, kHeadDimQKPad) of Q and K, so the last k step adds 0 * 0.
+  static constexpr int kHeadDimQKPad = (kHeadDimQK + 15) / 16 * 16;
+  static constexpr int kHeadDimVPad = (kHeadDimV + 15) / 16 * 16;
+
   // Shared memory: Q tile, then kStages K tiles, then kStages V tiles, every row padded by
   // 16 bytes. A row stride of 16 * odd bytes puts the 8 rows of each ldmatrix phase in 8
-  // different 16-byte bank groups for every head dim that is a multiple of 16, so no swizzle is
-  // needed. The O epilogue reuses the Q tile.
-  static constexpr int kSmemRowBytes = kHeadDim * 2 + 16;
-  static constexpr int kSmemQBytes = kBlockM * kSmemRowBytes;
-  static constexpr int kSmemKvTileBytes = kBlockN * kSmemRowBytes;
-  static constexpr int kSmemBytes = (kBlockM + 2 * kStages * kBlockN) * kSmemRowBytes;
+  // different 16-byte bank groups for every padded head dim, so no swizzle is needed. The O
+  // epilogue reuses the Q tile, whose rows are therefore wide enough for either head dim.
+  static constexpr int kSmemQkRowBytes = kHeadDimQKPad * 2 + 16;
+  static constexpr int kSmemVRowBytes = kHeadDimVPad * 2 + 16;
+  static constexpr int kSmemQRowBytes =
+      kSmemQkRowBytes > kSmemVRowBytes ? kSmemQkRowBytes : kSmemVRowBytes;
+  static constexpr int kSmemQBytes = kBlockM * kSmemQRowBytes;
+  static constexpr int kSmemKTileBytes = kBlockN * kSmemQkRowBytes;
+  static constexpr int kSmemVTileBytes = kBlockN * kSmemVRowBytes;
+  static constexpr int kSmemBytes = kSmemQBytes + kStages * (kSmemKTileBytes + kSmemVTileBytes);
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
-  static_assert(kHeadDim % 16 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
-                "kHeadDim must be a multiple of 16 in [32, 256]");
+  static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK >= 32 && kHeadDimQK <= 256,
+                "kHeadDimQK must be a multiple of 8 in [32, 256]");
+  static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 32 && kHeadDimV <= 256,
+                "kHeadDimV must be a multiple of 8 in [32, 256]");
   static_assert(kWarps >= 1 && kWarps <= 16, "kWarps must be in [1, 16]");
   static_assert(kBlockM == 16 * kWarps || kBlockM == 32 * kWarps,
                 "kBlockM must be 16 * kWarps or 32 * kWarps (16 or 32 rows per warp)");
@@ -71,6 +91,9 @@ struct FwdConfig {
   static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
                 "kExp2EmuPercent must be in [0, 50]");
   static_assert(kExp2PolyDegree >= 1 && kExp2PolyDegree <= 5, "kExp2PolyDegree must be in [1, 5]");
+  static_assert(!Sparsity::kSparse ||
+                    (Sparsity::kBlock % kBlockM == 0 && Sparsity::kBlock % kBlockN == 0),
+                "kBlockM and kBlockN must divide the block-sparse layout's block (kBlock)");
 };
 
 } // namespace sm80

@@ -2,7 +2,10 @@
 //
 // Portable: valid and verified source for sm_80, sm_90 and sm_100 (the faster sm_90a/sm_100a
 // templates live beside this one). One CTA = one kBlockM-row query tile of one (batch, head);
-// it walks the visible key/value tiles once, keeping S, P and O in registers.
+// it walks the visible key/value tiles once, keeping S, P and O in registers. The variant's
+// hooks (common/variants.cuh) choose the tiles (mask, block sparsity), transform the scores
+// (score mod) and drop probabilities (dropout); dense NoScoreMod kernels compile to the plain
+// FlashAttention-2 loop.
 #ifndef FAGEN_TEMPLATES_SM80_FWD_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM80_FWD_KERNEL_CUH
 
@@ -19,15 +22,20 @@ namespace sm80 {
 template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_fwd_params &params) {
   using Element = typename Config::Element;
   using Mask = typename Config::Mask;
-  constexpr int kHeadDim = Config::kHeadDim, kBlockM = Config::kBlockM;
-  constexpr int kBlockN = Config::kBlockN, kStages = Config::kStages;
-  constexpr int kThreads = Config::kThreads, kRowTiles = Config::kRowTiles;
-  constexpr int kColTiles = kBlockN / 8, kDimTiles = kHeadDim / 8;
+  using ScoreMod = typename Config::ScoreMod;
+  using Dropout = typename Config::Dropout;
+  using Sparsity = typename Config::Sparsity;
+  constexpr bool kVarlen = Config::kVarlen;
+  constexpr int kHeadDimQK = Config::kHeadDimQK, kHeadDimV = Config::kHeadDimV;
+  constexpr int kDimQK = Config::kHeadDimQKPad, kDimV = Config::kHeadDimVPad; // as the MMAs see
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  constexpr int kStages = Config::kStages, kThreads = Config::kThreads;
+  constexpr int kRowTiles = Config::kRowTiles, kColTiles = kBlockN / 8;
 
   extern __shared__ __align__(128) unsigned char smem[];
-  const u32 q_smem = smem_addr(smem);                           // (kBlockM, kHeadDim)
-  const u32 k_smem = q_smem + Config::kSmemQBytes;              // (kStages, kBlockN, kHeadDim)
-  const u32 v_smem = k_smem + kStages * Config::kSmemKvTileBytes; // (kStages, kBlockN, kHeadDim)
+  const u32 q_smem = smem_addr(smem);                            // (kBlockM, kDimQK)
+  const u32 k_smem = q_smem + Config::kSmemQBytes;               // (kStages, kBlockN, kDimQK)
+  const u32 v_smem = k_smem + kStages * Config::kSmemKTileBytes; // (kStages, kBlockN, kDimV)
 
   // Heavy query tiles first when later rows see more keys (causal): the tail of the grid then
   // holds the short tiles.
@@ -37,118 +45,172 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const int m_block = m_block_of(blockIdx);
   const int head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / params.group_size;
-  const AttentionShape shape{params.seqlen_q, params.seqlen_k};
+  const SequenceSpan span = sequence_span<kVarlen>(params, batch);
+  const AttentionShape shape = span.shape;
   const int row_begin = m_block * kBlockM;
+  if (kVarlen && row_begin >= shape.seqlen_q)
+    return; // past the end of a shorter sequence of the batch
   const int rows_q = min(kBlockM, shape.seqlen_q - row_begin);
 
-  const Element *q = static_cast<const Element *>(params.q) + batch * params.q_batch_stride +
+  // Offset of this (batch entry, row 0) in a tensor: dense, its batch stride; varlen, its first
+  // row in the packed tensor (batch strides unused).
+  auto sequence_offset = [](int b, int64_t batch_stride, int64_t row0, int64_t row_stride) {
+    return kVarlen ? row0 * row_stride : b * batch_stride;
+  };
+  const Element *q = static_cast<const Element *>(params.q) +
+                     sequence_offset(batch, params.q_batch_stride, span.q_row0,
+                                     params.q_row_stride) +
                      head * params.q_head_stride + row_begin * params.q_row_stride;
   // Key/value tile addresses are recomputed from the (constant-bank) params per tile rather than
   // kept as base pointers through the main loop (measured: this removed the spills of hd64
-  // 128x128 on sm_90, nvcc 13.0).
+  // 128x128 on sm_90, nvcc 13.0); varlen re-reads its first key row (an L1 hit) likewise.
+  auto k_row0 = [&]() -> int64_t {
+    if constexpr (kVarlen)
+      return params.cu_seqlens_k[block_index_rematerialized().z];
+    else
+      return 0;
+  };
   auto k_tile = [&](int n_block) {
     return static_cast<const Element *>(params.k) +
-           (batch * params.k_batch_stride + kv_head * params.k_head_stride +
-            n_block * kBlockN * params.k_row_stride);
+           (sequence_offset(batch, params.k_batch_stride, k_row0(), params.k_row_stride) +
+            kv_head * params.k_head_stride + n_block * kBlockN * params.k_row_stride);
   };
   auto v_tile = [&](int n_block) {
     return static_cast<const Element *>(params.v) +
-           (batch * params.v_batch_stride + kv_head * params.v_head_stride +
-            n_block * kBlockN * params.v_row_stride);
+           (sequence_offset(batch, params.v_batch_stride, k_row0(), params.v_row_stride) +
+            kv_head * params.v_head_stride + n_block * kBlockN * params.v_row_stride);
   };
-  // Output addresses are formed where they are used, from a fresh read of blockIdx: kept live
-  // through the main loop they would cost registers that the accumulators need.
+  // Output addresses are formed where they are used, from a fresh read of blockIdx (and of
+  // cu_seqlens): kept live through the main loop they would cost registers that the
+  // accumulators need.
   auto o_rows = [&]() {
     const uint3 block = block_index_rematerialized();
-    return static_cast<Element *>(params.o) + block.z * params.o_batch_stride +
+    const int64_t row0 = kVarlen ? sequence_span<kVarlen>(params, block.z).q_row0 : 0;
+    return static_cast<Element *>(params.o) +
+           sequence_offset(block.z, params.o_batch_stride, row0, params.o_row_stride) +
            block.y * params.o_head_stride + m_block_of(block) * kBlockM * params.o_row_stride;
   };
   auto lse_rows = [&]() {
     const uint3 block = block_index_rematerialized();
-    return params.lse + (int64_t(block.z) * params.heads_q + block.y) * shape.seqlen_q +
-           m_block_of(block) * kBlockM;
+    const int64_t row0 = kVarlen ? sequence_span<kVarlen>(params, block.z).q_row0 : 0;
+    return params.lse + sequence_offset(block.z, params.lse_batch_stride, row0, 1) +
+           block.y * params.lse_head_stride + m_block_of(block) * kBlockM;
   };
 
-  const int n_begin = Mask::template n_block_begin<kBlockM, kBlockN>(m_block, shape);
+  // Key tiles: the mask's range, less the blocks the sparsity layout skips (no loads, no MMA).
   const int n_end = Mask::template n_block_end<kBlockM, kBlockN>(m_block, shape);
-  if (n_begin >= n_end) {
-    store_empty_rows<kBlockM, kHeadDim, kThreads>(o_rows(), params.o_row_stride, lse_rows(),
-                                                  rows_q);
+  auto next = [&](int n) { // the first visible key tile >= n (dense: n)
+    if constexpr (!Sparsity::kSparse) {
+      return n;
+    } else {
+      const uint3 block = block_index_rematerialized(); // keeps no block-mask pointer live
+      return next_visible_tile<kBlockM, kBlockN>(Sparsity(params, block.z, block.y), m_block, n,
+                                                 n_end);
+    }
+  };
+  const int n_first = next(Mask::template n_block_begin<kBlockM, kBlockN>(m_block, shape));
+  if (n_first >= n_end) {
+    store_empty_rows<kBlockM, kHeadDimV, kThreads>(o_rows(), params.o_row_stride, lse_rows(),
+                                                   rows_q);
     return;
   }
 
   auto load_k = [&](int n_block, int stage) {
-    load_tile_async<kBlockN, kHeadDim, kThreads>(
-        k_smem + stage * Config::kSmemKvTileBytes, k_tile(n_block), params.k_row_stride,
+    load_tile_padded_async<kBlockN, kHeadDimQK, kDimQK, kThreads>(
+        k_smem + stage * Config::kSmemKTileBytes, k_tile(n_block), params.k_row_stride,
         shape.seqlen_k - n_block * kBlockN);
   };
   auto load_v = [&](int n_block, int stage) {
-    load_tile_async<kBlockN, kHeadDim, kThreads>(
-        v_smem + stage * Config::kSmemKvTileBytes, v_tile(n_block), params.v_row_stride,
+    load_tile_padded_async<kBlockN, kHeadDimV, kDimV, kThreads>(
+        v_smem + stage * Config::kSmemVTileBytes, v_tile(n_block), params.v_row_stride,
         shape.seqlen_k - n_block * kBlockN);
   };
 
   // Commit groups, in order: Q, K0, V0, K1, V1, ..., K_{S-1}; then each iteration n commits
   // V_{n+S-1} and K_{n+S}, empty past the last tile, so that waiting for K_n or V_n always
-  // leaves exactly 2 * (S - 1) younger groups in flight.
-  load_tile_async<kBlockM, kHeadDim, kThreads>(q_smem, q, params.q_row_stride, rows_q);
+  // leaves exactly 2 * (S - 1) younger groups in flight. Tile indices count visible tiles;
+  // n_v: the key tile of the next V prefetch (dense: n_block + S - 1), K's is the one after.
+  load_tile_padded_async<kBlockM, kHeadDimQK, kDimQK, kThreads>(q_smem, q, params.q_row_stride,
+                                                                rows_q);
   cp_async_commit();
+  int n_v = n_first;
 #pragma unroll
   for (int s = 0; s < kStages; ++s) {
-    if (n_begin + s < n_end)
-      load_k(n_begin + s, s);
+    if (n_v < n_end)
+      load_k(n_v, s);
     cp_async_commit();
     if (s == kStages - 1)
       break;
-    if (n_begin + s < n_end)
-      load_v(n_begin + s, s);
+    if (n_v < n_end)
+      load_v(n_v, s);
     cp_async_commit();
+    n_v = next(n_v + 1);
   }
 
   const int warp = threadIdx.x / 32;
-  const u32 q_warp = q_smem + warp * Config::kRowsPerWarp * SmemRow<kHeadDim>::kBytes;
-  float acc_o[kRowTiles][kDimTiles][4] = {};
+  const int warp_row = warp * Config::kRowsPerWarp;
+  const u32 q_warp = q_smem + warp_row * SmemRow<kDimQK>::kBytes;
+  float acc_o[kRowTiles][kDimV / 8][4] = {};
   OnlineSoftmax<kRowTiles, Config::kRescaleTau, Config::kExp2EmuPercent, Config::kExp2PolyDegree>
       softmax;
   softmax.init();
+  const ScoreMod score_mod(params, batch, head, shape);
+  // Score mods give natural-log logits: the softmax's exp2 then needs log2(e), not the scale.
+  const float kLog2e = 1.4426950408889634f;
+  const float softmax_scale_log2 = ScoreMod::kIdentity ? params.scale_log2 : kLog2e;
 
   int stage = 0;
-  for (int n_block = n_begin; n_block < n_end; ++n_block) {
+  for (int n_block = n_first; n_block < n_end; n_block = next(n_block + 1)) {
     const int prev_stage = stage == 0 ? kStages - 1 : stage - 1;
+    const int v_prefetch = Sparsity::kSparse ? n_v : n_block + kStages - 1;
 
     // K_n has landed and every warp is done with V_{n-1}: refill that buffer with V_{n+S-1}.
     cp_async_wait<2 * kStages - 2>();
     __syncthreads();
-    if (n_block + kStages - 1 < n_end)
-      load_v(n_block + kStages - 1, prev_stage);
+    if (v_prefetch < n_end)
+      load_v(v_prefetch, prev_stage);
     cp_async_commit();
 
+    const int row0 = row_begin + warp_row, col0 = n_block * kBlockN;
+    u32 keep_bits[ceil_div(kRowTiles * kColTiles, 8)];
+    if constexpr (Dropout::kEnabled) {
+      Dropout dropout(params, batch, head);
+      dropout.seed = value_rematerialized(dropout.seed); // round keys: recomputed per tile
+      dropout_keep_bits<kRowTiles, kColTiles>(keep_bits, dropout, row0, col0);
+    }
     float acc_s[kRowTiles][kColTiles][4];
-    gemm_qk<Element, kHeadDim>(acc_s, q_warp, k_smem + stage * Config::kSmemKvTileBytes);
+    gemm_qk<Element, kDimQK>(acc_s, q_warp, k_smem + stage * Config::kSmemKTileBytes);
+    if constexpr (!ScoreMod::kIdentity)
+      apply_score_mod(acc_s, score_mod, row0, col0);
     if ((n_block + 1) * kBlockN > shape.seqlen_k ||
         Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape))
-      apply_mask<Mask>(acc_s, row_begin + warp * Config::kRowsPerWarp, n_block * kBlockN, shape);
-    softmax.update(acc_s, acc_o, params.scale_log2);
+      apply_mask<Mask>(acc_s, row0, col0, shape);
+    softmax.update(acc_s, acc_o, softmax_scale_log2);
     u32 p[kRowTiles][kColTiles / 2][4];
     convert_p<Element>(p, acc_s);
+    if constexpr (Dropout::kEnabled)
+      apply_dropout_packed(p, keep_bits);
 
     // V_n has landed and every warp is done with K_n: refill that buffer with K_{n+S}.
+    const int k_prefetch = Sparsity::kSparse ? next(n_v + 1) : n_block + kStages;
     cp_async_wait<2 * kStages - 2>();
     __syncthreads();
-    if (n_block + kStages < n_end)
-      load_k(n_block + kStages, stage);
+    if (k_prefetch < n_end)
+      load_k(k_prefetch, stage);
     cp_async_commit();
 
-    gemm_pv<Element, kHeadDim>(acc_o, p, v_smem + stage * Config::kSmemKvTileBytes);
+    gemm_pv<Element, kDimV>(acc_o, p, v_smem + stage * Config::kSmemVTileBytes);
     stage = stage == kStages - 1 ? 0 : stage + 1;
+    n_v = k_prefetch;
   }
   cp_async_wait<0>();
 
   float row_lse[2 * kRowTiles];
-  softmax.finalize(acc_o, params.scale_log2, row_lse);
+  softmax.finalize(acc_o, softmax_scale_log2, row_lse,
+                   Dropout::kEnabled ? params.dropout_rescale : 1.f);
 
-  // Epilogue: this warp's rows of the Q tile are free once its own last gemm_qk is done.
-  const int warp_row = warp * Config::kRowsPerWarp;
+  // Epilogue: this warp's rows of the Q tile are free once its own last gemm_qk is done. O rows
+  // wider than Q rows (kHeadDimV > kHeadDimQK) overlap other warps' Q rows: wait for them.
   const int lane = threadIdx.x % 32;
   if (lane % 4 == 0) {
     float *lse = lse_rows();
@@ -159,8 +221,11 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
         lse[row] = row_lse[r];
     }
   }
-  store_o<Element, kHeadDim>(o_rows() + warp_row * params.o_row_stride, params.o_row_stride,
-                             rows_q - warp_row, q_warp, acc_o);
+  if constexpr (SmemRow<kDimV>::kBytes > SmemRow<kDimQK>::kBytes)
+    __syncthreads();
+  store_o_cols<Element, kHeadDimV, kDimV>(o_rows() + warp_row * params.o_row_stride,
+                                          params.o_row_stride, rows_q - warp_row,
+                                          q_smem + warp_row * Config::kSmemQRowBytes, acc_o);
 }
 
 } // namespace sm80

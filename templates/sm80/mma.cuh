@@ -5,6 +5,8 @@
 #ifndef FAGEN_TEMPLATES_SM80_MMA_CUH
 #define FAGEN_TEMPLATES_SM80_MMA_CUH
 
+#include <stdint.h>
+
 #include "common/types.cuh"
 
 namespace fagen {
@@ -33,6 +35,14 @@ __device__ __forceinline__ uint3 block_index_rematerialized() {
   asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(b.y));
   asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(b.z));
   return b;
+}
+
+/// x, passed through an opaque move so that the compiler cannot hoist what is computed from it
+/// out of a loop (dropout's Philox round keys, derived from the seed, would otherwise stay live
+/// through the main loop).
+__device__ __forceinline__ uint64_t value_rematerialized(uint64_t x) {
+  asm volatile("mov.b64 %0, %0;\n" : "+l"(x));
+  return x;
 }
 
 // --- tensor cores: D(16x8, f32) += A(16x16, row) * B(16x8, col) ----------------------------

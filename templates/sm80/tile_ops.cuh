@@ -1,7 +1,9 @@
 // fagen sm80: tile-level steps of the forward kernel, built on the atoms of mma.cuh.
 //
 // Shared-memory tiles are (rows, kHeadDim) row-major with rows padded to kHeadDim * 2 + 16
-// bytes (see FwdConfig). Register tiles use the C-fragment layout of common/softmax.cuh.
+// bytes (see FwdConfig); head dims that are not a multiple of 16 are stored as the next
+// multiple, zero-filled (load_tile_padded_async). Register tiles use the C-fragment layout of
+// common/softmax.cuh.
 #ifndef FAGEN_TEMPLATES_SM80_TILE_OPS_CUH
 #define FAGEN_TEMPLATES_SM80_TILE_OPS_CUH
 
@@ -16,13 +18,12 @@ template <int kHeadDim> struct SmemRow {
   static constexpr int kBytes = kHeadDim * 2 + 16;
 };
 
-/// Issues the cp.async copies of a (kRows, kHeadDim) tile by all kThreads threads; rows >=
-/// rows_valid are zero-filled, so masked keys multiply zeros, never stale NaNs.
-template <int kRows, int kHeadDim, int kThreads, class Element>
-__device__ __forceinline__ void load_tile_async(u32 smem, const Element *gmem, int64_t row_stride,
-                                                int rows_valid) {
-  constexpr int kChunksPerRow = kHeadDim / 8; // 16-byte chunks
-  constexpr int kRow = SmemRow<kHeadDim>::kBytes;
+/// Issues the cp.async copies of a (kRows, 8 * kChunksPerRow) tile by all kThreads threads,
+/// rows kRow bytes apart; rows >= rows_valid and 16-byte chunks >= kValidChunks are zero-filled,
+/// so masked keys and padded columns multiply zeros, never stale NaNs.
+template <int kRows, int kChunksPerRow, int kValidChunks, int kRow, int kThreads, class Element>
+__device__ __forceinline__ void load_chunks_async(u32 smem, const Element *gmem,
+                                                  int64_t row_stride, int rows_valid) {
   if constexpr (kThreads % kChunksPerRow == 0) {
     // Each thread keeps one column chunk and walks down the rows with one pointer: 64-bit
     // addresses for every chunk, hoisted out of the main loop, would cost ~30 registers, and
@@ -30,11 +31,12 @@ __device__ __forceinline__ void load_tile_async(u32 smem, const Element *gmem, i
     constexpr int kRowsPerRound = kThreads / kChunksPerRow;
     const int tid = thread_index_rematerialized();
     const int row0 = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
+    const bool chunk_valid = kValidChunks == kChunksPerRow || chunk < kValidChunks;
     const Element *src = gmem + row0 * row_stride + chunk * 8;
     const u32 dst = smem + row0 * kRow + chunk * 16;
     // Row tests as (constant < rows_left): testing row0 + i * kRowsPerRound instead made nvcc
     // hoist (and on sm_100a spill) one register per round.
-    const int rows_left = rows_valid - row0;
+    const int rows_left = chunk_valid ? rows_valid - row0 : 0;
 #pragma unroll
     for (int i = 0; i < ceil_div(kRows, kRowsPerRound); ++i) {
       if (kRows % kRowsPerRound == 0 || row0 + i * kRowsPerRound < kRows) {
@@ -50,11 +52,54 @@ __device__ __forceinline__ void load_tile_async(u32 smem, const Element *gmem, i
       const int c = threadIdx.x + i * kThreads;
       if (kChunks % kThreads == 0 || c < kChunks) {
         const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-        const bool valid = row < rows_valid;
+        const bool valid =
+            row < rows_valid && (kValidChunks == kChunksPerRow || chunk < kValidChunks);
         cp_async_16(smem + row * kRow + chunk * 16,
                     gmem + (valid ? row : 0) * row_stride + chunk * 8, valid);
       }
     }
+  }
+}
+
+/// Issues the cp.async copies of a (kRows, kHeadDim) tile by all kThreads threads; rows >=
+/// rows_valid are zero-filled, so masked keys multiply zeros, never stale NaNs.
+template <int kRows, int kHeadDim, int kThreads, class Element>
+__device__ __forceinline__ void load_tile_async(u32 smem, const Element *gmem, int64_t row_stride,
+                                                int rows_valid) {
+  load_chunks_async<kRows, kHeadDim / 8, kHeadDim / 8, SmemRow<kHeadDim>::kBytes, kThreads>(
+      smem, gmem, row_stride, rows_valid);
+}
+
+/// As load_tile_async for a (kRows, kCols) tile stored kColsPad columns wide (kColsPad: kCols
+/// rounded up to the 16-deep MMA k step, rows SmemRow<kColsPad>::kBytes apart): the 16-byte
+/// chunks in [kCols, kColsPad) are zero-filled, so a k step over them adds 0 * 0.
+template <int kRows, int kCols, int kColsPad, int kThreads, class Element>
+__device__ __forceinline__ void load_tile_padded_async(u32 smem, const Element *gmem,
+                                                       int64_t row_stride, int rows_valid) {
+  static_assert(kCols % 8 == 0 && kColsPad % 8 == 0 && kCols <= kColsPad,
+                "columns come in 16-byte chunks");
+  load_chunks_async<kRows, kColsPad / 8, kCols / 8, SmemRow<kColsPad>::kBytes, kThreads>(
+      smem, gmem, row_stride, rows_valid);
+}
+
+/// The first key tile in [n, n_end) whose block the sparsity layout computes for query tile
+/// m_block, or n_end; n itself without a layout (DenseBlocks). Warp-cooperative (every lane of
+/// the warp calls it with the same arguments): 32 tiles tested per load round.
+template <int kBlockM, int kBlockN, class Sparsity>
+__device__ __forceinline__ int next_visible_tile(const Sparsity &sparsity, int m_block, int n,
+                                                 int n_end) {
+  if constexpr (!Sparsity::kSparse) {
+    return n;
+  } else {
+    const int lane = threadIdx.x % 32;
+    for (; n < n_end; n += 32) {
+      const bool visible =
+          n + lane < n_end && sparsity.template visible<kBlockM, kBlockN>(m_block, n + lane);
+      const unsigned ballot = __ballot_sync(0xffffffffu, visible);
+      if (ballot)
+        return n + __ffs(ballot) - 1;
+    }
+    return n_end;
   }
 }
 
@@ -113,6 +158,61 @@ __device__ __forceinline__ void convert_p(u32 (&p)[kRowTiles][kColTiles / 2][4],
     }
 }
 
+/// Dropout's keep bits of this thread's (16 * kRowTiles, 8 * kColTiles) fragment elements:
+/// element (t, j, e) is bit 4 * (t * kColTiles + j) + e. One Philox call per 16-row tile and
+/// 8-column tile gives the thread's 2x2 patch (common/philox.h). Called before the QK^T MMAs,
+/// while S is not live: the Philox rounds then find registers. row0 % 16 == 0; (row0, col0) as
+/// apply_mask.
+template <int kRowTiles, int kColTiles, class Dropout>
+__device__ __forceinline__ void dropout_keep_bits(u32 (&bits)[ceil_div(kRowTiles * kColTiles, 8)],
+                                                  const Dropout &dropout, int row0, int col0) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int w = 0; w < ceil_div(kRowTiles * kColTiles, 8); ++w)
+    bits[w] = 0;
+  if constexpr (kColTiles % 4 == 0) {
+    // One Philox draw per four 8-column tiles (philox.h's patch); col0 is a multiple of 32.
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int j = 0; j < kColTiles; j += 4) {
+        const int i = t * kColTiles + j;
+        const int row = row0 + 16 * t + lane / 4, col = col0 + 8 * j + 2 * (lane % 4);
+        bits[i / 8] |= dropout.keep16(row, col) << 4 * (i % 8);
+      }
+  } else {
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int j = 0; j < kColTiles; ++j) {
+        const int i = t * kColTiles + j;
+        const int row = row0 + 16 * t + lane / 4, col = col0 + 8 * j + 2 * (lane % 4);
+        bits[i / 8] |= dropout.keep4(row, col) << 4 * (i % 8);
+      }
+  }
+}
+
+/// Zeroes the probabilities that dropout drops (keep bits from dropout_keep_bits), on P as
+/// convert_p packs it: p[t][k][0] = tile 2k, elements 0-1, [1] = tile 2k, 2-3, [2] and [3] =
+/// tile 2k + 1; the low half of each register is the even column. The kept values are scaled
+/// by 1 / (1 - p) later, with O.
+template <int kRowTiles, int kKTiles>
+__device__ __forceinline__ void
+apply_dropout_packed(u32 (&p)[kRowTiles][kKTiles][4],
+                     const u32 (&bits)[ceil_div(kRowTiles * 2 * kKTiles, 8)]) {
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < 2 * kKTiles; ++j) {
+      const int i = t * 2 * kKTiles + j;
+      const u32 keep = bits[i / 8] >> 4 * (i % 8);
+      const u32 upper = (keep & 1u ? 0x0000ffffu : 0u) | (keep & 2u ? 0xffff0000u : 0u);
+      const u32 lower = (keep & 4u ? 0x0000ffffu : 0u) | (keep & 8u ? 0xffff0000u : 0u);
+      p[t][j / 2][2 * (j % 2)] &= upper;
+      p[t][j / 2][2 * (j % 2) + 1] &= lower;
+    }
+}
+
 /// o (16 * kRowTiles, kHeadDim) += p (16 * kRowTiles, 16 * kKTiles) * v (16 * kKTiles, kHeadDim).
 template <class Element, int kHeadDim, int kRowTiles, int kKTiles>
 __device__ __forceinline__ void gemm_pv(float (&o)[kRowTiles][kHeadDim / 8][4],
@@ -135,37 +235,45 @@ __device__ __forceinline__ void gemm_pv(float (&o)[kRowTiles][kHeadDim / 8][4],
     }
 }
 
-/// Writes the warp's (16 * kRowTiles, kHeadDim) output rows: fragments go to the warp's own
-/// rows of shared memory (no other warp reads them, so __syncwarp suffices), then out with
-/// coalesced 16-byte stores. Rows >= rows_valid are not written.
-template <class Element, int kHeadDim, int kRowTiles>
-__device__ __forceinline__ void store_o(Element *gmem, int64_t row_stride, int rows_valid,
-                                        u32 smem, const float (&o)[kRowTiles][kHeadDim / 8][4]) {
-  constexpr int kRow = SmemRow<kHeadDim>::kBytes;
+/// Writes the warp's (16 * kRowTiles, kCols) output rows from fragments kColsPad wide (the
+/// padded columns are dropped): fragments go to the warp's own rows of shared memory (rows
+/// SmemRow<kColsPad>::kBytes apart; no other warp reads them, so __syncwarp suffices), then out
+/// with coalesced 16-byte stores. Rows >= rows_valid are not written.
+template <class Element, int kCols, int kColsPad, int kRowTiles>
+__device__ __forceinline__ void store_o_cols(Element *gmem, int64_t row_stride, int rows_valid,
+                                             u32 smem,
+                                             const float (&o)[kRowTiles][kColsPad / 8][4]) {
+  constexpr int kRow = SmemRow<kColsPad>::kBytes;
   const int lane = threadIdx.x % 32;
   __syncwarp();
 #pragma unroll
   for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
-    for (int d = 0; d < kHeadDim / 8; ++d) {
+    for (int d = 0; d < kCols / 8; ++d) {
       const u32 addr = smem + (16 * t + lane / 4) * kRow + (8 * d + 2 * (lane % 4)) * 2;
       st_shared_b32(addr, pack2<Element>(o[t][d][0], o[t][d][1]));
       st_shared_b32(addr + 8 * kRow, pack2<Element>(o[t][d][2], o[t][d][3]));
     }
   __syncwarp();
-  constexpr int kChunksPerRow = kHeadDim / 8;
+  constexpr int kChunksPerRow = kCols / 8;
   constexpr int kChunks = 16 * kRowTiles * kChunksPerRow;
-  static_assert(kChunks % 32 == 0, "whole warp-wide rounds of 16-byte chunks");
 #pragma unroll
-  for (int i = 0; i < kChunks / 32; ++i) {
+  for (int i = 0; i < ceil_div(kChunks, 32); ++i) {
     const int c = lane + 32 * i;
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    if (row < rows_valid) {
+    if ((kChunks % 32 == 0 || c < kChunks) && row < rows_valid) {
       u32 v[4];
       ld_shared_v4(v, smem + row * kRow + chunk * 16);
       st_global_v4(gmem + row * row_stride + chunk * 8, v);
     }
   }
+}
+
+/// Writes the warp's (16 * kRowTiles, kHeadDim) output rows (store_o_cols without padding).
+template <class Element, int kHeadDim, int kRowTiles>
+__device__ __forceinline__ void store_o(Element *gmem, int64_t row_stride, int rows_valid,
+                                        u32 smem, const float (&o)[kRowTiles][kHeadDim / 8][4]) {
+  store_o_cols<Element, kHeadDim, kHeadDim>(gmem, row_stride, rows_valid, smem, o);
 }
 
 /// Output of query rows that see no key: O = 0, LSE = -inf.

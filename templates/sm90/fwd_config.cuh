@@ -4,6 +4,8 @@
 #ifndef FAGEN_TEMPLATES_SM90_FWD_CONFIG_CUH
 #define FAGEN_TEMPLATES_SM90_FWD_CONFIG_CUH
 
+#include <type_traits>
+
 #include "common/types.cuh"
 #include "common/variants.cuh"
 
@@ -18,11 +20,15 @@ namespace sm90 {
 /// kBlockN / 4 probabilities per row and key tile, the first round(kBlockN / 4 *
 /// kExp2EmuPercent / 100) are computed by exp2_poly<kExp2PolyDegree> (FMA pipe) instead of
 /// ex2.approx (MUFU), as in sm80::FwdConfig (FlashAttention-4, section 3.1.3).
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Mask_,
+///
+/// Variant (common/variants.cuh): dense NoMask or CausalMask only, with no score mod, dropout,
+/// block sparsity or varlen (the sm80 template serves the other variants).
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
           int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
 struct FwdConfig {
   using Element = Element_;
-  using Mask = Mask_;
+  using Variant = Variant_;
+  using Mask = typename Variant::Mask;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -49,6 +55,13 @@ struct FwdConfig {
       (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + kSmemAlignBytes;
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
+  static_assert((std::is_same<Mask, NoMask>::value || std::is_same<Mask, CausalMask>::value) &&
+                    std::is_same<typename Variant::ScoreMod, NoScoreMod>::value &&
+                    std::is_same<typename Variant::Dropout, NoDropout>::value &&
+                    std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
+                    !Variant::kVarlen,
+                "the sm90 template serves only dense Variant<NoMask> and Variant<CausalMask> (no "
+                "score mod, dropout, block sparsity or varlen): use the sm80 template");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "kHeadDim must be 64, 128 or 256 (whole 128-byte swizzle rows; wgmma N of O)");
   static_assert(kBlockM == 64 || kBlockM == 128,

@@ -50,7 +50,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   };
   auto lse_rows = [&]() {
     const uint3 block = sm80::block_index_rematerialized();
-    return params.lse + (int64_t(block.z) * params.heads_q + block.y) * shape.seqlen_q +
+    return params.lse + block.z * params.lse_batch_stride + block.y * params.lse_head_stride +
            m_block_of(block) * kBlockM;
   };
 

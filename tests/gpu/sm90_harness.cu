@@ -15,7 +15,7 @@
 // kernel is built to miss the tolerance rule (expect_fail false).
 #define FAGEN_KERNEL_X(EL, ELNAME, TYPE, HD, BM, BN, S, MASK, MASKNAME, EMU, DEG, SUFFIX)           \
   using cfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX =                             \
-      fagen::sm90::FwdConfig<fagen::EL, HD, BM, BN, S, fagen::MASK, EMU, DEG>;                     \
+      fagen::sm90::FwdConfig<fagen::EL, HD, BM, BN, S, fagen::Variant<fagen::MASK>, EMU, DEG>; \
   extern "C" __global__ void __launch_bounds__(                                                    \
       cfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX::kThreads,                      \
       cfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX::kMinBlocksPerSm)               \
