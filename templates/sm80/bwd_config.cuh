@@ -1,0 +1,137 @@
+// fagen sm80: the backward kernels' configuration. The planner mirrors kSmemBytes and every
+// static_assert here (compiler/Plan, sm80BwdSmemBytes).
+#ifndef FAGEN_TEMPLATES_SM80_BWD_CONFIG_CUH
+#define FAGEN_TEMPLATES_SM80_BWD_CONFIG_CUH
+
+#include "common/types.cuh"
+#include "common/variants.cuh"
+
+namespace fagen {
+namespace sm80 {
+
+/// How kWarps warps split a (kRows, kCols) output tile into a kWarpsRows x kWarpsCols grid of
+/// equal (kRows / kWarpsRows, kCols / kWarpsCols) warp tiles, both sides multiples of 16. Picks
+/// the split with the smallest warp-tile perimeter (the fewest shared-memory bytes loaded per
+/// MMA); ties go to more warps along the rows (fewer A fragments and per-row values per
+/// thread). kWarpsRows = 0: no valid split.
+template <int kRows, int kCols, int kWarps> struct WarpGrid {
+  static constexpr int cost(int rows_warps) {
+    return kWarps % rows_warps != 0 || kRows % (16 * rows_warps) != 0 ||
+                   kCols % (16 * (kWarps / rows_warps)) != 0
+               ? 1 << 30
+               : kRows / rows_warps + kCols / (kWarps / rows_warps);
+  }
+  static constexpr int pick() {
+    int best = 0, best_cost = 1 << 30;
+    for (int w = 1; w <= kWarps; w *= 2)
+      if (cost(w) <= best_cost && cost(w) < (1 << 30))
+        best = w, best_cost = cost(w);
+    return best;
+  }
+  static constexpr int kWarpsRows = pick();
+  static constexpr int kWarpsCols = kWarpsRows ? kWarps / kWarpsRows : 0;
+  static constexpr int kTileRows = kWarpsRows ? kRows / kWarpsRows : 0;
+  static constexpr int kTileCols = kWarpsCols ? kCols / kWarpsCols : 0;
+};
+
+/// Backward in FlashAttention-2 order (Dao, 2023, algorithm 2). One CTA owns a kBlockN-row
+/// key/value tile of one (batch, kv head), keeps K and V in shared memory and dK, dV in
+/// registers, and walks the query tiles that see it (every query head of the kv head's group),
+/// kBlockM rows at a time. Per query tile, three warp grids:
+///   S, dP   (kBlockM, kBlockN)   = Q K^T, dO V^T       GridSdP
+///   dV, dK  (kBlockN, head dim) += P^T dO, dS^T Q      GridKV (dK and dV share the grid)
+///   dQ      (kBlockM, head_dim_qk) = dS K  -> dq_accum GridQ (fp32 atomics, or in key-tile
+///                                                     order with kDeterministic)
+/// P and dS go through shared memory in the input dtype between the first grid and the others.
+/// kStages: Q/dO tile buffers (1, or 2 to load the next query tile during this one).
+/// kDeterministic: dQ accumulated in ascending key-tile order per (batch, head, query tile),
+/// ordered by dq_semaphore, so that dQ is bitwise repeatable.
+template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
+          int kWarps_, int kStages_, class Variant_, bool kDeterministic_>
+struct BwdConfig {
+  using Element = Element_;
+  using Variant = Variant_;
+  using Mask = typename Variant::Mask;
+  using ScoreMod = typename Variant::ScoreMod;
+  using Dropout = typename Variant::Dropout;
+  using Sparsity = typename Variant::Sparsity;
+  static constexpr int kHeadDimQK = kHeadDimQK_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kWarps = kWarps_;
+  static constexpr int kStages = kStages_;
+  static constexpr bool kDeterministic = kDeterministic_;
+
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kPrePostThreads = 256;
+
+  // Head dims padded to the 16-deep MMA k step; the pad columns are zero in shared memory.
+  static constexpr int kHeadDimQKPad = (kHeadDimQK + 15) / 16 * 16;
+  static constexpr int kHeadDimVPad = (kHeadDimV + 15) / 16 * 16;
+
+  using GridSdP = WarpGrid<kBlockM, kBlockN, kWarps>;
+  // dK and dV share the split of the key rows; the head-dim split must serve both widths.
+  using GridKV = WarpGrid<kBlockN, (kHeadDimQKPad < kHeadDimVPad ? kHeadDimQKPad : kHeadDimVPad),
+                          kWarps>;
+  using GridQ = WarpGrid<kBlockM, kHeadDimQKPad, kWarps>;
+  // dQ is computed and added kDqChunkCols columns of the warp tile at a time: at most 64 fp32
+  // accumulators a thread, live beside the 2 * kBlockN * head dim / kThreads of dK and dV.
+  static constexpr int kDqChunkCols =
+      GridQ::kTileRows * GridQ::kTileCols <= 2048 ? GridQ::kTileCols
+      : GridQ::kTileCols % (2048 / GridQ::kTileRows) == 0 ? 2048 / GridQ::kTileRows
+                                                          : 16;
+  static constexpr int kTileDK = kHeadDimQKPad / GridKV::kWarpsCols; // dK columns per warp
+  static constexpr int kTileDV = kHeadDimVPad / GridKV::kWarpsCols;  // dV columns per warp
+
+  // Shared memory, every row padded by 16 bytes: a row stride of 16 * odd bytes puts the 8 rows
+  // of each ldmatrix phase (plain or .trans) and of each fragment store in distinct banks.
+  //   K (kBlockN, QKPad) | V (kBlockN, VPad) | kStages x Q (kBlockM, QKPad) |
+  //   kStages x dO (kBlockM, VPad) | P (kBlockM, kBlockN) | dS (kBlockM, kBlockN)
+  // The dK / dV epilogue reuses K and V.
+  static constexpr int kRowQK = kHeadDimQKPad * 2 + 16;
+  static constexpr int kRowV = kHeadDimVPad * 2 + 16;
+  static constexpr int kRowP = kBlockN * 2 + 16;
+  static constexpr int kSmemKBytes = kBlockN * kRowQK;
+  static constexpr int kSmemVBytes = kBlockN * kRowV;
+  static constexpr int kSmemQBytes = kBlockM * kRowQK; // one stage
+  static constexpr int kSmemDoBytes = kBlockM * kRowV; // one stage
+  static constexpr int kSmemPBytes = kBlockM * kRowP;
+  /// = kBlockN * (kRowQK + kRowV) + kStages * kBlockM * (kRowQK + kRowV) + 2 * kBlockM * kRowP
+  static constexpr int kSmemBytes = kSmemKBytes + kSmemVBytes +
+                                    kStages * (kSmemQBytes + kSmemDoBytes) + 2 * kSmemPBytes;
+
+  static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
+  static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK >= 32 && kHeadDimQK <= 256,
+                "kHeadDimQK must be a multiple of 8 in [32, 256]");
+  static_assert(kHeadDimV % 8 == 0 && kHeadDimV >= 32 && kHeadDimV <= 256,
+                "kHeadDimV must be a multiple of 8 in [32, 256]");
+  static_assert(kWarps == 1 || kWarps == 2 || kWarps == 4 || kWarps == 8 || kWarps == 16,
+                "kWarps must be a power of 2 in [1, 16]");
+  static_assert(kBlockM % 16 == 0 && kBlockM >= 16 && kBlockM <= 256,
+                "kBlockM must be a multiple of 16 in [16, 256]");
+  static_assert(kBlockN % 16 == 0 && kBlockN >= 16 && kBlockN <= 256,
+                "kBlockN must be a multiple of 16 in [16, 256]");
+  static_assert(kStages == 1 || kStages == 2, "kStages must be 1 or 2 (Q/dO buffers)");
+  static_assert(GridSdP::kWarpsRows != 0,
+                "no split of the (kBlockM, kBlockN) S tile into kWarps warp tiles whose sides "
+                "are multiples of 16");
+  static_assert(GridKV::kWarpsRows != 0 && kHeadDimQKPad % (16 * GridKV::kWarpsCols) == 0 &&
+                    kHeadDimVPad % (16 * GridKV::kWarpsCols) == 0,
+                "no split of the (kBlockN, head dim) dK/dV tiles into kWarps warp tiles whose "
+                "sides are multiples of 16");
+  static_assert(GridQ::kWarpsRows != 0,
+                "no split of the (kBlockM, head_dim_qk) dQ tile into kWarps warp tiles whose "
+                "sides are multiples of 16");
+  static_assert(kDqChunkCols % 16 == 0 && GridQ::kTileCols % kDqChunkCols == 0,
+                "the dQ warp tile must split into chunks of a multiple of 16 columns");
+  static_assert(!Sparsity::kSparse ||
+                    (Sparsity::kBlock % kBlockM == 0 && Sparsity::kBlock % kBlockN == 0),
+                "kBlockM and kBlockN must divide the block-sparse layout's block");
+};
+
+} // namespace sm80
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM80_BWD_CONFIG_CUH

@@ -1,0 +1,498 @@
+// fagen sm80: attention backward in FlashAttention-2 order, mma.sync + ldmatrix + cp.async.
+//
+// Portable: valid source for sm_80, sm_90 and sm_100. Three kernels per plan (bwd_params.h):
+//   bwd_preprocess   D = rowsum(dO o O) in fp32; zeroes this call's dq_accum rows and the dQ
+//                    semaphores.
+//   bwd_kernel       one CTA per (key tile, kv head, batch): dK, dV of the tile in registers
+//                    over every visible query tile of every query head of the group; dQ
+//                    accumulated in fp32 into dq_accum.
+//   bwd_postprocess  dQ = dq_accum (times the softmax scale) in the input dtype.
+// Semantics: docs/design/variants-and-backward.md. With the identity score mod, dS is kept
+// unscaled and the softmax scale is applied to dK in the epilogue and to dQ in _post.
+#ifndef FAGEN_TEMPLATES_SM80_BWD_KERNEL_CUH
+#define FAGEN_TEMPLATES_SM80_BWD_KERNEL_CUH
+
+#include "common/bwd_params.h"
+#include "common/softmax.cuh"
+#include "sm80/bwd_config.cuh"
+#include "sm80/bwd_tile_ops.cuh"
+
+namespace fagen {
+namespace sm80 {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+/// Offset of batch entry b in a tensor with batch stride `stride`: varlen tensors are packed
+/// (rows start at cu_seqlens), so their batch strides are ignored.
+template <bool kVarlen> __device__ __forceinline__ int64_t batch_offset(int b, int64_t stride) {
+  return kVarlen ? 0 : b * stride;
+}
+
+/// The (query head, query tile) pairs one key tile visits, in order: heads of the group, then
+/// the query tiles the mask and the sparsity layout let see the key tile.
+template <class Config> struct QueryTileCursor {
+  using Mask = typename Config::Mask;
+  using Sparsity = typename Config::Sparsity;
+  static constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  const fagen_fwd_params &params;
+  int batch, n_block, head_end, m_begin, m_end;
+  int head, m_block; // the current pair; head == head_end: done
+
+  __device__ __forceinline__ QueryTileCursor(const fagen_fwd_params &p, int batch_, int kv_head,
+                                             int n_block_, AttentionShape shape)
+      : params(p), batch(batch_), n_block(n_block_), head_end((kv_head + 1) * p.group_size),
+        m_begin(Mask::template m_block_begin<kBlockM, kBlockN>(n_block_, shape)),
+        m_end(Mask::template m_block_end<kBlockM, kBlockN>(n_block_, shape)),
+        head(kv_head * p.group_size), m_block(m_begin - 1) {
+    if (m_begin >= m_end)
+      head = head_end;
+    advance();
+  }
+  __device__ __forceinline__ bool valid() const { return head < head_end; }
+  /// Moves to the next visible pair (from (head, m_block), exclusive).
+  __device__ __forceinline__ void advance() {
+    while (head < head_end) {
+      if (++m_block >= m_end) {
+        m_block = m_begin - 1;
+        ++head;
+        continue;
+      }
+      if (Sparsity(params, batch, head).template visible<kBlockM, kBlockN>(m_block, n_block))
+        return;
+    }
+  }
+};
+
+/// Shared-memory addresses of the tiles (BwdConfig's layout).
+template <class Config> struct BwdSmem {
+  u32 k, v, q, dout, p, ds; // q, dout: stage 0
+  __device__ __forceinline__ explicit BwdSmem(u32 base)
+      : k(base), v(k + Config::kSmemKBytes), q(v + Config::kSmemVBytes),
+        dout(q + Config::kStages * Config::kSmemQBytes),
+        p(dout + Config::kStages * Config::kSmemDoBytes), ds(p + Config::kSmemPBytes) {}
+  __device__ __forceinline__ u32 q_stage(int s) const { return q + s * Config::kSmemQBytes; }
+  __device__ __forceinline__ u32 dout_stage(int s) const { return dout + s * Config::kSmemDoBytes; }
+};
+
+/// Where one (batch, query head, query tile, key tile) step lives.
+struct BwdStep {
+  int batch, head, m_block, n_block;
+  int64_t q_row0; // the sequence's first row in the packed per-row tensors (dense: 0)
+  AttentionShape shape;
+};
+
+/// Issues the loads of one query tile's Q and dO rows into buffer `stage`.
+template <class Config>
+__device__ __forceinline__ void load_query_tile(const fagen_bwd_params &params, const BwdStep &st,
+                                                const BwdSmem<Config> &sm, int stage) {
+  using Element = typename Config::Element;
+  constexpr bool kVarlen = Config::Variant::kVarlen;
+  const int64_t row = st.q_row0 + int64_t(st.m_block) * Config::kBlockM;
+  const int rows = st.shape.seqlen_q - st.m_block * Config::kBlockM;
+  const fagen_fwd_params &f = params.fwd;
+  load_rows_async<Config::kBlockM, Config::kHeadDimQK, Config::kHeadDimQKPad, Config::kRowQK,
+                  Config::kThreads>(
+      sm.q_stage(stage),
+      static_cast<const Element *>(f.q) + batch_offset<kVarlen>(st.batch, f.q_batch_stride) +
+          st.head * f.q_head_stride + row * f.q_row_stride,
+      f.q_row_stride, rows);
+  load_rows_async<Config::kBlockM, Config::kHeadDimV, Config::kHeadDimVPad, Config::kRowV,
+                  Config::kThreads>(
+      sm.dout_stage(stage),
+      static_cast<const Element *>(params.dout) +
+          batch_offset<kVarlen>(st.batch, params.do_batch_stride) +
+          st.head * params.do_head_stride + row * params.do_row_stride,
+      params.do_row_stride, rows);
+}
+
+/// S = Q K^T and dP = dO V^T on GridSdP, then P (with dropout: P o keep / (1 - p)) and
+/// dS = P o (dP o keep / (1 - p) - D) (times dlogit for non-identity score mods) into shared
+/// memory in the input dtype.
+template <class Config>
+__device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, const BwdStep &st,
+                                             const BwdSmem<Config> &sm, int stage) {
+  using Element = typename Config::Element;
+  using Mask = typename Config::Mask;
+  using ScoreMod = typename Config::ScoreMod;
+  using Dropout = typename Config::Dropout;
+  using G = typename Config::GridSdP;
+  constexpr bool kVarlen = Config::Variant::kVarlen;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  constexpr int kRowTiles = G::kTileRows / 16, kColTiles = G::kTileCols / 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / G::kWarpsCols, wn = warp % G::kWarpsCols;
+  const int row0 = st.m_block * kBlockM + wm * G::kTileRows; // within the sequence
+  const int col0 = st.n_block * kBlockN + wn * G::kTileCols;
+  const float kInf = __int_as_float(0x7f800000);
+
+  // LSE in log2 units (+inf for rows past seqlen_q or without a visible key: P = 0 there) and D.
+  const float *lse = params.fwd.lse + batch_offset<kVarlen>(st.batch, params.fwd.lse_batch_stride) +
+                     st.head * params.fwd.lse_head_stride + st.q_row0;
+  const float *dsum = params.d + batch_offset<kVarlen>(st.batch, params.d_batch_stride) +
+                      st.head * params.d_head_stride + st.q_row0;
+  float lse2[2 * kRowTiles], d_row[2 * kRowTiles];
+#pragma unroll
+  for (int r = 0; r < 2 * kRowTiles; ++r) {
+    const int row = row0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4;
+    const bool valid = row < st.shape.seqlen_q;
+    const float l = valid ? lse[row] : kInf;
+    lse2[r] = l == -kInf ? kInf : l * kLog2e;
+    d_row[r] = valid ? dsum[row] : 0.f;
+  }
+
+  float s[kRowTiles][kColTiles][4] = {}; // (tile rows, tile cols): S, then P
+  gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimQKPad / 16, false, false,
+            Config::kRowQK, Config::kRowQK>(s, sm.q_stage(stage) + wm * G::kTileRows * Config::kRowQK,
+                                            sm.k + wn * G::kTileCols * Config::kRowQK);
+
+  const ScoreMod mod(params.fwd, st.batch, st.head, st.shape);
+  const bool masked = (st.n_block + 1) * kBlockN > st.shape.seqlen_k ||
+                      Mask::template needs_mask<kBlockM, kBlockN>(st.m_block, st.n_block, st.shape);
+  float dlogit[kRowTiles][kColTiles][4]; // unused (and removed) for the identity score mod
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = 2 * t + e / 2;
+        const int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
+        const int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
+        float x;
+        if constexpr (ScoreMod::kIdentity) {
+          x = fmaf(s[t][j][e], params.fwd.scale_log2, -lse2[r]);
+        } else {
+          dlogit[t][j][e] = mod.dlogit(s[t][j][e], row, col);
+          x = fmaf(mod.logit(s[t][j][e], row, col), kLog2e, -lse2[r]);
+        }
+        if (masked && (col >= st.shape.seqlen_k || !Mask::is_visible(row, col, st.shape)))
+          x = -kInf;
+        s[t][j][e] = exp2_approx(x);
+      }
+
+  float dp[kRowTiles][kColTiles][4] = {}; // (tile rows, tile cols): dP, then dS
+  gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimVPad / 16, false, false, Config::kRowV,
+            Config::kRowV>(dp, sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,
+                           sm.v + wn * G::kTileCols * Config::kRowV);
+
+  const Dropout drop(params.fwd, st.batch, st.head);
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t) {
+    unsigned keep16 = 0; // one Philox draw per four 8-column tiles (philox.h's patch)
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j) {
+      unsigned keep = 0xfu;
+      if constexpr (Dropout::kEnabled) {
+        const int row = row0 + 16 * t + lane / 4, col = col0 + 8 * j + 2 * (lane % 4);
+        if constexpr (kColTiles % 4 == 0) { // col0 is then a multiple of 32
+          if (j % 4 == 0)
+            keep16 = drop.keep16(row, col);
+          keep = (keep16 >> 4 * (j % 4)) & 0xfu;
+        } else {
+          keep = drop.keep4(row, col);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = s[t][j][e];
+        float dpv = dp[t][j][e];
+        if constexpr (Dropout::kEnabled) {
+          const bool kept = (keep >> e) & 1u;
+          s[t][j][e] = kept ? p * drop.rescale : 0.f;
+          dpv = kept ? dpv * drop.rescale : 0.f;
+        }
+        float ds = p * (dpv - d_row[2 * t + e / 2]);
+        if constexpr (!ScoreMod::kIdentity)
+          ds *= dlogit[t][j][e];
+        dp[t][j][e] = ds;
+      }
+    }
+  }
+  const int origin = wm * G::kTileRows * Config::kRowP + wn * G::kTileCols * 2;
+  store_fragments<Element, Config::kRowP>(sm.p + origin, s);
+  store_fragments<Element, Config::kRowP>(sm.ds + origin, dp);
+}
+
+/// dV += P^T dO and dK += dS^T Q on GridKV.
+template <class Config, class AccK, class AccV>
+__device__ __forceinline__ void accumulate_dk_dv(AccK &acc_dk, AccV &acc_dv,
+                                                 const BwdSmem<Config> &sm, int stage) {
+  using Element = typename Config::Element;
+  using G = typename Config::GridKV;
+  constexpr int kRowTiles = G::kTileRows / 16, kKTiles = Config::kBlockM / 16;
+  const int warp = threadIdx.x / 32;
+  const int wn = warp / G::kWarpsCols, wd = warp % G::kWarpsCols;
+  gemm_smem<Element, kRowTiles, Config::kTileDV / 8, kKTiles, true, true, Config::kRowP,
+            Config::kRowV>(acc_dv, sm.p + wn * G::kTileRows * 2,
+                           sm.dout_stage(stage) + wd * Config::kTileDV * 2);
+  gemm_smem<Element, kRowTiles, Config::kTileDK / 8, kKTiles, true, true, Config::kRowP,
+            Config::kRowQK>(acc_dk, sm.ds + wn * G::kTileRows * 2,
+                            sm.q_stage(stage) + wd * Config::kTileDK * 2);
+}
+
+/// How many key tiles add to dQ of (head, m_block) before st.n_block in the deterministic
+/// order: descending key tiles, so that under causal masks the short CTAs of the last key
+/// tiles (dispatched first, see bwd_kernel) never wait for the long ones. The key tiles that
+/// visit a query tile are contiguous (masks are monotone), minus the sparsity layout's holes.
+template <class Config>
+__device__ __forceinline__ int dq_rank(const fagen_bwd_params &params, const BwdStep &st) {
+  using Mask = typename Config::Mask;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  const int n_all = ceil_div(st.shape.seqlen_k, kBlockN);
+  // The last key tile whose query range holds m_block (n_block_end is exact up to the last,
+  // partial, key tile: settle with m_block_begin).
+  int last = max(min(Mask::template n_block_end<kBlockM, kBlockN>(st.m_block, st.shape), n_all) - 1,
+                 st.n_block);
+  while (last > st.n_block &&
+         Mask::template m_block_begin<kBlockM, kBlockN>(last, st.shape) > st.m_block)
+    --last;
+  while (last + 1 < n_all &&
+         Mask::template m_block_begin<kBlockM, kBlockN>(last + 1, st.shape) <= st.m_block)
+    ++last;
+  if constexpr (!Config::Sparsity::kSparse)
+    return last - st.n_block;
+  const typename Config::Sparsity sp(params.fwd, st.batch, st.head);
+  int rank = 0;
+  for (int n = st.n_block + 1; n <= last; ++n)
+    rank += sp.template visible<kBlockM, kBlockN>(st.m_block, n);
+  return rank;
+}
+
+/// dQ (kBlockM, head_dim_qk) = dS K on GridQ, added to dq_accum kDqChunkCols columns of the
+/// warp tile at a time (bounds the registers of wide tiles).
+template <class Config>
+__device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, const BwdStep &st,
+                                              const BwdSmem<Config> &sm) {
+  using Element = typename Config::Element;
+  using G = typename Config::GridQ;
+  constexpr int kRowTiles = G::kTileRows / 16, kChunk = Config::kDqChunkCols;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int wm = warp / G::kWarpsCols, wd = warp % G::kWarpsCols;
+  int32_t *sem = params.dq_semaphore + st.batch * params.semaphore_batch_stride +
+                 st.head * params.semaphore_head_stride + st.m_block;
+  const int row0 = st.m_block * Config::kBlockM + wm * G::kTileRows + lane / 4;
+  float *accum = params.dq_accum +
+                 batch_offset<Config::Variant::kVarlen>(st.batch, params.dq_accum_batch_stride) +
+                 st.head * params.dq_accum_head_stride + (st.q_row0 + row0) * Config::kHeadDimQK;
+#pragma unroll
+  for (int c = 0; c < G::kTileCols / kChunk; ++c) {
+    const int col0 = wd * G::kTileCols + c * kChunk; // the chunk's first column
+    float dq[kRowTiles][kChunk / 8][4] = {};
+    gemm_smem<Element, kRowTiles, kChunk / 8, Config::kBlockN / 16, false, true, Config::kRowP,
+              Config::kRowQK>(dq, sm.ds + wm * G::kTileRows * Config::kRowP, sm.k + col0 * 2);
+    if (Config::kDeterministic && c == 0)
+      semaphore_wait(sem, dq_rank<Config>(params, st));
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (row0 + 16 * t + 8 * h >= st.shape.seqlen_q)
+          continue;
+#pragma unroll
+        for (int j = 0; j < kChunk / 8; ++j)
+          if (Config::kHeadDimQK == Config::kHeadDimQKPad || col0 + 8 * j < Config::kHeadDimQK)
+            red_add_f32x2(accum + (16 * t + 8 * h) * Config::kHeadDimQK + col0 + 8 * j +
+                              2 * (lane % 4),
+                          dq[t][j][2 * h], dq[t][j][2 * h + 1]);
+      }
+  }
+  if constexpr (Config::kDeterministic)
+    semaphore_signal(sem);
+}
+
+/// Writes dK (times `dk_scale`) and dV of the key tile through the K and V tiles of shared
+/// memory (free once every warp is past its last dQ step).
+template <class Config, class AccK, class AccV>
+__device__ __forceinline__ void store_dk_dv(const fagen_bwd_params &params, int batch, int kv_head,
+                                            int n_block, int64_t k_row0, int rows_valid,
+                                            const BwdSmem<Config> &sm, const AccK &acc_dk,
+                                            const AccV &acc_dv) {
+  using Element = typename Config::Element;
+  using G = typename Config::GridKV;
+  constexpr bool kVarlen = Config::Variant::kVarlen;
+  const int warp = threadIdx.x / 32;
+  const int wn = warp / G::kWarpsCols, wd = warp % G::kWarpsCols;
+  const float dk_scale = Config::ScoreMod::kIdentity ? params.fwd.softmax_scale : 1.f;
+  cp_async_wait<0>();
+  __syncthreads();
+  store_fragments<Element, Config::kRowQK>(
+      sm.k + wn * G::kTileRows * Config::kRowQK + wd * Config::kTileDK * 2, acc_dk, dk_scale);
+  store_fragments<Element, Config::kRowV>(
+      sm.v + wn * G::kTileRows * Config::kRowV + wd * Config::kTileDV * 2, acc_dv);
+  __syncthreads();
+  const int64_t row = k_row0 + int64_t(n_block) * Config::kBlockN;
+  store_rows<Config::kBlockN, Config::kHeadDimQK, Config::kRowQK, Config::kThreads>(
+      static_cast<Element *>(params.dk) + batch_offset<kVarlen>(batch, params.dk_batch_stride) +
+          kv_head * params.dk_head_stride + row * params.dk_row_stride,
+      params.dk_row_stride, rows_valid, sm.k);
+  store_rows<Config::kBlockN, Config::kHeadDimV, Config::kRowV, Config::kThreads>(
+      static_cast<Element *>(params.dv) + batch_offset<kVarlen>(batch, params.dv_batch_stride) +
+          kv_head * params.dv_head_stride + row * params.dv_row_stride,
+      params.dv_row_stride, rows_valid, sm.v);
+}
+
+/// Launch: grid (ceil(seqlen_k / kBlockN), heads_kv, batch), block kThreads, kSmemBytes of
+/// dynamic shared memory; after bwd_preprocess on the same stream. Pointers 16-byte aligned,
+/// strides multiples of 8 elements.
+template <class Config> __device__ __forceinline__ void bwd_kernel(const fagen_bwd_params &params) {
+  using Element = typename Config::Element;
+  using GKV = typename Config::GridKV;
+  constexpr bool kVarlen = Config::Variant::kVarlen;
+  constexpr int kBlockN = Config::kBlockN;
+  extern __shared__ __align__(128) unsigned char smem[];
+  const BwdSmem<Config> sm(smem_addr(smem));
+
+  // Deterministic: last key tiles first, the order in which they add to dQ (dq_rank): a CTA
+  // only waits for CTAs dispatched before it, so the waits cannot deadlock.
+  const int n_block = Config::kDeterministic ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  const int kv_head = blockIdx.y, batch = blockIdx.z;
+  const SequenceSpan span = sequence_span<kVarlen>(params.fwd, batch);
+  const int rows_k = span.shape.seqlen_k - n_block * kBlockN;
+  if (rows_k <= 0) // varlen: past this sequence's keys
+    return;
+
+  // (tile rows, tile cols) of the key tile's dK (kBlockN, QK) and dV (kBlockN, V).
+  float acc_dk[GKV::kTileRows / 16][Config::kTileDK / 8][4] = {};
+  float acc_dv[GKV::kTileRows / 16][Config::kTileDV / 8][4] = {};
+  QueryTileCursor<Config> cursor(params.fwd, batch, kv_head, n_block, span.shape);
+  if (cursor.valid()) {
+    const fagen_fwd_params &f = params.fwd;
+    const int64_t row = span.k_row0 + int64_t(n_block) * kBlockN;
+    load_rows_async<kBlockN, Config::kHeadDimQK, Config::kHeadDimQKPad, Config::kRowQK,
+                    Config::kThreads>(
+        sm.k,
+        static_cast<const Element *>(f.k) + batch_offset<kVarlen>(batch, f.k_batch_stride) +
+            kv_head * f.k_head_stride + row * f.k_row_stride,
+        f.k_row_stride, rows_k);
+    load_rows_async<kBlockN, Config::kHeadDimV, Config::kHeadDimVPad, Config::kRowV,
+                    Config::kThreads>(
+        sm.v,
+        static_cast<const Element *>(f.v) + batch_offset<kVarlen>(batch, f.v_batch_stride) +
+            kv_head * f.v_head_stride + row * f.v_row_stride,
+        f.v_row_stride, rows_k);
+    load_query_tile<Config>(params, {batch, cursor.head, cursor.m_block, n_block, span.q_row0, span.shape},
+                            sm, 0);
+    cp_async_commit();
+  }
+
+  int stage = 0;
+  while (cursor.valid()) {
+    const BwdStep st{batch, cursor.head, cursor.m_block, n_block, span.q_row0, span.shape};
+    cursor.advance();
+    const BwdStep next{batch, cursor.head, cursor.m_block, n_block, span.q_row0, span.shape};
+
+    // Q and dO of this tile have landed; every warp is done with the last tile's buffers.
+    cp_async_wait<0>();
+    __syncthreads();
+    if (Config::kStages == 2 && cursor.valid()) {
+      load_query_tile<Config>(params, next, sm, stage ^ 1);
+      cp_async_commit();
+    }
+    compute_p_ds<Config>(params, st, sm, stage);
+    __syncthreads();
+    accumulate_dk_dv<Config>(acc_dk, acc_dv, sm, stage);
+    if (Config::kStages == 1) {
+      __syncthreads(); // every warp is done with Q and dO: load the next tile during dQ
+      if (cursor.valid()) {
+        load_query_tile<Config>(params, next, sm, 0);
+        cp_async_commit();
+      }
+    }
+    accumulate_dq<Config>(params, st, sm);
+    if (Config::kStages == 2)
+      stage ^= 1;
+  }
+  store_dk_dv<Config>(params, batch, kv_head, n_block, span.k_row0, rows_k, sm, acc_dk, acc_dv);
+}
+
+/// D = rowsum(dO o O) of one query tile in fp32, its dq_accum rows zeroed and (deterministic)
+/// its dQ semaphore reset. Launch: grid (ceil(seqlen_q / kBlockM), heads_q, batch), block
+/// kPrePostThreads.
+template <class Config>
+__device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
+  using Element = typename Config::Element;
+  constexpr bool kVarlen = Config::Variant::kVarlen;
+  constexpr int kBlockM = Config::kBlockM, kThreads = Config::kPrePostThreads;
+  constexpr int kLanesPerRow = 8, kRowsPerRound = kThreads / kLanesPerRow;
+  static_assert(kThreads % 32 == 0, "whole warps");
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const SequenceSpan span = sequence_span<kVarlen>(params.fwd, batch);
+  const int rows = min(kBlockM, span.shape.seqlen_q - m_block * kBlockM);
+  if (rows <= 0)
+    return;
+  if (Config::kDeterministic && threadIdx.x == 0)
+    params.dq_semaphore[batch * params.semaphore_batch_stride +
+                        head * params.semaphore_head_stride + m_block] = 0;
+
+  const int64_t row0 = span.q_row0 + int64_t(m_block) * kBlockM;
+  const fagen_fwd_params &f = params.fwd;
+  const Element *o = static_cast<const Element *>(f.o) +
+                     batch_offset<kVarlen>(batch, f.o_batch_stride) + head * f.o_head_stride +
+                     row0 * f.o_row_stride;
+  const Element *dout = static_cast<const Element *>(params.dout) +
+                        batch_offset<kVarlen>(batch, params.do_batch_stride) +
+                        head * params.do_head_stride + row0 * params.do_row_stride;
+  float *d = params.d + batch_offset<kVarlen>(batch, params.d_batch_stride) +
+             head * params.d_head_stride + row0;
+  const int lane8 = threadIdx.x % kLanesPerRow;
+  for (int r0 = 0; r0 < kBlockM; r0 += kRowsPerRound) {
+    const int r = r0 + threadIdx.x / kLanesPerRow;
+    float sum = 0.f;
+    if (r < rows)
+      for (int c = lane8; c < Config::kHeadDimV / 8; c += kLanesPerRow) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(o + r * f.o_row_stride + c * 8);
+        const uint4 b = *reinterpret_cast<const uint4 *>(dout + r * params.do_row_stride + c * 8);
+        const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 x = unpack2<Element>(av[i]), y = unpack2<Element>(bv[i]);
+          sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+        }
+      }
+#pragma unroll
+    for (int m = 1; m < kLanesPerRow; m *= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    if (lane8 == 0 && r < rows)
+      d[r] = sum;
+  }
+
+  float4 *accum = reinterpret_cast<float4 *>(
+      params.dq_accum + batch_offset<kVarlen>(batch, params.dq_accum_batch_stride) +
+      head * params.dq_accum_head_stride + row0 * Config::kHeadDimQK);
+  for (int i = threadIdx.x; i < rows * Config::kHeadDimQK / 4; i += kThreads)
+    accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+/// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype.
+/// Launch: like bwd_preprocess, after bwd_kernel.
+template <class Config>
+__device__ __forceinline__ void bwd_postprocess(const fagen_bwd_params &params) {
+  using Element = typename Config::Element;
+  constexpr bool kVarlen = Config::Variant::kVarlen;
+  constexpr int kBlockM = Config::kBlockM, kChunksPerRow = Config::kHeadDimQK / 8;
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const SequenceSpan span = sequence_span<kVarlen>(params.fwd, batch);
+  const int rows = min(kBlockM, span.shape.seqlen_q - m_block * kBlockM);
+  if (rows <= 0)
+    return;
+  const float scale = Config::ScoreMod::kIdentity ? params.fwd.softmax_scale : 1.f;
+  const int64_t row0 = span.q_row0 + int64_t(m_block) * kBlockM;
+  const float4 *accum = reinterpret_cast<const float4 *>(
+      params.dq_accum + batch_offset<kVarlen>(batch, params.dq_accum_batch_stride) +
+      head * params.dq_accum_head_stride + row0 * Config::kHeadDimQK);
+  Element *dq = static_cast<Element *>(params.dq) +
+                batch_offset<kVarlen>(batch, params.dq_batch_stride) +
+                head * params.dq_head_stride + row0 * params.dq_row_stride;
+  for (int c = threadIdx.x; c < rows * kChunksPerRow; c += Config::kPrePostThreads) {
+    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    const float4 a = accum[2 * c], b = accum[2 * c + 1];
+    const u32 v[4] = {pack2<Element>(a.x * scale, a.y * scale), pack2<Element>(a.z * scale, a.w * scale),
+                      pack2<Element>(b.x * scale, b.y * scale), pack2<Element>(b.z * scale, b.w * scale)};
+    st_global_v4(dq + r * params.dq_row_stride + chunk * 8, v);
+  }
+}
+
+} // namespace sm80
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM80_BWD_KERNEL_CUH

@@ -1,0 +1,193 @@
+// fagen sm80: tile-level steps of the backward kernels, built on the atoms of mma.cuh (plus the
+// few atoms only the backward needs: fp32 reductions to global memory, 16-bit unpacking and the
+// dQ semaphore).
+//
+// Shared-memory tiles are row-major, rows padded by 16 bytes (see BwdConfig). Register tiles
+// use the C-fragment layout of common/softmax.cuh: acc[t][j][e] holds row 16 t + lane / 4 +
+// 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2 of the warp's tile.
+#ifndef FAGEN_TEMPLATES_SM80_BWD_TILE_OPS_CUH
+#define FAGEN_TEMPLATES_SM80_BWD_TILE_OPS_CUH
+
+#include <stdint.h>
+
+#include "sm80/mma.cuh"
+
+namespace fagen {
+namespace sm80 {
+
+// --- atoms ---------------------------------------------------------------------------------
+/// *ptr += (a, b) in fp32, at L2, no value returned; ptr 8-byte aligned.
+__device__ __forceinline__ void red_add_f32x2(float *ptr, float a, float b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(ptr), "f"(a), "f"(b) : "memory");
+#else
+  atomicAdd(ptr, a);
+  atomicAdd(ptr + 1, b);
+#endif
+}
+
+/// The two 16-bit elements of `packed` (low first) as floats.
+template <class Element> __device__ __forceinline__ float2 unpack2(u32 packed);
+
+template <> __device__ __forceinline__ float2 unpack2<bfloat16_t>(u32 packed) {
+  return make_float2(__uint_as_float(packed << 16), __uint_as_float(packed & 0xffff0000u));
+}
+
+template <> __device__ __forceinline__ float2 unpack2<half_t>(u32 packed) {
+  float lo, hi;
+  asm("{.reg .f16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(packed));
+  return make_float2(lo, hi);
+}
+
+__device__ __forceinline__ int ld_acquire_gpu(const int32_t *ptr) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(ptr) : "memory");
+  return v;
+}
+
+/// Blocks the CTA until *sem == value (thread 0 polls; acquire ordering for the CTA after it).
+__device__ __forceinline__ void semaphore_wait(const int32_t *sem, int value) {
+  if (threadIdx.x == 0)
+    while (ld_acquire_gpu(sem) != value) {
+    }
+  __syncthreads();
+}
+
+/// Adds 1 to *sem once every thread of the CTA is here, releasing the CTA's earlier global
+/// writes with it (one gpu-scope fence after the barrier, cumulative: CUTLASS's semaphore).
+__device__ __forceinline__ void semaphore_signal(int32_t *sem) {
+  __syncthreads();
+  if (threadIdx.x == 0)
+    asm volatile("fence.acq_rel.gpu;\n red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem)
+                 : "memory");
+}
+
+// --- global <-> shared -----------------------------------------------------------------------
+/// Issues the cp.async copies of a (kRows, kCols) tile by all kThreads threads into shared
+/// memory rows kRowBytes apart, kColsPad columns wide: rows >= rows_valid and the columns in
+/// [kCols, kColsPad) are zero-filled, so MMAs over them add zeros, never stale NaNs.
+template <int kRows, int kCols, int kColsPad, int kRowBytes, int kThreads, class Element>
+__device__ __forceinline__ void load_rows_async(u32 smem, const Element *gmem, int64_t row_stride,
+                                                int rows_valid) {
+  static_assert(kCols % 8 == 0 && kColsPad % 8 == 0 && kCols <= kColsPad,
+                "columns come in 16-byte chunks");
+  constexpr int kChunksPerRow = kColsPad / 8, kValidChunks = kCols / 8;
+  if constexpr (kThreads % kChunksPerRow == 0) {
+    // Each thread keeps one column chunk and walks down the rows with one pointer (see
+    // load_tile_async: per-chunk 64-bit addresses cost registers the accumulators need).
+    constexpr int kRowsPerRound = kThreads / kChunksPerRow;
+    const int tid = thread_index_rematerialized();
+    const int row0 = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
+    const bool chunk_valid = chunk < kValidChunks;
+    const Element *src = gmem + row0 * row_stride + (chunk_valid ? chunk * 8 : 0);
+    const u32 dst = smem + row0 * kRowBytes + chunk * 16;
+    const int rows_left = rows_valid - row0;
+#pragma unroll
+    for (int i = 0; i < ceil_div(kRows, kRowsPerRound); ++i) {
+      if (kRows % kRowsPerRound == 0 || row0 + i * kRowsPerRound < kRows) {
+        const bool valid = chunk_valid && i * kRowsPerRound < rows_left;
+        cp_async_16(dst + i * kRowsPerRound * kRowBytes, valid ? src : gmem, valid);
+      }
+      src += kRowsPerRound * row_stride;
+    }
+  } else {
+    constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+    for (int i = 0; i < ceil_div(kChunks, kThreads); ++i) {
+      const int c = threadIdx.x + i * kThreads;
+      if (kChunks % kThreads == 0 || c < kChunks) {
+        const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+        const bool valid = row < rows_valid && chunk < kValidChunks;
+        cp_async_16(smem + row * kRowBytes + chunk * 16,
+                    gmem + (valid ? row * row_stride + chunk * 8 : 0), valid);
+      }
+    }
+  }
+}
+
+/// Copies a (kRows, kCols) tile from shared memory (rows kRowBytes apart) to global memory with
+/// 16-byte stores by all kThreads threads; rows >= rows_valid are not written.
+template <int kRows, int kCols, int kRowBytes, int kThreads, class Element>
+__device__ __forceinline__ void store_rows(Element *gmem, int64_t row_stride, int rows_valid,
+                                           u32 smem) {
+  constexpr int kChunksPerRow = kCols / 8;
+  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    if (row < rows_valid) {
+      u32 v[4];
+      ld_shared_v4(v, smem + row * kRowBytes + chunk * 16);
+      st_global_v4(gmem + row * row_stride + chunk * 8, v);
+    }
+  }
+}
+
+// --- registers <-> shared --------------------------------------------------------------------
+/// Rounds a warp's (16 kRowTiles, 8 kColTiles) fragment tile (times `scale`) to Element and
+/// writes it at `smem` (the warp tile's origin, rows kRowBytes apart).
+template <class Element, int kRowBytes, int kRowTiles, int kColTiles>
+__device__ __forceinline__ void store_fragments(u32 smem,
+                                                const float (&x)[kRowTiles][kColTiles][4],
+                                                float scale = 1.f) {
+  const int lane = threadIdx.x % 32;
+  const u32 base = smem + (lane / 4) * kRowBytes + (lane % 4) * 4;
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j) {
+      const u32 addr = base + 16 * t * kRowBytes + j * 16;
+      st_shared_b32(addr, pack2<Element>(x[t][j][0] * scale, x[t][j][1] * scale));
+      st_shared_b32(addr + 8 * kRowBytes, pack2<Element>(x[t][j][2] * scale, x[t][j][3] * scale));
+    }
+}
+
+// --- warp GEMM from shared memory ------------------------------------------------------------
+/// acc (16 kRowTiles, 8 kColTiles) += A (16 kRowTiles, 16 kKTiles) * B (16 kKTiles, 8 kColTiles),
+/// both operands in shared memory, rows kARowBytes / kBRowBytes apart.
+///   kATrans false: `a` is A's origin, A row-major (k contiguous: Q, dO, dS).
+///   kATrans true:  `a` is the origin of A^T stored row-major (m contiguous: P^T, dS^T read
+///                  from the (query, key) tiles P and dS) and ldmatrix transposes.
+///   kBTrans false: `b` is the origin of B^T stored row-major (k contiguous: K, V as in Q K^T).
+///   kBTrans true:  `b` is B's origin, B row-major (n contiguous: dO, Q, K as in P^T dO).
+template <class Element, int kRowTiles, int kColTiles, int kKTiles, bool kATrans, bool kBTrans,
+          int kARowBytes, int kBRowBytes>
+__device__ __forceinline__ void gemm_smem(float (&acc)[kRowTiles][kColTiles][4], u32 a, u32 b) {
+  static_assert(kColTiles % 2 == 0, "B fragments come in pairs of 8 columns");
+  const int lane = threadIdx.x % 32;
+  // A: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in fragment order a0..a3.
+  const u32 a_addr = kATrans ? a + (lane % 8 + (lane / 16) * 8) * kARowBytes + (lane / 8 % 2) * 16
+                             : a + (lane % 16) * kARowBytes + (lane / 16) * 16;
+  // B: b0, b1 of column tile j, then b0, b1 of tile j + 1.
+  const u32 b_addr = kBTrans ? b + (lane % 16) * kBRowBytes + (lane / 16) * 16
+                             : b + (lane % 8 + (lane / 16) * 8) * kBRowBytes + (lane / 8 % 2) * 16;
+#pragma unroll
+  for (int k = 0; k < kKTiles; ++k) {
+    u32 af[kRowTiles][4];
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t) {
+      if constexpr (kATrans)
+        ldmatrix_x4_trans(af[t], a_addr + k * 16 * kARowBytes + t * 32);
+      else
+        ldmatrix_x4(af[t], a_addr + t * 16 * kARowBytes + k * 32);
+    }
+#pragma unroll
+    for (int j = 0; j < kColTiles; j += 2) {
+      u32 bf[4];
+      if constexpr (kBTrans)
+        ldmatrix_x4_trans(bf, b_addr + k * 16 * kBRowBytes + j * 16);
+      else
+        ldmatrix_x4(bf, b_addr + j * 8 * kBRowBytes + k * 32);
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t) {
+        mma<Element>(acc[t][j], af[t], bf[0], bf[1]);
+        mma<Element>(acc[t][j + 1], af[t], bf[2], bf[3]);
+      }
+    }
+  }
+}
+
+} // namespace sm80
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM80_BWD_TILE_OPS_CUH

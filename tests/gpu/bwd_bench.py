@@ -1,0 +1,67 @@
+"""Times torch SDPA's flash backend (FlashAttention-2) backward on the bwd harness's benchmark
+shapes and prints it beside fagen's backward from the harness's CSV.
+Usage: bwd_bench.py FAGEN_CSV [OUT_TABLE_CSV]
+Backward FLOPs = 2.5 x forward = 10 * batch * heads * seqlen^2 * head_dim (halved for causal);
+both sides are timed whole (fagen: _pre + main + _post; SDPA: autograd.grad of the output,
+which runs FA2's own dot(dO, O) preprocess, main kernel and dQ conversion)."""
+import csv
+import statistics
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def time_ms(fn, warmup=3, reps=20):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+    return statistics.median(times)
+
+
+def main():
+    fagen = {}
+    with open(sys.argv[1]) as f:
+        for row in csv.DictReader(f):
+            key = (int(row["head_dim"]), int(row["causal"]), int(row["seqlen"]))
+            fagen.setdefault(key, []).append((float(row["tflops"]), row["kernel"]))
+    rows = []
+    for hd, causal, seqlen in sorted(fagen):
+        batch, heads = 16384 // seqlen, 2048 // hd
+        q, k, v = (torch.randn(batch, heads, seqlen, hd, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        dout = torch.randn(batch, heads, seqlen, hd, device="cuda", dtype=torch.bfloat16)
+        flops = 10.0 * batch * heads * seqlen * seqlen * hd * (0.5 if causal else 1.0)
+        try:
+            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                out = torch.nn.functional.scaled_dot_product_attention(q, k, v,
+                                                                       is_causal=bool(causal))
+                ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+            flash = flops / (ms * 1e-3) / 1e12
+        except RuntimeError as e:
+            print(f"flash hd={hd} seqlen={seqlen}: {str(e).splitlines()[0]}")
+            flash = float("nan")
+        del q, k, v, dout
+        for tflops, kernel in sorted(fagen[(hd, causal, seqlen)], reverse=True):
+            rows.append((hd, causal, seqlen, kernel, tflops, flash))
+    header = f"{'hd':>3} {'causal':>6} {'seqlen':>6}  {'fagen kernel':<52} {'fagen':>6} {'flash':>6} {'x flash':>7}"
+    print("\n" + header)
+    for hd, causal, seqlen, kernel, t, fl in rows:
+        print(f"{hd:>3} {causal:>6} {seqlen:>6}  {kernel.replace('fagen_bwd_', ''):<52} {t:6.1f} {fl:6.1f} {t / fl:7.3f}")
+    if len(sys.argv) > 2:
+        with open(sys.argv[2], "w") as f:
+            w = csv.writer(f)
+            w.writerow(["head_dim", "causal", "seqlen", "kernel", "fagen_tflops", "flash_tflops"])
+            w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

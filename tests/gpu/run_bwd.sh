@@ -1,0 +1,88 @@
+#!/bin/bash
+# Dev loop for the sm80 backward template (tests/gpu/bwd_harness.cu).
+#   tests/gpu/run_bwd.sh build        here (nvcc, no GPU needed): build-bwd/bwd_harness for sm_90
+#                                     (the portable template runs on Hopper as its sm_90 build),
+#                                     CUDA runtime linked statically, plus the ptxas report
+#   tests/gpu/run_bwd.sh run [ARGS]   on the GPU machine (carry build-bwd): correctness of every
+#                                     kernel, timing, then torch SDPA flash backward on the same
+#                                     shapes (tests/gpu/bwd_bench.py); the ratio table last.
+#                                     ARGS go to the harness (e.g. --filter hd128).
+#   tests/gpu/run_bwd.sh sanitize     compute-sanitizer memcheck + racecheck on a default kernel
+#                                     and on the every-variant kernel (few cases: ~100x slower)
+#   CHECK="a b" DET=b tests/gpu/run_bwd.sh ab base a b
+#                                     A/B of build-bwd/bwd_harness_{base,a,b} (template copies
+#                                     built with FAGEN_TEMPLATES=.. NAME=bwd_harness_a): check a and
+#                                     b, time the defaults of each in turn (DET: with the
+#                                     deterministic ones), sanitize DET, SDPA beside them
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/fagen-bwd}
+mkdir -p "$OUT"
+bin=${BIN:-build-bwd/${NAME:-bwd_harness}}
+case "${1:-}" in
+build)
+  mkdir -p build-bwd
+  # FAGEN_TEMPLATES=/copy/of/templates NAME=bwd_harness_base builds a version to A/B against.
+  /usr/local/cuda/bin/nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 \
+    -I "${FAGEN_TEMPLATES:-templates}" \
+    --cudart static -Xcompiler -pthread -Xptxas -v ${NVCC_FLAGS:-} tests/gpu/bwd_harness.cu \
+    -o "$bin" >"$bin.ptxas.log" 2>&1 || { grep -E "error" "$bin.ptxas.log"; exit 1; }
+  grep -E "Compiling entry|spill|Used" "$bin.ptxas.log" | sed 's/ptxas info *: //' | paste - - - |
+    sed -E "s/Compiling entry function '([a-z0-9_]+)'.*stack frame, ([0-9]+) bytes spill stores.*Used ([0-9]+) registers.*/\1 regs=\3 spill=\2/" |
+    grep fagen_ | grep -v "_pre \|_post "
+  ;;
+run)
+  shift
+  export PYTHONUNBUFFERED=1
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv || true
+  status=0
+  # Time limits: a deadlocked deterministic kernel must not eat the whole device call.
+  timeout ${CHECK_S:-150} "$bin" --check "$@" 2>&1 | tee "$OUT/check.log" |
+    grep -E "FAIL|SUMMARY|device" || status=1
+  timeout ${BENCH_S:-150} "$bin" --bench --csv "$OUT/bwd_bench.csv" "$@" 2>&1 |
+    tee "$OUT/bench.log" | tail -n 2 || status=1
+  timeout ${SDPA_S:-120} python3 tests/gpu/bwd_bench.py "$OUT/bwd_bench.csv" "$OUT/table.csv" 2>&1 |
+    tee "$OUT/table.txt" || status=1
+  grep SUMMARY "$OUT/check.log"
+  exit $status
+  ;;
+ab)
+  # A/B of template versions built as build-bwd/bwd_harness_LABEL: the defaults timed in turn,
+  # every LABEL in $CHECK checked first, then SDPA on the same shapes and the sanitizers.
+  shift
+  export PYTHONUNBUFFERED=1
+  status=0
+  defaults="hd64_none_sm80_m128n128w8s2,hd64_causal_sm80_m128n128w8s2,hd128_none_sm80_m64n128w8s2"
+  defaults="$defaults,hd128_causal_sm80_m64n128w8s2,hd256_none_sm80_m64n64w8s2,hd256_causal_sm80_m64n64w8s2"
+  for label in $CHECK; do
+    timeout 60 build-bwd/bwd_harness_$label --check >"$OUT/check_$label.log" 2>&1 || status=1
+    echo "$label: $(grep -c FAIL "$OUT/check_$label.log") FAIL, $(grep SUMMARY "$OUT/check_$label.log")"
+  done
+  echo "head_dim,causal,seqlen,kernel,ms,tflops,main_ms" >"$OUT/ab.csv"
+  for label in "$@"; do
+    f="$defaults"
+    [ "$label" = "${DET:-}" ] && f="$f,_det_"
+    timeout 60 build-bwd/bwd_harness_$label --bench --filter "$f" --csv "$OUT/b_$label.csv" \
+      >"$OUT/bench_$label.log" 2>&1 || status=1
+    [ -f "$OUT/b_$label.csv" ] && tail -n +2 "$OUT/b_$label.csv" | sed "s/,fagen_bwd_/,$label:/" >>"$OUT/ab.csv"
+  done
+  BIN=build-bwd/bwd_harness_${DET:-v4} tests/gpu/run_bwd.sh sanitize || status=1
+  timeout 60 python3 tests/gpu/bwd_bench.py "$OUT/ab.csv" "$OUT/table.csv" 2>&1 | tee "$OUT/table.txt"
+  exit $status
+  ;;
+sanitize)
+  status=0
+  for run in "memcheck hd128_causal_sm80_m64n128w8s2 3" "racecheck hd128_causal_sm80_m64n128w8s2 2" \
+             "memcheck hd64_window_softcap_drop_bsr128_varlen_det 1"; do
+    set -- $run
+    echo "compute-sanitizer $1 $2 (cases: $3)"
+    timeout ${SANITIZE_S:-25} compute-sanitizer --tool $1 --error-exitcode 3 "$bin" --check \
+      --cases $3 --filter $2 2>&1 | grep -E "ERROR SUMMARY|SUMMARY|FAIL" || status=1
+  done
+  exit $status
+  ;;
+*)
+  echo "usage: $0 build|run [ARGS]|sanitize" >&2
+  exit 2
+  ;;
+esac
