@@ -128,7 +128,7 @@ llvm::Expected<CompiledKernel> compileOne(const Toolchain &tc, const KernelPlan 
     llvm::Expected<std::string> report = readFile(entry.reportPath);
     if (cubin && report) {
       result.cubin = std::move(*cubin);
-      result.report = parsePtxasReport(*report, plan.name);
+      result.report = parsePlanReport(*report, plan);
       result.cached = true;
       return result;
     }
@@ -163,10 +163,11 @@ llvm::Expected<CompiledKernel> compileOne(const Toolchain &tc, const KernelPlan 
   if (!cubin)
     return cubin.takeError();
   result.cubin = std::move(*cubin);
-  result.report = parsePtxasReport(output, plan.name);
+  result.report = parsePlanReport(output, plan);
   if (result.report.registers < 0)
     return llvm::createStringError(std::errc::io_error,
-                                   "nvcc printed no ptxas report for kernel %s (%s):\n%s",
+                                   "nvcc printed no ptxas report for kernel %s (%s) or one of its "
+                                   "entry points:\n%s",
                                    plan.name.c_str(), plan.arch.c_str(), output.c_str());
 
   if (!opt.dumpDir.empty()) {
@@ -256,6 +257,22 @@ PtxasReport parsePtxasReport(const std::string &output, const std::string &kerne
       report.registers = std::stoi(m[1]);
   }
   report.text = text;
+  report.maxRegisters = report.registers;
+  report.maxSpillBytes = report.spillBytes();
+  return report;
+}
+
+PtxasReport parsePlanReport(const std::string &output, const KernelPlan &plan) {
+  std::vector<std::string> names = entryPointNames(plan);
+  PtxasReport report = parsePtxasReport(output, names.front());
+  for (size_t i = 1; i < names.size(); ++i) {
+    PtxasReport other = parsePtxasReport(output, names[i]);
+    if (other.registers < 0)
+      report.registers = -1; // a missing entry point makes the whole report incomplete
+    report.maxRegisters = std::max(report.maxRegisters, other.registers);
+    report.maxSpillBytes = std::max(report.maxSpillBytes, other.spillBytes());
+    report.text += other.text;
+  }
   return report;
 }
 

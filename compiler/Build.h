@@ -31,20 +31,29 @@ struct Toolchain {
 /// install it or point fagen at it.
 llvm::Expected<Toolchain> findToolchain();
 
-/// What ptxas says about one kernel (-1 = not reported).
+/// What ptxas says about one kernel (-1 = not reported). For a plan whose cubin has several
+/// entry points (a backward plan: NAME_pre, NAME, NAME_post), the fields are the main kernel's
+/// (NAME), the max fields the largest over every entry point.
 struct PtxasReport {
   int registers = -1;
   int spillStoreBytes = -1;
   int spillLoadBytes = -1;
   int stackFrameBytes = -1;
-  std::string text; ///< ptxas's own lines about the kernel
+  int maxRegisters = -1;  ///< over every entry point of the cubin
+  int maxSpillBytes = -1; ///< over every entry point of the cubin
+  std::string text; ///< ptxas's own lines about the kernel(s)
   int spillBytes() const {
     return spillStoreBytes < 0 ? -1 : spillStoreBytes + std::max(spillLoadBytes, 0);
   }
 };
 
-/// Extracts the report of `kernel` from `nvcc -Xptxas -v` output.
+/// Extracts the report of `kernel` from `nvcc -Xptxas -v` output (maxima = its own values).
 PtxasReport parsePtxasReport(const std::string &output, const std::string &kernel);
+
+/// The report of a plan's cubin: the main kernel's values, the maxima over every entry point
+/// (entryPointNames(plan)), and every entry point's lines. Registers stay -1 when ptxas reported
+/// on one of them.
+PtxasReport parsePlanReport(const std::string &output, const KernelPlan &plan);
 
 /// The nvcc arguments (after the input file) for `arch`: "-gencode arch=compute_90a,code=sm_90a"…
 std::vector<std::string> nvccFlags(const std::string &arch);

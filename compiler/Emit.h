@@ -14,7 +14,8 @@
 
 namespace fagen {
 
-/// The .cu source for one planned kernel.
+/// The .cu source for one planned kernel: a forward plan's one entry point NAME, or a backward
+/// plan's three (NAME_pre, NAME, NAME_post), all in one file.
 std::string emitKernelSource(const KernelPlan &plan);
 
 } // namespace fagen

@@ -2,7 +2,9 @@
 
 #include "Plan.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/SHA256.h"
 
 #include <algorithm>
 #include <map>
@@ -19,12 +21,32 @@ int archSmemLimit(const std::string &arch) {
   return 227 * 1024; // sm_90, sm_90a, sm_100, sm_100a
 }
 
-int sm80FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
-  // Q tile + kStages x (K tile + V tile); rows padded by 16 bytes so that ldmatrix is
-  // bank-conflict free for every head dim that is a multiple of 16. Mirrors
-  // templates/sm80/fwd_config.cuh (the emitted code static_asserts that they agree).
-  int rowBytes = headDim * 2 + 16;
-  return (blockM + 2 * stages * blockN) * rowBytes;
+int paddedHeadDim(int headDim) {
+  // Head dims are multiples of 8; the sm80 templates' MMAs (k16) and ldmatrix rows work in
+  // multiples of 16, so they store and compute a head dim rounded up to 16 (the padding
+  // columns are zero-filled). Every smem and register formula below goes through here.
+  return (headDim + 15) / 16 * 16;
+}
+
+/// Bytes of one shared-memory row of `headDim` 2-byte elements, padded by 16 bytes so that
+/// ldmatrix is bank-conflict free (a row stride of 16 * odd bytes).
+static int sm80SmemRowBytes(int headDim) { return paddedHeadDim(headDim) * 2 + 16; }
+
+int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
+  // Q tile + kStages x (K tile + V tile). The O epilogue reuses the Q tile, which therefore
+  // holds max(qk, v) columns. Mirrors templates/sm80/fwd_config.cuh (the emitted code
+  // static_asserts that they agree).
+  int qRow = sm80SmemRowBytes(std::max(headDimQK, headDimV));
+  return blockM * qRow + stages * blockN * (sm80SmemRowBytes(headDimQK) + sm80SmemRowBytes(headDimV));
+}
+
+int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
+  // K and V tiles, kStages x (Q + dO tiles), and P and dS tiles in the input dtype, every row
+  // padded by 16 bytes. Mirrors templates/sm80/bwd_config.cuh's BwdConfig::kSmemBytes (the
+  // emitted code static_asserts that they agree).
+  int qkRow = sm80SmemRowBytes(headDimQK), vRow = sm80SmemRowBytes(headDimV);
+  int pRow = blockN * 2 + 16;
+  return blockN * (qkRow + vRow) + stages * blockM * (qkRow + vRow) + 2 * blockM * pRow;
 }
 
 int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
@@ -39,13 +61,18 @@ struct Tile {
   int blockM, blockN, warps, stages;
 };
 
+bool isAmpere(const std::string &arch) {
+  return arch == "sm_80" || arch == "sm_86" || arch == "sm_89";
+}
+
 /// Defaults for the portable template; the tuner replaces them per GPU. Measured on the H200
 /// (sm_90 build, bf16, 2026-11-30, docs/perf/sm80-fwd.md): hd64 128x128 s2 and hd128 128x64 s2
 /// reach 1.0x FlashAttention-2; for hd > 128, 64x64 with 4 warps (two CTAs per SM) beat
 /// 128x64 with 8 warps by 8% (non-causal) and 17% (causal). On sm_80/86/89 (164/100 KB per SM)
 /// one stage lets two CTAs share an SM: occupancy arithmetic, not measured (no A100 here).
+/// `headDim` is the padded max(qk, v).
 Tile defaultTile(int headDim, const std::string &arch) {
-  bool ampere = arch == "sm_80" || arch == "sm_86" || arch == "sm_89";
+  bool ampere = isAmpere(arch);
   if (headDim <= 64)
     return {128, 128, 4, ampere ? 1 : 2};
   if (headDim <= 128)
@@ -57,36 +84,85 @@ Tile defaultTile(int headDim, const std::string &arch) {
   return {64, 64, 4, 1};
 }
 
+/// The backward template's defaults per head dim (the padded max(qk, v)), in one table.
+/// Measured on the H200 (sm_90 build, bf16, 2k-16k, 2026-11-30, docs/perf/sm80-bwd.md): other
+/// tile shapes were slower or within noise; hd 256 with one stage is 3-4% slower. Archs with
+/// less shared memory (Ampere) drop to one stage in fitSmem (not run there).
+struct BwdDefault {
+  int maxHeadDim;
+  Tile tile;
+};
+constexpr BwdDefault kBwdDefaults[] = {
+    {64, {128, 128, 8, 2}},
+    {128, {64, 128, 8, 2}},
+    {256, {64, 64, 8, 2}},
+};
+/// Threads of the backward's _pre and _post kernels: BwdConfig::kPrePostThreads.
+constexpr int kBwdPrePostThreads = 256;
+
+Tile defaultBwdTile(int headDim) {
+  for (const BwdDefault &d : kBwdDefaults)
+    if (headDim <= d.maxHeadDim)
+      return d.tile;
+  return std::end(kBwdDefaults)[-1].tile;
+}
+
 /// FlashAttention-4's conditional-rescaling threshold by default, measured on the H200 (sm_90
 /// build, bf16, 2026-11-30, docs/perf/sm80-fwd.md): tau 8 is +2-7% at hd 128; at hd 64
 /// always rescaling (-1, branch-free) is +1-3% causal and neutral to -4% non-causal. On
 /// Ampere-class archs hd 64 keeps the exact skip (0): tau -1 was not run there.
 int defaultRescaleTau(int headDim, bool causal, const std::string &arch) {
-  bool ampere = arch == "sm_80" || arch == "sm_86" || arch == "sm_89";
   if (headDim <= 64)
-    return causal && !ampere ? -1 : 0;
+    return causal && !isAmpere(arch) ? -1 : 0;
   if (headDim <= 128)
     return 8;
   return 0;
 }
 
-/// Shrinks a default tile until it fits the arch's shared memory.
-Tile fitSmem(Tile t, int headDim, const std::string &arch) {
-  while (sm80FwdSmemBytes(headDim, t.blockM, t.blockN, t.stages) > archSmemLimit(arch)) {
-    if (t.stages > 1)
+/// Shared memory of `t` for pass `pass`.
+int smemBytesOf(const std::string &pass, const Tile &t, int headDimQK, int headDimV) {
+  return pass == "bwd" ? sm80BwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages)
+                       : sm80FwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages);
+}
+
+/// Shrinks a default tile until it fits the arch's shared memory: stages, then block_n down to
+/// 32, then (backward) block_m down to 32 with at most 4 warps.
+Tile fitSmem(Tile t, const std::string &pass, int headDimQK, int headDimV,
+             const std::string &arch) {
+  while (smemBytesOf(pass, t, headDimQK, headDimV) > archSmemLimit(arch)) {
+    if (t.stages > 1) {
       --t.stages;
-    else if (t.blockN > 32)
+    } else if (t.blockN > 32) {
       t.blockN /= 2;
-    else
+    } else if (pass == "bwd" && t.blockM > 32) {
+      t.blockM /= 2;
+      t.warps = std::min(t.warps, 4);
+    } else {
       break;
+    }
   }
   return t;
 }
 
-/// fp32 accumulator registers per thread: S (rows x blockN) and O (rows x headDim).
+/// Halves block_m and block_n until they divide the sparse block (a multiple of 64); a
+/// halved block_m keeps at least 16 rows per warp.
+Tile fitSparseBlock(Tile t, int block) {
+  if (block == 0)
+    return t;
+  while (block % t.blockN != 0)
+    t.blockN /= 2;
+  if (block % t.blockM == 0)
+    return t;
+  while (block % t.blockM != 0)
+    t.blockM /= 2;
+  t.warps = std::min(t.warps, t.blockM / 16);
+  return t;
+}
+
+/// fp32 accumulator registers per thread: S (rows x blockN) and O (rows x headDimV).
 int accumulatorRegs(const Tile &t, int headDimV) {
   int atomsM = t.blockM / t.warps / 16;
-  return atomsM * (t.blockN / 8) * 4 + atomsM * (headDimV / 8) * 4;
+  return atomsM * (t.blockN / 8) * 4 + atomsM * (paddedHeadDim(headDimV) / 8) * 4;
 }
 
 constexpr int kMaxAccumulatorRegs = 192;
@@ -105,7 +181,7 @@ std::string sm80ConfigProblem(const Tile &t, int headDimQK, int headDimV, const 
     return llvm::formatv("block_n must be a multiple of 16 in 16..256, got {0}", t.blockN);
   if (t.stages < 1 || t.stages > 4)
     return llvm::formatv("stages must be in 1..4, got {0}", t.stages);
-  int smem = sm80FwdSmemBytes(headDimQK, t.blockM, t.blockN, t.stages);
+  int smem = sm80FwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages);
   if (smem > archSmemLimit(arch))
     return llvm::formatv("tile {0}x{1} with {2} stages needs {3} bytes of shared memory; {4} "
                          "allows {5}: lower stages or block_n",
@@ -116,6 +192,87 @@ std::string sm80ConfigProblem(const Tile &t, int headDimQK, int headDimV, const 
                          "thread (at most {4} fit without spills): use more warps or a smaller "
                          "block_n",
                          t.blockM, t.blockN, t.warps, regs, kMaxAccumulatorRegs);
+  return "";
+}
+
+/// Mirrors sm80::WarpGrid (templates/sm80/bwd_config.cuh): the split of a (rows, cols) tile
+/// over `warps` warps into equal warp tiles whose sides are multiples of 16, with the smallest
+/// warp-tile perimeter, ties to more warps along the rows. warpsRows 0: no split.
+struct WarpGrid {
+  int warpsRows = 0, warpsCols = 0, tileRows = 0, tileCols = 0;
+};
+WarpGrid warpGrid(int rows, int cols, int warps) {
+  constexpr int kInvalid = 1 << 30;
+  auto cost = [&](int w) {
+    return warps % w != 0 || rows % (16 * w) != 0 || cols % (16 * (warps / w)) != 0
+               ? kInvalid
+               : rows / w + cols / (warps / w);
+  };
+  WarpGrid g;
+  int bestCost = kInvalid;
+  for (int w = 1; w <= warps; w *= 2)
+    if (cost(w) <= bestCost && cost(w) < kInvalid)
+      g.warpsRows = w, bestCost = cost(w);
+  if (g.warpsRows == 0)
+    return g;
+  g.warpsCols = warps / g.warpsRows;
+  g.tileRows = rows / g.warpsRows;
+  g.tileCols = cols / g.warpsCols;
+  return g;
+}
+
+/// The warp-grid static_asserts of templates/sm80/bwd_config.cuh: S/dP, dK/dV and dQ tiles
+/// each split over the warps into warp tiles whose sides are multiples of 16, and the dQ warp
+/// tile into chunks of a multiple of 16 columns. "" when they do.
+std::string bwdWarpSplitProblem(const Tile &t, int headDimQK, int headDimV) {
+  int qkPad = paddedHeadDim(headDimQK), vPad = paddedHeadDim(headDimV);
+  if (warpGrid(t.blockM, t.blockN, t.warps).warpsRows == 0)
+    return llvm::formatv("backward tile {0}x{1} does not split over {2} warps into warp tiles "
+                         "whose sides are multiples of 16",
+                         t.blockM, t.blockN, t.warps);
+  WarpGrid kv = warpGrid(t.blockN, std::min(qkPad, vPad), t.warps);
+  if (kv.warpsRows == 0 || qkPad % (16 * kv.warpsCols) != 0 || vPad % (16 * kv.warpsCols) != 0)
+    return llvm::formatv("backward dK/dV tiles ({0} rows, head dims {1}/{2}) do not split over {3} "
+                         "warps into warp tiles whose sides are multiples of 16",
+                         t.blockN, qkPad, vPad, t.warps);
+  WarpGrid q = warpGrid(t.blockM, qkPad, t.warps);
+  if (q.warpsRows == 0)
+    return llvm::formatv("backward dQ tile ({0} x {1}) does not split over {2} warps into warp "
+                         "tiles whose sides are multiples of 16",
+                         t.blockM, qkPad, t.warps);
+  int chunk = q.tileRows * q.tileCols <= 2048        ? q.tileCols
+              : q.tileCols % (2048 / q.tileRows) == 0 ? 2048 / q.tileRows
+                                                      : 16;
+  if (chunk % 16 != 0 || q.tileCols % chunk != 0)
+    return llvm::formatv("backward dQ warp tile ({0} x {1}) does not split into chunks of a "
+                         "multiple of 16 columns",
+                         q.tileRows, q.tileCols);
+  return "";
+}
+
+/// Mirrors the static_asserts of templates/sm80/bwd_config.cuh: "" when the template can
+/// build the backward config, else what is wrong.
+std::string sm80BwdConfigProblem(const KernelPlan &p) {
+  if (p.warps != 1 && p.warps != 2 && p.warps != 4 && p.warps != 8 && p.warps != 16)
+    return llvm::formatv("backward warps must be a power of 2 in 1..16, got {0}", p.warps);
+  if (p.blockM % 16 != 0 || p.blockM < 16 || p.blockM > 256)
+    return llvm::formatv("backward block_m must be a multiple of 16 in 16..256, got {0}", p.blockM);
+  if (p.blockN % 16 != 0 || p.blockN < 16 || p.blockN > 256)
+    return llvm::formatv("backward block_n must be a multiple of 16 in 16..256, got {0}",
+                         p.blockN);
+  if (p.stages < 1 || p.stages > 2)
+    return llvm::formatv("backward stages must be 1 or 2, got {0}", p.stages);
+  if (p.rescaleTau != 0 || p.exp2EmuPercent != 0)
+    return "the backward template has no rescale_tau or exp2 emulation (both must be 0)";
+  std::string split = bwdWarpSplitProblem({p.blockM, p.blockN, p.warps, p.stages}, p.headDimQK,
+                                           p.headDimV);
+  if (!split.empty())
+    return split;
+  int smem = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
+  if (smem > archSmemLimit(p.arch))
+    return llvm::formatv("backward tile {0}x{1} with {2} stages needs {3} bytes of shared memory; "
+                         "{4} allows {5}",
+                         p.blockM, p.blockN, p.stages, smem, p.arch, archSmemLimit(p.arch));
   return "";
 }
 
@@ -133,13 +290,36 @@ std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
   return "";
 }
 
+/// What of `p`'s variant the sm90 template cannot serve, as a phrase ("" when it serves it).
+std::string sm90VariantProblem(const KernelPlan &p) {
+  if (p.pass != "fwd")
+    return "the backward pass";
+  if (p.mask == "window")
+    return "the window mask";
+  if (p.mask == "causal" && p.maskAlign != "bottom_right")
+    return "the top-left causal mask";
+  if (p.scoreMod != "none")
+    return "score_mod " + p.scoreMod;
+  if (p.dropout)
+    return "dropout";
+  if (p.sparsity != "none")
+    return "block sparsity";
+  if (p.varlen)
+    return "varlen";
+  if (p.headDimQK != p.headDimV || (p.headDimQK != 64 && p.headDimQK != 128))
+    return "head dims other than 64 and 128";
+  return "";
+}
+
 /// Mirrors templates/sm90/fwd_config.cuh's static_asserts, restricted to what has run on the
 /// H200 (head dims 64 and 128).
 std::string sm90ConfigProblem(const KernelPlan &p) {
   if (p.arch != "sm_90a")
     return "the sm90 template (wgmma) needs the sm_90a target";
-  if (p.headDimQK != p.headDimV || (p.headDimQK != 64 && p.headDimQK != 128))
-    return "the sm90 template runs head dims 64 and 128";
+  std::string variant = sm90VariantProblem(p);
+  if (!variant.empty())
+    return "the sm90 template does not serve " + variant +
+           " (dense none/causal attention at head dims 64 and 128 only)";
   if (p.blockM != 64 && p.blockM != 128)
     return llvm::formatv("block_m must be 64 or 128 (1 or 2 warpgroups), got {0}", p.blockM);
   if (p.warps != p.blockM / 16)
@@ -161,27 +341,87 @@ std::string sm90ConfigProblem(const KernelPlan &p) {
   return "";
 }
 
-bool validHeadDim(int headDim) { return headDim % 16 == 0 && headDim >= 32 && headDim <= 256; }
-
-llvm::Error checkSm80Tile(const Tile &t, const VariantSpec &v, const std::string &arch) {
-  if (!validHeadDim(v.headDimQK))
-    return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 16 in 32..256");
-  std::string problem = sm80ConfigProblem(t, v.headDimQK, v.headDimV, arch);
-  if (!problem.empty())
-    return makeSpecError(v.tile ? v.tile->loc : v.loc, problem);
-  return llvm::Error::success();
+/// Tiles must divide the block of a block mask or layout (variants.cuh static_asserts it).
+std::string sparseBlockProblem(const KernelPlan &p) {
+  if (p.sparsity == "none" || (p.sparseBlock % p.blockM == 0 && p.sparseBlock % p.blockN == 0))
+    return "";
+  return llvm::formatv("block_m ({0}) and block_n ({1}) must divide block_sparse.block ({2})",
+                       p.blockM, p.blockN, p.sparseBlock);
 }
 
+bool validHeadDim(int headDim) { return headDim % 8 == 0 && headDim >= 32 && headDim <= 256; }
+
 } // namespace
+
+std::string maskToken(const KernelPlan &p) {
+  if (p.mask == "none")
+    return "none";
+  return p.mask + (p.maskAlign == "top_left" ? "tl" : "");
+}
+
+std::vector<std::string> featureTokens(const KernelPlan &p) {
+  std::vector<std::string> out;
+  if (p.scoreMod != "none")
+    out.push_back(p.scoreMod);
+  if (p.dropout)
+    out.push_back("drop");
+  if (p.sparsity == "runtime")
+    out.push_back(llvm::formatv("bsr{0}", p.sparseBlock));
+  if (p.sparsity == "static")
+    out.push_back(llvm::formatv("bs{0}_{1}", p.sparseBlock, p.sparseHash));
+  if (p.varlen)
+    out.push_back("varlen");
+  if (p.deterministic)
+    out.push_back("det");
+  return out;
+}
+
+std::vector<std::string> entryPointNames(const KernelPlan &p) {
+  if (p.pass == "bwd")
+    return {p.name, p.name + "_pre", p.name + "_post"};
+  return {p.name};
+}
+
+bool sm90ServesVariant(const KernelPlan &p) { return sm90VariantProblem(p).empty(); }
+
+BlockTable blockTable(const BlockSparseSpec &sparse) {
+  BlockTable t;
+  t.block = sparse.block;
+  if (sparse.layout == "file") {
+    t.rows = int(sparse.fileRows.size());
+    t.cols = t.rows ? int(sparse.fileRows.front().size()) : 0;
+    for (const std::vector<uint8_t> &row : sparse.fileRows)
+      t.table.insert(t.table.end(), row.begin(), row.end());
+  } else {
+    t.rows = t.cols = sparse.block ? (sparse.maxSeqlen + sparse.block - 1) / sparse.block : 0;
+    for (int r = 0; r < t.rows; ++r)
+      for (int c = 0; c < t.cols; ++c) {
+        int distance = std::abs(r - c);
+        bool visible = distance < sparse.local;
+        if (sparse.layout == "local_global")
+          visible |= r < sparse.global || c < sparse.global;
+        if (sparse.layout == "strided")
+          visible |= distance % sparse.stride == 0;
+        t.table.push_back(visible);
+      }
+  }
+  llvm::SHA256 hash;
+  hash.update(llvm::formatv("fagen-block-table-1 {0} {1} {2}\n", t.block, t.rows, t.cols).str());
+  hash.update(llvm::ArrayRef<uint8_t>(t.table));
+  std::array<uint8_t, 32> digest = hash.final();
+  t.hash = llvm::toHex(llvm::ArrayRef<uint8_t>(digest).take_front(4), /*LowerCase=*/true);
+  return t;
+}
 
 std::string kernelName(const KernelPlan &p) {
   std::string dims = p.headDimQK == p.headDimV
                          ? std::to_string(p.headDimQK)
                          : llvm::formatv("{0}x{1}", p.headDimQK, p.headDimV).str();
-  std::string name =
-      llvm::formatv("fagen_{0}_{1}_hd{2}_{3}_{4}_m{5}n{6}w{7}s{8}", p.pass, p.dtype, dims, p.mask,
-                    p.templ, p.blockM, p.blockN, p.warps, p.stages)
-          .str();
+  std::string name = llvm::formatv("fagen_{0}_{1}_hd{2}_{3}", p.pass, p.dtype, dims, maskToken(p));
+  for (const std::string &feature : featureTokens(p))
+    name += "_" + feature;
+  name += llvm::formatv("_{0}_m{1}n{2}w{3}s{4}", p.templ, p.blockM, p.blockN, p.warps, p.stages)
+              .str();
   if (p.rescaleTau != 0)
     name += p.rescaleTau < 0 ? "_ra" : llvm::formatv("_r{0}", p.rescaleTau).str();
   if (p.exp2EmuPercent != 0)
@@ -191,14 +431,20 @@ std::string kernelName(const KernelPlan &p) {
 
 llvm::Error checkKernelPlan(const KernelPlan &p) {
   std::string problem;
-  if (!validHeadDim(p.headDimQK))
-    problem = llvm::formatv("head_dim {0} is not a multiple of 16 in 32..256", p.headDimQK);
-  if (problem.empty())
+  if (!validHeadDim(p.headDimQK) || !validHeadDim(p.headDimV))
+    problem = llvm::formatv("head dims {0}/{1} are not multiples of 8 in 32..256", p.headDimQK,
+                            p.headDimV);
+  if (problem.empty() && p.pass == "bwd")
+    problem = p.templ == "sm80" ? sm80BwdConfigProblem(p)
+                                : "the backward pass has only the sm80 template";
+  else if (problem.empty())
     problem = p.templ == "sm90" ? sm90ConfigProblem(p)
                                 : sm80ConfigProblem({p.blockM, p.blockN, p.warps, p.stages},
                                                     p.headDimQK, p.headDimV, p.arch);
   if (problem.empty())
     problem = fa4ParamsProblem(p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree);
+  if (problem.empty())
+    problem = sparseBlockProblem(p);
   if (problem.empty())
     return llvm::Error::success();
   return llvm::createStringError(std::errc::invalid_argument, "%s: %s", kernelName(p).c_str(),
@@ -255,32 +501,31 @@ void finalizePlan(KernelPlan &p) {
   if (p.exp2EmuPercent == 0)
     p.exp2PolyDegree = 3; // no polynomial: one kernel, whatever the degree says
   p.threads = 32 * p.warps;
-  p.smemBytes = p.templ == "sm90" ? sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages)
-                                  : sm80FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  if (p.pass == "bwd")
+    p.smemBytes = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
+  else if (p.templ == "sm90")
+    p.smemBytes = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  else
+    p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
+  p.prePostThreads = p.pass == "bwd" ? kBwdPrePostThreads : 0;
   p.name = kernelName(p);
 }
 
 std::string workloadKey(const KernelPlan &p) {
-  return llvm::formatv("{0} {1} hd{2}x{3} {4} {5}", p.pass, p.dtype, p.headDimQK, p.headDimV,
-                       p.mask, p.arch)
-      .str();
+  std::string key = llvm::formatv("{0} {1} hd{2}x{3} {4}", p.pass, p.dtype, p.headDimQK,
+                                  p.headDimV, maskToken(p));
+  for (const std::string &feature : featureTokens(p))
+    key += " " + feature;
+  return key + " " + p.arch;
 }
 
 namespace {
 
-/// The planner's (or the spec's) kernel for one variant, pass and arch.
-/// Whether the planner picks the wgmma template: sm_90a targets at head dims 64 and 128, the
-/// configurations that have run on the H200 (1.28-1.50x the portable template's speed,
-/// docs/perf/sm90-fwd.md). A spec's tile: keeps the portable template.
-bool usesSm90Template(const KernelPlan &p) {
-  return p.arch == "sm_90a" && p.headDimQK == p.headDimV &&
-         (p.headDimQK == 64 || p.headDimQK == 128);
-}
-
 /// The sm90 template's default for `p`, measured on the H200 (bf16, 2026-11-30,
 /// docs/perf/sm90-fwd.md): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
 /// one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; two stages (three
-/// never helped).
+/// never helped). The planner picks it on sm_90a wherever it serves the variant: 1.28-1.50x
+/// the portable template's speed there.
 KernelPlan sm90Plan(KernelPlan p) {
   p.templ = "sm90";
   p.blockM = p.headDimQK == 64 ? 64 : 128;
@@ -293,12 +538,16 @@ KernelPlan sm90Plan(KernelPlan p) {
 }
 
 /// A spec's tile: pins the template and any of its parameters; the rest stay the planner's.
-llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile,
-                                      const VariantSpec &v) {
+llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
   if (tile.templ == "sm90") {
     if (p.arch != "sm_90a")
       return makeSpecError(tile.loc, "template sm90 needs the sm_90a target, not " + p.arch +
                                          ": list only sm_90a in this variant's targets");
+    std::string variant = sm90VariantProblem(p);
+    if (!variant.empty())
+      return makeSpecError(tile.loc, "template sm90 does not serve " + variant +
+                                         " (dense none/causal attention at head dims 64 and "
+                                         "128 only): remove template: sm90");
     p = sm90Plan(p);
   }
   if (tile.blockM) p.blockM = tile.blockM;
@@ -313,11 +562,6 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile,
   if (tile.exp2PolyDegree) p.exp2PolyDegree = *tile.exp2PolyDegree;
   p.tuning = "spec";
   finalizePlan(p);
-  if (p.templ == "sm80") {
-    Tile t{p.blockM, p.blockN, p.warps, p.stages};
-    if (llvm::Error err = checkSm80Tile(t, v, p.arch))
-      return err;
-  }
   if (llvm::Error err = checkKernelPlan(p)) {
     std::string message = llvm::toString(std::move(err));
     return makeSpecError(tile.loc, message.substr(message.find(": ") + 2));
@@ -325,32 +569,67 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile,
   return p;
 }
 
+/// The variant's semantics, copied into a plan.
+void copyVariant(const VariantSpec &v, KernelPlan &p) {
+  p.dtype = v.dtype;
+  p.headDimQK = v.headDimQK;
+  p.headDimV = v.headDimV;
+  p.mask = v.mask;
+  p.maskAlign = v.mask == "none" ? "bottom_right" : v.maskAlign;
+  p.scoreMod = v.scoreMod;
+  p.dropout = v.dropout;
+  p.varlen = v.varlen;
+  if (v.blockSparse && !v.blockSparse->isStatic()) {
+    p.sparsity = "runtime";
+    p.sparseBlock = v.blockSparse->block;
+  } else if (v.blockSparse) {
+    BlockTable table = blockTable(*v.blockSparse);
+    p.sparsity = "static";
+    p.sparseBlock = table.block;
+    p.sparseRows = table.rows;
+    p.sparseCols = table.cols;
+    p.sparseTable = std::move(table.table);
+    p.sparseHash = table.hash;
+  }
+  p.deterministic = p.pass == "bwd" && v.deterministic;
+}
+
 llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pass,
                                     const std::string &arch) {
-  if (!validHeadDim(v.headDimQK))
-    return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 16 in 32..256");
+  if (!validHeadDim(v.headDimQK) || !validHeadDim(v.headDimV))
+    return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 8 in 32..256");
   KernelPlan p;
   p.variant = v.name;
   p.pass = pass;
   p.arch = arch;
   p.templ = "sm80";
-  p.dtype = v.dtype;
-  p.headDimQK = v.headDimQK;
-  p.headDimV = v.headDimV;
-  p.mask = v.mask;
-  Tile t = fitSmem(defaultTile(v.headDimQK, arch), v.headDimQK, arch);
+  copyVariant(v, p);
+  int headDim = paddedHeadDim(std::max(v.headDimQK, v.headDimV));
+  Tile t = pass == "bwd" ? defaultBwdTile(headDim) : defaultTile(headDim, arch);
+  t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, arch);
+  // Head dims whose padded width is an odd multiple of 16 (48, 80, ...) do not split over
+  // 8 warps: fewer warps, each with a wider tile.
+  while (pass == "bwd" && t.warps > 1 && !bwdWarpSplitProblem(t, v.headDimQK, v.headDimV).empty())
+    t.warps /= 2;
   p.blockM = t.blockM;
   p.blockN = t.blockN;
   p.warps = t.warps;
   p.stages = t.stages;
-  p.rescaleTau = defaultRescaleTau(v.headDimQK, v.mask == "causal", arch);
+  p.rescaleTau = pass == "bwd" ? 0 : defaultRescaleTau(headDim, v.mask == "causal", arch);
   p.tuning = "default";
   finalizePlan(p);
-  // A pinned tile keeps the portable template unless it names another one.
-  if (v.tile)
-    return pinnedPlan(p, *v.tile, v);
-  if (usesSm90Template(p))
+  // A pinned tile keeps the portable template unless it names another one; it pins the
+  // forward kernel only.
+  if (v.tile && pass == "fwd")
+    return pinnedPlan(p, *v.tile);
+  if (pass == "fwd" && arch == "sm_90a" && sm90ServesVariant(p))
     return sm90Plan(p);
+  if (llvm::Error err = checkKernelPlan(p)) {
+    std::string message = llvm::toString(std::move(err));
+    return makeSpecError(v.loc, "no default " + pass + " kernel of variant '" + v.name +
+                                    "' fits " + arch + ": " +
+                                    message.substr(message.find(": ") + 2));
+  }
   return p;
 }
 
@@ -403,15 +682,12 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
                                                 "'targets: [sm_90a]' to the spec or pass --arch",
                                                 v.name));
     for (const std::string &pass : v.passes) {
-      if (pass != "fwd")
-        return makeSpecError(v.locOf("passes"),
-                             llvm::formatv("pass '{0}' is not implemented yet: use [fwd]", pass));
       for (const std::string &arch : targets) {
         llvm::Expected<KernelPlan> base = basePlan(v, pass, arch);
         if (!base)
           return base.takeError();
         std::vector<KernelPlan> kernels = {*base};
-        if (tuning && !v.tile) {
+        if (tuning && !(v.tile && pass == "fwd")) {
           auto it = tuning->find(workloadKey(*base));
           if (it != tuning->end()) {
             llvm::Expected<std::vector<KernelPlan>> tuned = tunedPlans(*base, it->second);
@@ -448,6 +724,21 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
     out += llvm::formatv("  dtype={0} head_dim_qk={1} head_dim_v={2} mask={3}\n", p.dtype,
                          p.headDimQK, p.headDimV, p.mask)
                .str();
+    out += llvm::formatv("  mask_align={0} score_mod={1} dropout={2} varlen={3} sparsity={4}",
+                         p.maskAlign, p.scoreMod, p.dropout ? "true" : "false",
+                         p.varlen ? "true" : "false", p.sparsity)
+               .str();
+    if (p.sparsity != "none")
+      out += llvm::formatv(" sparse_block={0}", p.sparseBlock).str();
+    if (p.sparsity == "static")
+      out += llvm::formatv(" sparse_table={0}x{1} sparse_hash={2}", p.sparseRows, p.sparseCols,
+                           p.sparseHash)
+                 .str();
+    out += "\n";
+    if (p.pass == "bwd")
+      out += llvm::formatv("  deterministic={0} pre_post_threads={1}\n",
+                           p.deterministic ? "true" : "false", p.prePostThreads)
+                 .str();
     out += llvm::formatv("  block_m={0} block_n={1} warps={2} stages={3} threads={4} smem={5} "
                          "tuning={6}\n",
                          p.blockM, p.blockN, p.warps, p.stages, p.threads, p.smemBytes, p.tuning)

@@ -72,9 +72,36 @@ struct KernelPlan {
   std::string tuning;   ///< "default", "spec" (forced by the spec's tile:) or a tuning record
 };
 
-/// The kernel's symbol, spelling its specialization:
-/// fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2[_r8][_e25d3].
+/// The kernel's symbol, spelling its specialization (docs/design/variants-and-backward.md):
+/// fagen_{pass}_{dtype}_hd{qk}[x{v}]_{mask}[_{features}]_{templ}_{config}, e.g.
+/// fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2_r8 or
+/// fagen_bwd_bf16_hd192x128_windowtl_softcap_drop_bs128_1a2b3c4d_varlen_det_sm80_m64n64w8s1.
+/// A backward plan's cubin also holds NAME_pre and NAME_post.
 std::string kernelName(const KernelPlan &plan);
+
+/// The entry points of a plan's cubin, main kernel first: {NAME} for a forward plan,
+/// {NAME, NAME_pre, NAME_post} for a backward plan (docs/design/variants-and-backward.md).
+std::vector<std::string> entryPointNames(const KernelPlan &plan);
+
+/// The mask as kernel names spell it: none, causal, causaltl, window, windowtl.
+std::string maskToken(const KernelPlan &plan);
+/// The variant features as kernel names spell them, in name order: softcap | alibi, drop,
+/// bsr{B} | bs{B}_{hash8}, varlen, det. Empty for a dense, plain kernel.
+std::vector<std::string> featureTokens(const KernelPlan &plan);
+
+/// Whether the sm90 (wgmma) forward template serves `plan`'s variant: dense none/causal
+/// (bottom-right) attention with head_dim_qk == head_dim_v in {64, 128} and no score mod,
+/// dropout, sparsity or varlen.
+bool sm90ServesVariant(const KernelPlan &plan);
+
+/// A static block layout as a table: rows x cols bytes, row-major, 1 = computed.
+struct BlockTable {
+  int block = 0, rows = 0, cols = 0;
+  std::vector<uint8_t> table;
+  std::string hash; ///< 8 hex digits of a hash of (block, rows, cols, table)
+};
+/// The table of a static layout (local_global, strided, file); docs/spec.md#block-sparse.
+BlockTable blockTable(const BlockSparseSpec &sparse);
 
 /// Whether the sm80 template can build `plan` for its arch (the template's static_asserts,
 /// mirrored). The error names the config and the fix; without a spec location.
@@ -101,19 +128,27 @@ struct TunedConfig {
 /// Tuned configs per workload (workloadKey()), each list sorted by seqlenMin.
 using TuningTable = std::map<std::string, std::vector<TunedConfig>>;
 
-/// The canonical workload of a plan, as the tuning database keys it:
-/// "fwd bf16 hd128x128 causal sm_90a".
+/// The canonical workload of a plan, as the tuning database keys it: every variant feature, so
+/// that records of different variants never mix: "fwd bf16 hd128x128 causal sm_90a" for a
+/// dense kernel, "bwd bf16 hd128x128 windowtl softcap drop bsr128 varlen det sm_90" otherwise.
 std::string workloadKey(const KernelPlan &plan);
 
 /// The largest dynamic shared memory a block may opt into on `arch`, in bytes.
 int archSmemLimit(const std::string &arch);
 
+/// A head dim as the sm80 templates store it: padded to their MMA granularity (16).
+int paddedHeadDim(int headDim);
 /// Shared memory of the sm80 forward template; mirrors FwdConfig::kSmemBytes.
-int sm80FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
+int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages);
+/// Shared memory of the sm80 backward template's main kernel; mirrors BwdConfig::kSmemBytes.
+int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages);
 /// Shared memory of the sm90 (wgmma) forward template; mirrors sm90::FwdConfig::kSmemBytes.
 int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 
-/// Plans every kernel of `spec`. `archs`, when non-empty, replaces the spec's targets.
+/// Plans every kernel of `spec`: one per variant x pass x arch (x tuned seqlen range).
+/// `archs`, when non-empty, replaces the spec's targets. Backward kernels use the sm80
+/// template on every arch; forward kernels the sm90 template on sm_90a where it serves the
+/// variant (sm90ServesVariant), else sm80. A spec's `tile:` pins the forward kernel only.
 /// With `tuning`, a workload that has tuned configs gets one kernel per tuned seqlen range
 /// (contiguous ranges with the same config merged), plus the default kernel for calls no
 /// range covers; a spec's `tile:` still wins over tuning. Kernels that come out identical

@@ -13,6 +13,8 @@
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringRef.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
@@ -249,6 +251,8 @@ private:
   SourceLoc locOf(const YAML::Mark &mark) const;
   SourceLoc locOf(const YAML::Node &node) const { return locOf(node.Mark()); }
   void error(const SourceLoc &loc, const std::string &message);
+  /// An error in another file (a block layout), reported in the order of `specLoc`.
+  void errorIn(const SourceLoc &specLoc, const SourceLoc &loc, const std::string &message);
   llvm::Error takeErrors();
 
   Entries readMapping(const YAML::Node &map, ArrayRef<std::string> keys);
@@ -263,6 +267,7 @@ private:
                                       bool allowUpperAndDash);
   std::optional<YAML::Node> readList(const Entry &entry, const std::string &what,
                                      const std::string &example);
+  std::optional<bool> readBool(const Entry &entry, const std::string &what);
   std::vector<std::string> readTargets(const Entry &entry,
                                        std::map<std::string, SourceLoc> &keyLocs);
 
@@ -270,6 +275,9 @@ private:
   void parseVariant(const YAML::Node &node, size_t index, AttentionSpec &spec);
   void parseHeadDims(const Entries &entries, const std::string &label, VariantSpec &variant);
   void parsePasses(const Entries &entries, VariantSpec &variant);
+  void parseSemantics(const Entries &entries, VariantSpec &variant);
+  void parseBlockSparse(const Entry &entry, VariantSpec &variant);
+  void readLayoutFile(const Entry &entry, BlockSparseSpec &sparse);
   void parseHeads(const Entry &entry, VariantSpec &variant);
   void parseTile(const Entry &entry, VariantSpec &variant);
   void checkUniqueNames(const AttentionSpec &spec);
@@ -289,6 +297,12 @@ SourceLoc SpecParser::locOf(const YAML::Mark &mark) const {
 void SpecParser::error(const SourceLoc &loc, const std::string &message) {
   if (diagnostics.size() < kMaxErrors)
     diagnostics.emplace_back(loc, formatDiagnostic(loc, message));
+}
+
+void SpecParser::errorIn(const SourceLoc &specLoc, const SourceLoc &loc,
+                         const std::string &message) {
+  if (diagnostics.size() < kMaxErrors)
+    diagnostics.emplace_back(specLoc, formatDiagnostic(loc, message));
 }
 
 llvm::Error SpecParser::takeErrors() {
@@ -448,6 +462,34 @@ std::optional<YAML::Node> SpecParser::readList(const Entry &entry, const std::st
   return entry.value;
 }
 
+std::optional<bool> SpecParser::readBool(const Entry &entry, const std::string &what) {
+  const YAML::Node &value = entry.value;
+  if (!value.IsScalar()) {
+    error(entry.valueLoc, what + " must be true or false, got " + describe(value));
+    return std::nullopt;
+  }
+  StringRef text = value.Scalar();
+  bool isTrue = text == "true" || text == "True" || text == "TRUE";
+  bool isFalse = text == "false" || text == "False" || text == "FALSE";
+  if (value.Tag() == "!") {
+    error(entry.valueLoc, what + " must be true or false, got the quoted string " + quoted(text) +
+                              (isTrue || isFalse ? ": remove the quotes" : ""));
+    return std::nullopt;
+  }
+  if (isTrue || isFalse)
+    return isTrue;
+  // YAML 1.1 spellings that yaml-cpp reads as strings in a YAML 1.2 world.
+  std::string lower = text.lower();
+  const char *meant = lower == "yes" || lower == "on" || lower == "1" || lower == "y" ? "true"
+                      : lower == "no" || lower == "off" || lower == "0" || lower == "n"
+                          ? "false"
+                          : nullptr;
+  error(entry.valueLoc, what + " must be true or false" +
+                            (meant ? std::string(": did you mean ") + meant + "?"
+                                   : ", got " + quoted(text)));
+  return std::nullopt;
+}
+
 std::vector<std::string> SpecParser::readTargets(const Entry &entry,
                                                  std::map<std::string, SourceLoc> &keyLocs) {
   std::vector<std::string> archs;
@@ -593,9 +635,10 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
                    describe(node));
     return;
   }
-  static const std::vector<std::string> keys = {"name",       "dtype", "head_dim", "head_dim_qk",
-                                                "head_dim_v", "mask",  "passes",   "heads",
-                                                "targets",    "tile"};
+  static const std::vector<std::string> keys = {
+      "name",   "dtype",   "head_dim",     "head_dim_qk",   "head_dim_v", "mask",
+      "mask_align", "score_mod", "dropout", "varlen",     "block_sparse", "deterministic",
+      "passes", "heads",   "targets",      "tile"};
   Entries entries = readMapping(node, keys);
   VariantSpec variant;
   variant.loc = loc;
@@ -627,14 +670,8 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
 
   parseHeadDims(entries, label, variant);
 
-  variant.mask = "none";
-  if (auto it = entries.find("mask"); it != entries.end()) {
-    static const std::map<std::string, std::string> hints = {
-        {"full", "none"}, {"bidirectional", "none"}, {"no", "none"}};
-    variant.mask = readChoice(it->second, "mask", {"none", "causal"}, hints).value_or("none");
-  }
-
   parsePasses(entries, variant);
+  parseSemantics(entries, variant);
   if (auto it = entries.find("heads"); it != entries.end())
     parseHeads(it->second, variant);
   if (auto it = entries.find("targets"); it != entries.end())
@@ -651,7 +688,7 @@ void SpecParser::parseHeadDims(const Entries &entries, const std::string &label,
   auto qk = entries.find("head_dim_qk");
   auto v = entries.find("head_dim_v");
   auto readHeadDim = [&](const Entry &entry) {
-    return readRange(entry, entry.key, 32, 256, 16).value_or(0);
+    return readRange(entry, entry.key, 32, 256, 8).value_or(0);
   };
   if (one != entries.end()) {
     if (qk != entries.end() || v != entries.end()) {
@@ -678,10 +715,6 @@ void SpecParser::parseHeadDims(const Entries &entries, const std::string &label,
   variant.keyLocs["head_dim"] = qk->second.valueLoc;
   variant.headDimQK = readHeadDim(qk->second);
   variant.headDimV = readHeadDim(v->second);
-  if (variant.headDimQK && variant.headDimV && variant.headDimQK != variant.headDimV)
-    error(v->second.valueLoc, "head_dim_qk != head_dim_v is not supported yet (" +
-                                  std::to_string(variant.headDimQK) + " vs " +
-                                  std::to_string(variant.headDimV) + "): use one head_dim");
 }
 
 void SpecParser::parsePasses(const Entries &entries, VariantSpec &variant) {
@@ -700,24 +733,283 @@ void SpecParser::parsePasses(const Entries &entries, VariantSpec &variant) {
       continue;
     }
     const std::string &text = node.Scalar();
-    std::string lower = StringRef(text).lower();
-    if (lower == "bwd" || lower == "backward") {
-      error(item.valueLoc,
-            "the backward pass is not implemented yet; remove " + quoted(text) + " from passes");
-      continue;
-    }
-    if (text != "fwd") {
-      bool meantFwd = lower == "forward" || !closestMatch(text, {"fwd"}).empty();
+    if (text != "fwd" && text != "bwd") {
+      std::string lower = StringRef(text).lower();
+      std::string meant = lower == "forward"    ? "fwd"
+                          : lower == "backward" ? "bwd"
+                                                : closestMatch(text, {"fwd", "bwd"});
       error(item.valueLoc, "unknown pass " + quoted(text) +
-                               (meantFwd ? ": did you mean fwd?" : ": the passes are fwd and bwd"));
+                               (meant.empty() ? ": the passes are fwd and bwd"
+                                              : ": did you mean " + meant + "?"));
       continue;
     }
     if (llvm::is_contained(variant.passes, text)) {
-      error(item.valueLoc, "pass fwd is listed twice: remove one of them");
+      error(item.valueLoc, "pass " + text + " is listed twice: remove one of them");
       continue;
     }
+    variant.keyLocs["passes." + text] = item.valueLoc;
     variant.passes.push_back(text);
   }
+}
+
+/// The attention semantics beyond the head dims: mask and its alignment, score mod, dropout,
+/// varlen, block sparsity, and the backward's determinism.
+void SpecParser::parseSemantics(const Entries &entries, VariantSpec &variant) {
+  variant.mask = "none";
+  bool maskRead = true;
+  if (auto it = entries.find("mask"); it != entries.end()) {
+    static const std::map<std::string, std::string> hints = {
+        {"full", "none"},          {"bidirectional", "none"}, {"no", "none"},
+        {"sliding_window", "window"}, {"sliding", "window"}, {"local", "window"},
+        {"swa", "window"},         {"causal_top_left", "write mask: causal with mask_align: top_left"},
+        {"causal_lower_right", "causal"}};
+    std::optional<std::string> mask =
+        readChoice(it->second, "mask", {"none", "causal", "window"}, hints);
+    maskRead = mask.has_value();
+    variant.mask = mask.value_or("none");
+  }
+  if (auto it = entries.find("mask_align"); it != entries.end()) {
+    static const std::map<std::string, std::string> hints = {
+        {"top-left", "top_left"},         {"topleft", "top_left"},
+        {"upper_left", "top_left"},       {"bottom-right", "bottom_right"},
+        {"bottomright", "bottom_right"},  {"lower_right", "bottom_right"}};
+    std::optional<std::string> align =
+        readChoice(it->second, "mask_align", {"bottom_right", "top_left"}, hints);
+    if (align && maskRead && variant.mask == "none")
+      error(it->second.valueLoc,
+            std::string("mask_align applies to the causal and window masks") +
+                (entries.count("mask") ? ", and this variant's mask is none: remove mask_align"
+                                       : ": add 'mask: causal' or 'mask: window', or remove "
+                                         "mask_align"));
+    variant.maskAlign = align.value_or("bottom_right");
+  }
+  if (auto it = entries.find("score_mod"); it != entries.end()) {
+    static const std::map<std::string, std::string> hints = {
+        {"tanh", "softcap"},  {"soft_cap", "softcap"}, {"logit_softcap", "softcap"},
+        {"cap", "softcap"},   {"identity", "none"},    {"bias", "alibi"},
+        {"relative_position", "relative position biases other than ALiBi are not supported"}};
+    variant.scoreMod =
+        readChoice(it->second, "score_mod", {"none", "softcap", "alibi"}, hints).value_or("none");
+  }
+  if (auto it = entries.find("dropout"); it != entries.end())
+    variant.dropout = readBool(it->second, "dropout").value_or(false);
+  if (auto it = entries.find("varlen"); it != entries.end())
+    variant.varlen = readBool(it->second, "varlen").value_or(false);
+  if (auto it = entries.find("block_sparse"); it != entries.end())
+    parseBlockSparse(it->second, variant);
+  if (auto it = entries.find("deterministic"); it != entries.end()) {
+    std::optional<bool> deterministic = readBool(it->second, "deterministic");
+    if (deterministic && *deterministic && !llvm::is_contained(variant.passes, "bwd") &&
+        !variant.passes.empty())
+      error(it->second.valueLoc, "deterministic applies to the backward pass: add bwd to "
+                                 "passes, or remove deterministic");
+    variant.deterministic = deterministic.value_or(false);
+  }
+}
+
+namespace {
+/// A static layout's table holds at most this many blocks per side: 512 x 512 one-byte entries
+/// in the generated source (16k tokens at block 64, 128k at block 256).
+constexpr int kMaxLayoutBlocks = 512;
+} // namespace
+
+void SpecParser::parseBlockSparse(const Entry &entry, VariantSpec &variant) {
+  if (!entry.value.IsMap()) {
+    error(entry.valueLoc, "block_sparse must be a mapping like {block: 128, layout: runtime}, "
+                          "got " +
+                              describe(entry.value));
+    return;
+  }
+  Entries keys = readMapping(entry.value, {"block", "layout", "local", "global", "stride",
+                                          "file", "max_seqlen"});
+  BlockSparseSpec sparse;
+  for (const auto &[key, item] : keys)
+    variant.keyLocs["block_sparse." + key] = item.valueLoc;
+  bool ok = true;
+  if (auto it = keys.find("block"); it != keys.end()) {
+    sparse.block = readRange(it->second, "block_sparse.block", 64, 256, 64).value_or(0);
+    ok &= sparse.block != 0;
+  } else {
+    if (!keys.has("block"))
+      error(entry.valueLoc, "block_sparse needs 'block', the tokens per block (64, 128, 192 or "
+                            "256)");
+    ok = false;
+  }
+  static const std::vector<std::string> layouts = {"runtime", "local_global", "strided", "file"};
+  auto layout = keys.find("layout");
+  if (layout == keys.end()) {
+    if (!keys.has("layout"))
+      error(entry.valueLoc, "block_sparse needs 'layout': runtime, local_global, strided or file");
+    return;
+  }
+  static const std::map<std::string, std::string> hints = {
+      {"dynamic", "runtime"},     {"longformer", "local_global"}, {"bigbird", "local_global"},
+      {"local", "local_global"},  {"global", "local_global"},     {"stride", "strided"},
+      {"static", "the static layouts are local_global, strided and file"}};
+  std::optional<std::string> name = readChoice(layout->second, "block_sparse.layout", layouts, hints);
+  if (!name)
+    return;
+  sparse.layout = *name;
+
+  // Which arguments each layout takes; the others are errors naming the layouts they belong to.
+  static const std::map<std::string, std::vector<std::string>> arguments = {
+      {"runtime", {}},
+      {"local_global", {"local", "global", "max_seqlen"}},
+      {"strided", {"stride", "local", "max_seqlen"}},
+      {"file", {"file"}}};
+  static const std::map<std::string, std::string> owners = {
+      {"local", "the local_global and strided layouts"},
+      {"global", "the local_global layout"},
+      {"stride", "the strided layout"},
+      {"file", "the file layout"},
+      {"max_seqlen", "the local_global and strided layouts (a file layout's size is its rows "
+                     "and columns)"}};
+  const std::vector<std::string> &allowed = arguments.at(sparse.layout);
+  for (const auto &[key, item] : keys) {
+    if (key == "block" || key == "layout" || llvm::is_contained(allowed, key))
+      continue;
+    error(item.keyLoc, "block_sparse." + key + " applies to " + owners.at(key) + ", not " +
+                           sparse.layout + ": remove it");
+    ok = false;
+  }
+  auto require = [&](const std::string &key, const std::string &what) -> const Entry * {
+    auto it = keys.find(key);
+    if (it != keys.end())
+      return &it->second;
+    if (!keys.has(key))
+      error(entry.valueLoc, "block_sparse layout " + sparse.layout + " needs '" + key + "', " +
+                                what);
+    ok = false;
+    return nullptr;
+  };
+  auto optionalInt = [&](const std::string &key, int lo, int fallback) {
+    auto it = keys.find(key);
+    if (it == keys.end() || !llvm::is_contained(allowed, key))
+      return fallback;
+    std::optional<int> value = readRange(it->second, "block_sparse." + key, lo, INT_MAX, 1);
+    ok &= value.has_value();
+    return value.value_or(fallback);
+  };
+  if (sparse.layout == "local_global") {
+    if (const Entry *local = require("local", "the blocks each block sees on either side of "
+                                              "the diagonal, itself included (at least 1)")) {
+      std::optional<int> value = readRange(*local, "block_sparse.local", 1, INT_MAX, 1);
+      ok &= value.has_value();
+      sparse.local = value.value_or(0);
+    }
+    sparse.global = optionalInt("global", 0, 0);
+  } else if (sparse.layout == "strided") {
+    if (const Entry *stride = require("stride", "the distance in blocks between the diagonals "
+                                                "that are computed (at least 1)")) {
+      std::optional<int> value = readRange(*stride, "block_sparse.stride", 1, INT_MAX, 1);
+      ok &= value.has_value();
+      sparse.stride = value.value_or(0);
+    }
+    sparse.local = optionalInt("local", 1, 1);
+  }
+  if (sparse.layout == "local_global" || sparse.layout == "strided") {
+    if (const Entry *maxSeqlen = require("max_seqlen", "the longest sequence the table must "
+                                                       "cover, in tokens")) {
+      std::optional<int> value = readRange(*maxSeqlen, "block_sparse.max_seqlen", 1, INT_MAX, 1);
+      ok &= value.has_value();
+      if (value && sparse.block) {
+        int64_t blocks = (int64_t(*value) + sparse.block - 1) / sparse.block;
+        if (blocks > kMaxLayoutBlocks) {
+          error(maxSeqlen->valueLoc,
+                llvm::formatv("block_sparse.max_seqlen {0} at block {1} makes a {2} x {2} block "
+                              "table; at most {3} x {3} fit: raise block or lower max_seqlen",
+                              *value, sparse.block, blocks, kMaxLayoutBlocks)
+                    .str());
+          ok = false;
+        }
+      }
+      sparse.maxSeqlen = value.value_or(0);
+    }
+  }
+  if (sparse.layout == "file")
+    if (const Entry *file = require("file", "the path of a file of 0/1 rows, relative to the spec"))
+      readLayoutFile(*file, sparse);
+  if (ok)
+    variant.blockSparse = std::move(sparse);
+}
+
+/// Reads a layout file: one row of blocks per line, '0' (skipped) or '1' (computed) per block,
+/// spaces between them optional, '#' to the end of the line a comment, blank lines ignored.
+void SpecParser::readLayoutFile(const Entry &entry, BlockSparseSpec &sparse) {
+  if (!entry.value.IsScalar() || entry.value.Scalar().empty()) {
+    error(entry.valueLoc, "block_sparse.file must be a path like layout.txt, got " +
+                              describe(entry.value));
+    return;
+  }
+  sparse.file = entry.value.Scalar();
+  llvm::SmallString<256> path(sparse.file);
+  if (!llvm::sys::path::is_absolute(path) && file != "<stdin>") {
+    path = llvm::sys::path::parent_path(file);
+    llvm::sys::path::append(path, sparse.file);
+  }
+  std::string pathText = path.str().str();
+  // Only regular files of a sane size: a spec naming /dev/zero must not hang the compiler.
+  constexpr uint64_t kMaxLayoutFileBytes = 4 << 20;
+  llvm::sys::fs::file_status status;
+  if (!llvm::sys::fs::status(pathText, status) && !llvm::sys::fs::is_regular_file(status)) {
+    error(entry.valueLoc, "the block layout '" + printable(pathText) + "' is not a regular file");
+    return;
+  }
+  if (status.getSize() > kMaxLayoutFileBytes) {
+    error(entry.valueLoc, "the block layout '" + printable(pathText) + "' is larger than 4 MB");
+    return;
+  }
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
+      llvm::MemoryBuffer::getFile(pathText, /*IsText=*/true);
+  if (!buffer) {
+    error(entry.valueLoc, "cannot read the block layout '" + printable(pathText) + "': " +
+                              buffer.getError().message() +
+                              " (the path is relative to the spec's folder)");
+    return;
+  }
+  llvm::SmallVector<StringRef, 0> lines;
+  (*buffer)->getBuffer().split(lines, '\n');
+  size_t firstRowLine = 0;
+  for (size_t n = 0; n < lines.size(); ++n) {
+    StringRef line = lines[n].split('#').first.rtrim(" \t\r");
+    if (line.trim().empty())
+      continue;
+    std::vector<uint8_t> row;
+    for (size_t col = 0; col < line.size(); ++col) {
+      char c = line[col];
+      if (c == ' ' || c == '\t' || c == ',')
+        continue;
+      if (c != '0' && c != '1') {
+        errorIn(entry.valueLoc, SourceLoc{pathText, int(n + 1), int(col + 1)},
+              "a block layout holds 0 (skipped) and 1 (computed) per block, got " +
+                  quoted(line.substr(col, 1)));
+        return;
+      }
+      row.push_back(c == '1');
+    }
+    if (!sparse.fileRows.empty() && row.size() != sparse.fileRows.front().size()) {
+      errorIn(entry.valueLoc, SourceLoc{pathText, int(n + 1), 1},
+              llvm::formatv("this row has {0} blocks and the first row (line {1}) {2}: every row "
+                          "needs the same number",
+                          row.size(), firstRowLine + 1, sparse.fileRows.front().size())
+                .str());
+      return;
+    }
+    if (sparse.fileRows.empty())
+      firstRowLine = n;
+    if (row.size() > size_t(kMaxLayoutBlocks) || sparse.fileRows.size() == size_t(kMaxLayoutBlocks)) {
+      errorIn(entry.valueLoc, SourceLoc{pathText, int(n + 1), 1},
+              llvm::formatv("a block layout has at most {0} rows and {0} columns: raise the block "
+                          "size",
+                          kMaxLayoutBlocks)
+                .str());
+      return;
+    }
+    sparse.fileRows.push_back(std::move(row));
+  }
+  if (sparse.fileRows.empty())
+    error(entry.valueLoc, "the block layout '" + printable(pathText) + "'" +
+                              " has no rows: write one line of 0/1 per block row");
 }
 
 void SpecParser::parseHeads(const Entry &entry, VariantSpec &variant) {

@@ -10,6 +10,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -43,21 +44,43 @@ struct TileOverride {
   SourceLoc loc; ///< of the `tile` mapping, where the planner reports a combination it rejects
 };
 
+/// A block-sparse layout (`block_sparse:`): which (block_q, block_k) blocks of the attention
+/// matrix are computed. docs/spec.md#block-sparse.
+struct BlockSparseSpec {
+  int block = 0;      ///< tokens per block, a multiple of 64 in 64..256
+  std::string layout; ///< "runtime" | "local_global" | "strided" | "file"
+  int local = 0;      ///< local_global, strided: blocks within this distance of the diagonal
+  int global = 0;     ///< local_global: the first `global` block rows and columns
+  int stride = 0;     ///< strided: block (r, c) visible iff (r - c) is a multiple of stride
+  int maxSeqlen = 0;  ///< local_global, strided: the table covers this many tokens
+  std::string file;   ///< file: the layout file as written in the spec
+  /// file: its rows of 0/1, read when the spec is parsed (rows x cols, equal row lengths).
+  std::vector<std::vector<uint8_t>> fileRows;
+  bool isStatic() const { return layout != "runtime"; }
+};
+
 /// One attention variant: everything that changes the generated kernel.
 struct VariantSpec {
   std::string name;                  ///< unique within the spec; [a-z0-9_]+
   std::string dtype;                 ///< "fp16" | "bf16"
-  int headDimQK = 0;                 ///< multiple of 16 in 32..256
-  int headDimV = 0;                  ///< equal to headDimQK for now
-  std::string mask;                  ///< "none" | "causal" (bottom-right aligned)
-  std::vector<std::string> passes;   ///< subset of {"fwd"}
+  int headDimQK = 0;                 ///< multiple of 8 in 32..256
+  int headDimV = 0;                  ///< multiple of 8 in 32..256; may differ from headDimQK
+  std::string mask;                  ///< "none" | "causal" | "window"
+  std::string maskAlign = "bottom_right"; ///< "bottom_right" | "top_left" (causal, window)
+  std::string scoreMod = "none";     ///< "none" | "softcap" | "alibi"
+  bool dropout = false;              ///< dropout on P (p, seed, offset at run time)
+  bool varlen = false;               ///< packed sequences with cu_seqlens
+  std::optional<BlockSparseSpec> blockSparse;
+  bool deterministic = false;        ///< bwd: bitwise-repeatable dQ/dK/dV
+  std::vector<std::string> passes;   ///< subset of {"fwd", "bwd"}, in file order
   std::vector<std::string> targets;  ///< archs; empty = the spec's top-level targets
   int headsQ = 0, headsKV = 0;       ///< optional model shape (0 = unspecified); its GQA ratio shapes fagen tune's buckets
-  std::optional<TileOverride> tile;
+  std::optional<TileOverride> tile;  ///< pins the forward kernel's config
   SourceLoc loc;                     ///< of the variant's mapping
-  /// Where each key's value stands. Nested keys are dotted ("heads.q", "tile.block_m"), each
-  /// target is "targets.<arch>" (canonical arch), and "head_dim", "head_dim_qk" and "head_dim_v"
-  /// are all present when either form was written, pointing at what was written.
+  /// Where each key's value stands. Nested keys are dotted ("heads.q", "tile.block_m",
+  /// "block_sparse.block"), each target is "targets.<arch>" (canonical arch), and "head_dim",
+  /// "head_dim_qk" and "head_dim_v" are all present when either form was written, pointing at
+  /// what was written.
   std::map<std::string, SourceLoc> keyLocs;
   /// Location of `key`'s value, or of the variant when the key is absent.
   const SourceLoc &locOf(const std::string &key) const;

@@ -21,6 +21,7 @@
 #include <ctime>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <unistd.h>
 
 namespace fagen {
@@ -862,6 +863,14 @@ int Tuner::finish(const std::vector<Workload> &workloads) {
 }
 
 /// The workloads of the spec, one per canonical key (the first plan of each is its base).
+/// Whether `fagen tune` can time this kernel: a dense forward (the timing launches through
+/// forwardProblem, which knows no variant's run-time arguments).
+bool isTunable(const KernelPlan &p) {
+  return p.pass == "fwd" && (p.mask == "none" || p.mask == "causal") &&
+         p.maskAlign == "bottom_right" && p.scoreMod == "none" && !p.dropout && !p.varlen &&
+         p.sparsity == "none";
+}
+
 llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
   llvm::Expected<AttentionSpec> spec = parseSpecFile(opt.specPath);
   if (!spec)
@@ -878,8 +887,13 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
     return plans.takeError();
   std::vector<int> seqlens = opt.seqlens.empty() ? defaultBucketSeqlens() : opt.seqlens;
   std::vector<Workload> out;
+  std::set<std::string> untuned;
   for (const KernelPlan &p : *plans) {
     std::string key = workloadKey(p);
+    if (!isTunable(p)) {
+      untuned.insert(key);
+      continue;
+    }
     if (!opt.kernelFilter.empty() && p.name.find(opt.kernelFilter) == std::string::npos &&
         key.find(opt.kernelFilter) == std::string::npos)
       continue;
@@ -892,6 +906,9 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
     w.buckets = makeBuckets(seqlens, p.headDimQK, w.groupSize);
     out.push_back(std::move(w));
   }
+  for (const std::string &key : untuned)
+    llvm::errs() << "fagen tune: not tuned (keeps the planner's defaults): " << key
+                 << ": only dense forward kernels are tuned so far\n";
   return out;
 }
 

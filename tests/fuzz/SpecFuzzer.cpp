@@ -43,10 +43,24 @@ void checkValid(const AttentionSpec &spec) {
     check(names.insert(v.name).second, "variant names are unique");
     check(!v.name.empty() && v.name.size() <= 64, "variant name length");
     check(v.dtype == "fp16" || v.dtype == "bf16", "dtype");
-    check(v.headDimQK == v.headDimV, "equal head dims");
-    check(v.headDimQK >= 32 && v.headDimQK <= 256 && v.headDimQK % 16 == 0, "head dim range");
-    check(v.mask == "none" || v.mask == "causal", "mask");
-    check(v.passes == std::vector<std::string>{"fwd"}, "passes");
+    for (int d : {v.headDimQK, v.headDimV})
+      check(d >= 32 && d <= 256 && d % 8 == 0, "head dims are multiples of 8 in [32, 256]");
+    check(v.mask == "none" || v.mask == "causal" || v.mask == "window", "mask");
+    check(v.maskAlign == "bottom_right" || v.maskAlign == "top_left", "mask_align");
+    check(v.scoreMod == "none" || v.scoreMod == "softcap" || v.scoreMod == "alibi", "score_mod");
+    std::set<std::string> passes(v.passes.begin(), v.passes.end());
+    check(!v.passes.empty() && passes.size() == v.passes.size(), "passes non-empty, unique");
+    check(llvm::all_of(v.passes, [](const std::string &p) { return p == "fwd" || p == "bwd"; }),
+          "passes are fwd / bwd");
+    check(!v.deterministic || passes.count("bwd"), "deterministic needs bwd");
+    if (v.blockSparse) {
+      const BlockSparseSpec &b = *v.blockSparse;
+      check(b.block >= 64 && b.block <= 256 && b.block % 64 == 0, "block_sparse.block");
+      check(b.layout == "runtime" || b.layout == "local_global" || b.layout == "strided" ||
+                b.layout == "file",
+            "block_sparse.layout");
+      check(b.layout != "file" || !b.fileRows.empty(), "a layout file has rows");
+    }
     check(llvm::all_of(v.targets, isKnownArch), "variant targets are known archs");
     check((v.headsQ == 0 && v.headsKV == 0) ||
               (v.headsQ >= 1 && v.headsKV >= 1 && v.headsQ % v.headsKV == 0),
@@ -68,7 +82,14 @@ void checkDiagnostics(const std::string &text) {
   llvm::StringRef(text).split(lines, '\n');
   check(!lines.empty(), "an error has text");
   for (llvm::StringRef line : lines) {
-    check(line.starts_with("fuzz.yaml:"), "diagnostic names the file");
+    // The spec, or a block layout file it names (`block_sparse.file`), with line and column.
+    auto [file, rest] = line.split(':');
+    auto [lineNo, rest2] = rest.split(':');
+    auto [colNo, tail] = rest2.split(':');
+    unsigned n = 0;
+    const bool located = !lineNo.getAsInteger(10, n) && !colNo.getAsInteger(10, n);
+    check(!file.empty() && (located || rest.starts_with(" error: too many errors")),
+          "diagnostic says FILE:LINE:COL (or FILE: too many errors)");
     check(line.contains(": error: "), "diagnostic says error");
   }
 }

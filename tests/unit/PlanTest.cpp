@@ -32,9 +32,15 @@ std::string planError(const std::string &yaml, std::vector<std::string> archs) {
 
 TEST(Plan, SmemFormulaMirrorsTemplate) {
   // (kBlockM + 2 * kStages * kBlockN) * (kHeadDim * 2 + 16), as templates/sm80/fwd_config.cuh.
-  EXPECT_EQ(sm80FwdSmemBytes(128, 128, 64, 2), 104448);
-  EXPECT_EQ(sm80FwdSmemBytes(64, 128, 128, 2), 92160);
-  EXPECT_EQ(sm80FwdSmemBytes(256, 64, 64, 1), 101376);
+  EXPECT_EQ(sm80FwdSmemBytes(128, 128, 128, 64, 2), 104448);
+  EXPECT_EQ(sm80FwdSmemBytes(64, 64, 128, 128, 2), 92160);
+  EXPECT_EQ(sm80FwdSmemBytes(256, 256, 64, 64, 1), 101376);
+  // Head dims that are not multiples of 16 are stored padded to 16.
+  EXPECT_EQ(paddedHeadDim(72), 80);
+  EXPECT_EQ(paddedHeadDim(80), 80);
+  EXPECT_EQ(sm80FwdSmemBytes(72, 72, 128, 64, 2), sm80FwdSmemBytes(80, 80, 128, 64, 2));
+  // qk != v: Q (and the O epilogue) holds max(qk, v), K holds qk and V holds v.
+  EXPECT_EQ(sm80FwdSmemBytes(192, 128, 64, 64, 1), 64 * 400 + 64 * (400 + 272));
 }
 
 TEST(Plan, EveryDefaultFitsItsArch) {
@@ -69,6 +75,187 @@ TEST(Plan, ArchSpecificDefaults) {
     c.blockM = 128, c.blockN = 64, c.warps = 4, c.stages = 2; // 4 warps cannot be 2 warpgroups
     return c;
   }())));
+}
+
+TEST(Plan, KernelNamesSpellTheVariant) {
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: a, dtype: bf16, head_dim_qk: 192, head_dim_v: 128, mask: window, mask_align: top_left,
+     score_mod: softcap, dropout: true, varlen: true, passes: [bwd], deterministic: true,
+     block_sparse: {block: 128, layout: runtime}}
+  - {name: b, dtype: fp16, head_dim: 64, mask: causal, score_mod: alibi,
+     block_sparse: {block: 64, layout: strided, stride: 2, max_seqlen: 256}}
+)",
+                                     {"sm_90"});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].name,
+            "fagen_bwd_bf16_hd192x128_windowtl_softcap_drop_bsr128_varlen_det_sm80_m64n64w8s2");
+  EXPECT_EQ(workloadKey(p[0]),
+            "bwd bf16 hd192x128 windowtl softcap drop bsr128 varlen det sm_90");
+  EXPECT_EQ(p[0].prePostThreads, 256);
+  EXPECT_EQ(p[0].smemBytes, sm80BwdSmemBytes(192, 128, 64, 64, 2));
+  EXPECT_EQ(p[1].name, "fagen_fwd_fp16_hd64_causal_alibi_bs64_" + p[1].sparseHash +
+                           "_sm80_m64n64w4s2_ra");
+  EXPECT_EQ(p[1].sparseHash.size(), 8u);
+  EXPECT_EQ(p[1].sparsity, "static");
+  EXPECT_EQ(p[1].prePostThreads, 0);
+  EXPECT_FALSE(p[1].deterministic);
+  EXPECT_EQ(maskToken(p[1]), "causal");
+  // Dense plain kernels keep the workload keys existing tuning records use.
+  std::vector<KernelPlan> dense =
+      planOf("variants: [{name: d, dtype: bf16, head_dim: 128, mask: causal}]", {"sm_90a"});
+  EXPECT_EQ(workloadKey(dense[0]), "fwd bf16 hd128x128 causal sm_90a");
+  EXPECT_TRUE(featureTokens(dense[0]).empty());
+}
+
+TEST(Plan, Sm90ServesOnlyDenseVariants) {
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: dense, dtype: bf16, head_dim: 64, mask: causal}
+  - {name: tl, dtype: bf16, head_dim: 64, mask: causal, mask_align: top_left}
+  - {name: win, dtype: bf16, head_dim: 64, mask: window}
+  - {name: cap, dtype: bf16, head_dim: 64, score_mod: softcap}
+  - {name: drop, dtype: bf16, head_dim: 64, dropout: true}
+  - {name: vl, dtype: bf16, head_dim: 64, varlen: true}
+  - {name: bs, dtype: bf16, head_dim: 64, block_sparse: {block: 128, layout: runtime}}
+  - {name: mla, dtype: bf16, head_dim_qk: 128, head_dim_v: 64}
+  - {name: bwd, dtype: bf16, head_dim: 64, passes: [bwd]}
+)",
+                                     {"sm_90a"});
+  ASSERT_EQ(p.size(), 9u);
+  for (const KernelPlan &k : p)
+    EXPECT_EQ(k.templ, k.variant == "dense" ? "sm90" : "sm80") << k.name;
+}
+
+TEST(Plan, SparseBlocksShrinkTheTiles) {
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: a, dtype: bf16, head_dim: 64, block_sparse: {block: 64, layout: runtime}}
+  - {name: b, dtype: bf16, head_dim: 256, block_sparse: {block: 64, layout: runtime}}
+  - {name: c, dtype: bf16, head_dim: 128, block_sparse: {block: 192, layout: runtime}}
+)",
+                                     {"sm_80", "sm_90"});
+  for (const KernelPlan &k : p) {
+    EXPECT_EQ(k.sparseBlock % k.blockM, 0) << k.name;
+    EXPECT_EQ(k.sparseBlock % k.blockN, 0) << k.name;
+    EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
+  }
+  // The tuner's candidates that do not divide the block are refused.
+  KernelConfig c = configOf(p[0]);
+  c.blockM = 128;
+  llvm::Expected<KernelPlan> refused = applyConfig(p[0], c);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("must divide block_sparse.block"),
+            std::string::npos);
+}
+
+TEST(Plan, BackwardDefaultsFitEveryArch) {
+  for (int qk = 32; qk <= 256; qk += 8)
+    for (int v : {32, qk, 256})
+      for (const std::string &arch : knownArchs()) {
+        std::string yaml = "variants: [{name: v, dtype: bf16, head_dim_qk: " + std::to_string(qk) +
+                           ", head_dim_v: " + std::to_string(v) + ", passes: [bwd]}]";
+        std::vector<KernelPlan> plans = planOf(yaml, {arch});
+        ASSERT_EQ(plans.size(), 1u) << qk << " " << v << " " << arch;
+        const KernelPlan &k = plans[0];
+        EXPECT_EQ(k.templ, "sm80");
+        EXPECT_LE(k.smemBytes, archSmemLimit(arch)) << k.name;
+        EXPECT_EQ(k.threads, 32 * k.warps);
+        EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
+      }
+  // The measured defaults per head dim, on an arch where everything fits.
+  auto tileOf = [](int hd) {
+    std::vector<KernelPlan> p = planOf("variants: [{name: v, dtype: bf16, head_dim: " +
+                                           std::to_string(hd) + ", passes: [bwd]}]",
+                                       {"sm_90"});
+    return configOf(p[0]).text();
+  };
+  EXPECT_EQ(tileOf(64), "m128n128w8s2");
+  EXPECT_EQ(tileOf(128), "m64n128w8s2");
+  EXPECT_EQ(tileOf(256), "m64n64w8s2");
+}
+
+TEST(Plan, EveryForwardHeadDimFits) {
+  for (int qk = 32; qk <= 256; qk += 8)
+    for (int v : {qk, 64})
+      for (const std::string &arch : knownArchs()) {
+        std::string yaml = "variants: [{name: v, dtype: bf16, head_dim_qk: " + std::to_string(qk) +
+                           ", head_dim_v: " + std::to_string(v) + "}]";
+        std::vector<KernelPlan> plans = planOf(yaml, {arch});
+        ASSERT_EQ(plans.size(), 1u);
+        EXPECT_LE(plans[0].smemBytes, archSmemLimit(arch)) << plans[0].name;
+        EXPECT_FALSE(bool(checkKernelPlan(plans[0]))) << plans[0].name;
+      }
+}
+
+TEST(Plan, BlockTables) {
+  BlockSparseSpec lg;
+  lg.block = 64;
+  lg.layout = "local_global";
+  lg.local = 2;
+  lg.global = 1;
+  lg.maxSeqlen = 257; // 5 blocks
+  BlockTable t = blockTable(lg);
+  EXPECT_EQ(t.rows, 5);
+  EXPECT_EQ(t.cols, 5);
+  EXPECT_EQ(t.table, (std::vector<uint8_t>{1, 1, 1, 1, 1, //
+                                           1, 1, 1, 0, 0, //
+                                           1, 1, 1, 1, 0, //
+                                           1, 0, 1, 1, 1, //
+                                           1, 0, 0, 1, 1}));
+  BlockSparseSpec st;
+  st.block = 128;
+  st.layout = "strided";
+  st.stride = 3;
+  st.local = 1;
+  st.maxSeqlen = 512; // 4 blocks
+  BlockTable s = blockTable(st);
+  EXPECT_EQ(s.table, (std::vector<uint8_t>{1, 0, 0, 1, //
+                                           0, 1, 0, 0, //
+                                           0, 0, 1, 0, //
+                                           1, 0, 0, 1}));
+  st.local = 2; // plus the neighbours of the diagonal
+  EXPECT_EQ(blockTable(st).table, (std::vector<uint8_t>{1, 1, 0, 1, //
+                                                        1, 1, 1, 0, //
+                                                        0, 1, 1, 1, //
+                                                        1, 0, 1, 1}));
+  BlockSparseSpec file;
+  file.block = 64;
+  file.layout = "file";
+  file.fileRows = {{1, 0, 1}, {0, 1, 1}};
+  BlockTable f = blockTable(file);
+  EXPECT_EQ(f.rows, 2);
+  EXPECT_EQ(f.cols, 3);
+  EXPECT_EQ(f.table, (std::vector<uint8_t>{1, 0, 1, 0, 1, 1}));
+  // The hash names the table: stable, and different for a different block, shape or table.
+  EXPECT_EQ(f.hash, blockTable(file).hash);
+  EXPECT_EQ(f.hash.size(), 8u);
+  file.block = 128;
+  EXPECT_NE(blockTable(file).hash, f.hash);
+  file.block = 64;
+  file.fileRows = {{1, 0, 1, 0, 1, 1}};
+  EXPECT_NE(blockTable(file).hash, f.hash);
+}
+
+TEST(Plan, BackwardSmemFormulaMirrorsTemplate) {
+  // K + V + kStages x (Q + dO) rows (padded head dims, + 16 bytes) and P, dS tiles, as
+  // templates/sm80/bwd_config.cuh's kSmemBytes.
+  EXPECT_EQ(sm80BwdSmemBytes(128, 128, 64, 128, 1),
+            128 * (272 + 272) + 64 * (272 + 272) + 2 * 64 * (128 * 2 + 16));
+  EXPECT_EQ(sm80BwdSmemBytes(192, 128, 64, 64, 2),
+            64 * (400 + 272) + 2 * 64 * (400 + 272) + 2 * 64 * (64 * 2 + 16));
+  EXPECT_EQ(sm80BwdSmemBytes(72, 72, 64, 64, 1), sm80BwdSmemBytes(80, 80, 64, 64, 1));
+}
+
+TEST(Plan, BackwardWarpsFitTheHeadDim) {
+  // Padded head dim 80 does not split over 8 warps (dQ tile 64 x 80): the default drops to 4.
+  std::vector<KernelPlan> p =
+      planOf("variants: [{name: v, dtype: bf16, head_dim: 72, passes: [bwd]}]", {"sm_90"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].warps, 4);
+  KernelConfig c = configOf(p[0]);
+  c.warps = 8;
+  llvm::Expected<KernelPlan> refused = applyConfig(p[0], c);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("does not split over 8 warps"),
+            std::string::npos);
 }
 
 TEST(Plan, IdenticalKernelsArePlannedOnce) {
@@ -148,8 +335,12 @@ TEST(Emit, SourceIsDeterministicAndSpellsThePlan) {
   ASSERT_EQ(p.size(), 1u);
   std::string a = emitKernelSource(p[0]), b = emitKernelSource(p[0]);
   EXPECT_EQ(a, b);
-  EXPECT_NE(a.find("fagen::sm80::FwdConfig<fagen::half_t, /*kHeadDim=*/96"), std::string::npos);
-  EXPECT_NE(a.find("fagen::NoMask,\n    /*kRescaleTau=*/8, /*kExp2EmuPercent=*/0, /*kExp2PolyDegree=*/3>"),
+  EXPECT_NE(a.find("fagen::sm80::FwdConfig<fagen::half_t, /*kHeadDimQK=*/96, /*kHeadDimV=*/96"),
+            std::string::npos);
+  EXPECT_NE(a.find("using KernelVariant = fagen::Variant<fagen::NoMask, fagen::NoScoreMod, "
+                   "fagen::NoDropout,\n    fagen::DenseBlocks, /*kVarlen=*/false>;"),
+            std::string::npos);
+  EXPECT_NE(a.find("KernelVariant,\n    /*kRescaleTau=*/8, /*kExp2EmuPercent=*/0, /*kExp2PolyDegree=*/3>"),
             std::string::npos);
   EXPECT_NE(a.find(p[0].name + "(const __grid_constant__ fagen_fwd_params params)"),
             std::string::npos);
@@ -173,6 +364,47 @@ TEST(Build, PtxasReportOfOneKernel) {
   EXPECT_EQ(o.registers, 40);
   EXPECT_EQ(o.spillBytes(), 12);
   EXPECT_EQ(parsePtxasReport(out, "missing").registers, -1);
+}
+
+TEST(Build, PtxasReportOfABackwardCubin) {
+  // Three entry points; the main kernel's values, the maxima over all three, and every line.
+  std::string out = "ptxas info    : Compiling entry function 'k_post' for 'sm_90'\n"
+                    "ptxas info    : Function properties for k_post\n"
+                    "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+                    "ptxas info    : Used 24 registers\n"
+                    "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+                    "ptxas info    : Function properties for k\n"
+                    "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
+                    "ptxas info    : Used 255 registers\n"
+                    "ptxas info    : Compiling entry function 'k_pre' for 'sm_90'\n"
+                    "ptxas info    : Function properties for k_pre\n"
+                    "    0 bytes stack frame, 16 bytes spill stores, 16 bytes spill loads\n"
+                    "ptxas info    : Used 32 registers\n";
+  KernelPlan plan;
+  plan.name = "k";
+  plan.pass = "bwd";
+  EXPECT_EQ(entryPointNames(plan), (std::vector<std::string>{"k", "k_pre", "k_post"}));
+  PtxasReport r = parsePlanReport(out, plan);
+  EXPECT_EQ(r.registers, 255);
+  EXPECT_EQ(r.spillBytes(), 8);
+  EXPECT_EQ(r.maxRegisters, 255);
+  EXPECT_EQ(r.maxSpillBytes, 32);
+  EXPECT_NE(r.text.find("'k_pre'"), std::string::npos);
+  EXPECT_NE(r.text.find("'k_post'"), std::string::npos);
+  // Re-parsing the stored text (the cache) gives the same report.
+  PtxasReport again = parsePlanReport(r.text, plan);
+  EXPECT_EQ(again.registers, 255);
+  EXPECT_EQ(again.maxSpillBytes, 32);
+  // A missing entry point makes the report incomplete.
+  EXPECT_EQ(parsePlanReport(out.substr(0, out.find("ptxas info    : Compiling entry function 'k_pre'")),
+                            plan)
+                .registers,
+            -1);
+  // A forward plan has one entry point: maxima are its own.
+  plan.pass = "fwd";
+  PtxasReport f = parsePlanReport(out, plan);
+  EXPECT_EQ(f.maxRegisters, 255);
+  EXPECT_EQ(f.maxSpillBytes, 8);
 }
 
 TEST(Build, NvccFlagsPerArch) {

@@ -4,6 +4,7 @@
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <gtest/gtest.h>
 
@@ -116,6 +117,12 @@ TEST(Spec, Defaults) {
   EXPECT_EQ(v.headsQ, 0);
   EXPECT_EQ(v.headsKV, 0);
   EXPECT_FALSE(v.tile.has_value());
+  EXPECT_EQ(v.maskAlign, "bottom_right");
+  EXPECT_EQ(v.scoreMod, "none");
+  EXPECT_FALSE(v.dropout);
+  EXPECT_FALSE(v.varlen);
+  EXPECT_FALSE(v.blockSparse.has_value());
+  EXPECT_FALSE(v.deterministic);
 }
 
 TEST(Spec, SplitHeadDimsAndPartialOverrides) {
@@ -398,9 +405,11 @@ TEST(SpecError, HeadDimEmpty) {
 
 TEST(SpecError, HeadDimOutOfRange) {
   EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 100}]\n"),
-            "t.yaml:1:45: error: head_dim must be a multiple of 16 in 32..256, got 100");
+            "t.yaml:1:45: error: head_dim must be a multiple of 8 in 32..256, got 100");
   EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 512}]\n"),
-            "t.yaml:1:45: error: head_dim must be a multiple of 16 in 32..256, got 512");
+            "t.yaml:1:45: error: head_dim must be a multiple of 8 in 32..256, got 512");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 24}]\n"),
+            "t.yaml:1:45: error: head_dim must be a multiple of 8 in 32..256, got 24");
   EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 99999999999}]\n"),
             "t.yaml:1:45: error: head_dim is out of range, got '99999999999'");
 }
@@ -416,27 +425,29 @@ TEST(SpecError, HeadDimHalfOfSplit) {
             "equal)");
 }
 
-TEST(SpecError, HeadDimsDiffer) {
+TEST(SpecError, HeadDimVOutOfRange) {
   EXPECT_EQ(errorOf("variants:\n  - name: a\n    dtype: bf16\n    head_dim_qk: 192\n"
-                    "    head_dim_v: 128\n"),
-            "t.yaml:5:17: error: head_dim_qk != head_dim_v is not supported yet (192 vs 128): use "
-            "one head_dim");
+                    "    head_dim_v: 260\n"),
+            "t.yaml:5:17: error: head_dim_v must be a multiple of 8 in 32..256, got 260");
 }
 
 TEST(SpecError, MaskSuggestion) {
   EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: casual}]\n"),
-            "t.yaml:1:55: error: mask must be one of none, causal: did you mean causal?");
+            "t.yaml:1:55: error: mask must be one of none, causal, window: did you mean causal?");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: sliding_window}]\n"),
+            "t.yaml:1:55: error: mask must be one of none, causal, window: did you mean window?");
 }
 
 TEST(SpecError, MaskUnknown) {
-  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: sliding_window}]\n"),
-            "t.yaml:1:55: error: mask must be one of none, causal, got 'sliding_window'");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: diagonal}]\n"),
+            "t.yaml:1:55: error: mask must be one of none, causal, window, got 'diagonal'");
 }
 
-TEST(SpecError, BackwardPass) {
-  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [fwd, bwd]}]\n"),
-            "t.yaml:1:63: error: the backward pass is not implemented yet; remove 'bwd' from "
-            "passes");
+TEST(SpecError, BackwardPassSpelling) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [fwd, backward]}]\n"),
+            "t.yaml:1:63: error: unknown pass 'backward': did you mean bwd?");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [bwd, bwd]}]\n"),
+            "t.yaml:1:63: error: pass bwd is listed twice: remove one of them");
 }
 
 TEST(SpecError, UnknownPass) {
@@ -559,9 +570,9 @@ TEST(SpecError, TileUnknownKey) {
 TEST(SpecError, AllErrorsInFileOrder) {
   EXPECT_EQ(errorOf("variants:\n  - name: a\n    dtype: bf16\n    head_dim: 100\n"
                     "    dtype: fp16\n    mask: casual\n"),
-            "t.yaml:4:15: error: head_dim must be a multiple of 16 in 32..256, got 100\n"
+            "t.yaml:4:15: error: head_dim must be a multiple of 8 in 32..256, got 100\n"
             "t.yaml:5:5: error: duplicate key 'dtype' (first at line 3): remove one of them\n"
-            "t.yaml:6:11: error: mask must be one of none, causal: did you mean causal?");
+            "t.yaml:6:11: error: mask must be one of none, causal, window: did you mean causal?");
 }
 
 TEST(SpecError, ErrorCountIsCapped) {
@@ -583,4 +594,260 @@ TEST(SpecError, HostileInputsDoNotThrow) {
   errorOf("variants: [{name: a, dtype: bf16, head_dim: " + std::string(100000, '9') + "}]\n");
   errorOf("variants: [{name: " + std::string(100000, 'Z') + ", dtype: bf16, head_dim: 64}]\n");
   errorOf("!!map {? !!seq [a]: b}\n");
+}
+
+//===----------------------------------------------------------------------===//
+// Variant semantics: masks, score mods, dropout, varlen, block sparsity, backward
+//===----------------------------------------------------------------------===//
+
+TEST(Spec, EveryVariantKey) {
+  AttentionSpec spec = parseOk(R"(variants:
+  - name: train
+    dtype: bf16
+    head_dim_qk: 192
+    head_dim_v: 128
+    mask: window
+    mask_align: top_left
+    score_mod: softcap
+    dropout: true
+    varlen: True
+    block_sparse: {block: 128, layout: runtime}
+    passes: [fwd, bwd]
+    deterministic: true
+)");
+  ASSERT_EQ(spec.variants.size(), 1u);
+  const VariantSpec &v = spec.variants[0];
+  EXPECT_EQ(v.headDimQK, 192);
+  EXPECT_EQ(v.headDimV, 128);
+  EXPECT_EQ(v.mask, "window");
+  EXPECT_EQ(v.maskAlign, "top_left");
+  EXPECT_EQ(v.scoreMod, "softcap");
+  EXPECT_TRUE(v.dropout);
+  EXPECT_TRUE(v.varlen);
+  ASSERT_TRUE(v.blockSparse.has_value());
+  EXPECT_EQ(v.blockSparse->block, 128);
+  EXPECT_EQ(v.blockSparse->layout, "runtime");
+  EXPECT_FALSE(v.blockSparse->isStatic());
+  EXPECT_EQ(v.passes, (std::vector<std::string>{"fwd", "bwd"}));
+  EXPECT_TRUE(v.deterministic);
+  EXPECT_EQ(v.locOf("block_sparse.block").line, 11);
+  EXPECT_EQ(v.locOf("passes.bwd").col, 19);
+}
+
+TEST(Spec, HeadDimsAreMultiplesOfEight) {
+  AttentionSpec spec = parseOk("variants: [{name: a, dtype: bf16, head_dim: 72},\n"
+                               "           {name: b, dtype: bf16, head_dim_qk: 40, head_dim_v: 256}]");
+  EXPECT_EQ(spec.variants[0].headDimQK, 72);
+  EXPECT_EQ(spec.variants[1].headDimQK, 40);
+  EXPECT_EQ(spec.variants[1].headDimV, 256);
+}
+
+TEST(Spec, StaticLayouts) {
+  AttentionSpec spec = parseOk(R"(variants:
+  - {name: lg, dtype: bf16, head_dim: 64, block_sparse: {block: 64, layout: local_global, local: 2, global: 1, max_seqlen: 4096}}
+  - {name: st, dtype: bf16, head_dim: 64, block_sparse: {block: 256, layout: strided, stride: 4, max_seqlen: 8192}}
+)");
+  const BlockSparseSpec &lg = *spec.variants[0].blockSparse;
+  EXPECT_TRUE(lg.isStatic());
+  EXPECT_EQ(lg.local, 2);
+  EXPECT_EQ(lg.global, 1);
+  EXPECT_EQ(lg.maxSeqlen, 4096);
+  const BlockSparseSpec &st = *spec.variants[1].blockSparse;
+  EXPECT_EQ(st.stride, 4);
+  EXPECT_EQ(st.local, 1); // the diagonal block by default
+}
+
+TEST(Spec, LayoutFileIsRelativeToTheSpec) {
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("fagen-spec-test", dir));
+  llvm::SmallString<128> layouts(dir);
+  llvm::sys::path::append(layouts, "layouts");
+  ASSERT_FALSE(llvm::sys::fs::create_directories(layouts));
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out((layouts + "/l.txt").str(), ec);
+    out << "# a 2 x 3 layout\n1 0 1\n\n0,1,1   # trailing comment\n";
+  }
+  std::string specPath = (dir + "/s.yaml").str();
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(specPath, ec);
+    out << "variants: [{name: f, dtype: bf16, head_dim: 64, block_sparse: "
+           "{block: 64, layout: file, file: layouts/l.txt}}]\n";
+  }
+  llvm::Expected<AttentionSpec> spec = parseSpecFile(specPath);
+  ASSERT_TRUE(bool(spec)) << llvm::toString(spec.takeError());
+  const BlockSparseSpec &f = *spec->variants[0].blockSparse;
+  EXPECT_EQ(f.file, "layouts/l.txt");
+  EXPECT_EQ(f.fileRows, (std::vector<std::vector<uint8_t>>{{1, 0, 1}, {0, 1, 1}}));
+  llvm::sys::fs::remove_directories(dir);
+}
+
+TEST(SpecError, MaskAlignWithoutAMask) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask_align: top_left}]\n"),
+            "t.yaml:1:61: error: mask_align applies to the causal and window masks: add 'mask: "
+            "causal' or 'mask: window', or remove mask_align");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: none, mask_align: "
+                    "top_left}]\n"),
+            "t.yaml:1:73: error: mask_align applies to the causal and window masks, and this "
+            "variant's mask is none: remove mask_align");
+  // A misspelled mask is reported once, not again through mask_align.
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: casual, mask_align: "
+                    "top_left}]\n"),
+            "t.yaml:1:55: error: mask must be one of none, causal, window: did you mean causal?");
+}
+
+TEST(SpecError, MaskAlignSuggestion) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: causal, mask_align: "
+                    "top-left}]\n"),
+            "t.yaml:1:75: error: mask_align must be one of bottom_right, top_left: did you mean "
+            "top_left?");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: causal, mask_align: "
+                    "center}]\n"),
+            "t.yaml:1:75: error: mask_align must be one of bottom_right, top_left, got 'center'");
+}
+
+TEST(SpecError, MaskHint) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, mask: causal_top_left}]\n"),
+            "t.yaml:1:55: error: mask must be one of none, causal, window: write mask: causal "
+            "with mask_align: top_left");
+}
+
+TEST(SpecError, ScoreMod) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, score_mod: softcapp}]\n"),
+            "t.yaml:1:60: error: score_mod must be one of none, softcap, alibi: did you mean "
+            "softcap?");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, score_mod: tanh}]\n"),
+            "t.yaml:1:60: error: score_mod must be one of none, softcap, alibi: did you mean "
+            "softcap?");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, score_mod: [alibi]}]\n"),
+            "t.yaml:1:60: error: score_mod must be one of none, softcap, alibi, got a list");
+}
+
+TEST(SpecError, Booleans) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, dropout: 0.1}]\n"),
+            "t.yaml:1:58: error: dropout must be true or false, got '0.1'");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, dropout: yes}]\n"),
+            "t.yaml:1:58: error: dropout must be true or false: did you mean true?");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, varlen: 'false'}]\n"),
+            "t.yaml:1:57: error: varlen must be true or false, got the quoted string 'false': "
+            "remove the quotes");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, varlen: {a: 1}}]\n"),
+            "t.yaml:1:57: error: varlen must be true or false, got a mapping");
+  EXPECT_EQ(errorOf("variants:\n  - name: a\n    dtype: bf16\n    head_dim: 64\n    varlen:\n"),
+            "t.yaml:5:5: error: varlen must be true or false, got nothing");
+}
+
+TEST(SpecError, DeterministicNeedsTheBackward) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, deterministic: true}]\n"),
+            "t.yaml:1:64: error: deterministic applies to the backward pass: add bwd to passes, "
+            "or remove deterministic");
+  // false is harmless.
+  parseOk("variants: [{name: a, dtype: bf16, head_dim: 64, deterministic: false}]\n");
+}
+
+TEST(SpecError, BlockSparseShape) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, block_sparse: 128}]\n"),
+            "t.yaml:1:63: error: block_sparse must be a mapping like {block: 128, layout: "
+            "runtime}, got '128'");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, block_sparse: {layout: "
+                    "runtime}}]\n"),
+            "t.yaml:1:63: error: block_sparse needs 'block', the tokens per block (64, 128, 192 "
+            "or 256)");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, block_sparse: {block: "
+                    "32, layout: runtime}}]\n"),
+            "t.yaml:1:71: error: block_sparse.block must be a multiple of 64 in 64..256, got 32");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, block_sparse: {block: "
+                    "64}}]\n"),
+            "t.yaml:1:63: error: block_sparse needs 'layout': runtime, local_global, strided or "
+            "file");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, block_sparse: {block: 64, "
+                    "layout: bigbird}}]\n"),
+            "t.yaml:1:83: error: block_sparse.layout must be one of runtime, local_global, "
+            "strided, file: did you mean local_global?");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, block_sparse: {block: 64, "
+                    "layout: runtime, strde: 2}}]\n"),
+            "t.yaml:1:92: error: unknown key 'strde': did you mean 'stride'?");
+}
+
+TEST(SpecError, BlockSparseArguments) {
+  auto sparse = [](const std::string &mapping) {
+    return errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, block_sparse: " + mapping +
+                   "}]\n");
+  };
+  EXPECT_EQ(sparse("{block: 64, layout: runtime, max_seqlen: 4096}"),
+            "t.yaml:1:92: error: block_sparse.max_seqlen applies to the local_global and strided "
+            "layouts (a file layout's size is its rows and columns), not runtime: remove it");
+  EXPECT_EQ(sparse("{block: 64, layout: strided, global: 1, stride: 2, max_seqlen: 64}"),
+            "t.yaml:1:92: error: block_sparse.global applies to the local_global layout, not "
+            "strided: remove it");
+  EXPECT_EQ(sparse("{block: 64, layout: local_global, local: 1, file: x.txt, max_seqlen: 64}"),
+            "t.yaml:1:107: error: block_sparse.file applies to the file layout, not local_global: "
+            "remove it");
+  EXPECT_EQ(sparse("{block: 64, layout: local_global, max_seqlen: 64}"),
+            "t.yaml:1:63: error: block_sparse layout local_global needs 'local', the blocks each "
+            "block sees on either side of the diagonal, itself included (at least 1)");
+  EXPECT_EQ(sparse("{block: 64, layout: local_global, local: 1, global: -1, max_seqlen: 64}"),
+            "t.yaml:1:115: error: block_sparse.global must be at least 0, got -1");
+  EXPECT_EQ(sparse("{block: 64, layout: strided, max_seqlen: 64}"),
+            "t.yaml:1:63: error: block_sparse layout strided needs 'stride', the distance in "
+            "blocks between the diagonals that are computed (at least 1)");
+  EXPECT_EQ(sparse("{block: 64, layout: strided, stride: 0, max_seqlen: 64}"),
+            "t.yaml:1:100: error: block_sparse.stride must be at least 1, got 0");
+  EXPECT_EQ(sparse("{block: 64, layout: strided, stride: 2}"),
+            "t.yaml:1:63: error: block_sparse layout strided needs 'max_seqlen', the longest "
+            "sequence the table must cover, in tokens");
+  EXPECT_EQ(sparse("{block: 64, layout: strided, stride: 2, max_seqlen: 40000}"),
+            "t.yaml:1:115: error: block_sparse.max_seqlen 40000 at block 64 makes a 625 x 625 "
+            "block table; at most 512 x 512 fit: raise block or lower max_seqlen");
+  EXPECT_EQ(sparse("{block: 64, layout: file}"),
+            "t.yaml:1:63: error: block_sparse layout file needs 'file', the path of a file of 0/1 "
+            "rows, relative to the spec");
+  EXPECT_EQ(sparse("{block: 64, layout: file, file: [a]}"),
+            "t.yaml:1:95: error: block_sparse.file must be a path like layout.txt, got a list");
+}
+
+TEST(SpecError, LayoutFileContents) {
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("fagen-spec-test", dir));
+  auto write = [&](const std::string &name, const std::string &text) {
+    std::error_code ec;
+    llvm::raw_fd_ostream out((dir + "/" + name).str(), ec);
+    out << text;
+  };
+  auto errorWith = [&](const std::string &layout) {
+    write("l.txt", layout);
+    write("s.yaml", "variants: [{name: f, dtype: bf16, head_dim: 64, block_sparse: "
+                    "{block: 64, layout: file, file: l.txt}}]\n");
+    llvm::Expected<AttentionSpec> spec = parseSpecFile((dir + "/s.yaml").str());
+    return spec ? std::string() : llvm::toString(spec.takeError());
+  };
+  std::string layout = (dir + "/l.txt").str(), specFile = (dir + "/s.yaml").str();
+  EXPECT_EQ(errorWith("1 0\n1 x\n"),
+            layout + ":2:3: error: a block layout holds 0 (skipped) and 1 (computed) per block, "
+                     "got 'x'");
+  EXPECT_EQ(errorWith("# c\n1 0 0\n1 1\n"),
+            layout + ":3:1: error: this row has 2 blocks and the first row (line 2) 3: every row "
+                     "needs the same number");
+  EXPECT_EQ(errorWith("# nothing\n\n"),
+            specFile + ":1:95: error: the block layout '" + layout +
+                "' has no rows: write one line of 0/1 per block row");
+  EXPECT_EQ(errorWith(std::string(513, '1') + "\n"),
+            layout + ":1:1: error: a block layout has at most 512 rows and 512 columns: raise "
+                     "the block size");
+  write("s.yaml", "variants: [{name: f, dtype: bf16, head_dim: 64, block_sparse: "
+                  "{block: 64, layout: file, file: /dev/zero}}]\n");
+  llvm::Expected<AttentionSpec> device = parseSpecFile(specFile);
+  ASSERT_FALSE(bool(device));
+  EXPECT_EQ(llvm::toString(device.takeError()),
+            specFile + ":1:95: error: the block layout '/dev/zero' is not a regular file");
+  llvm::sys::fs::remove(layout);
+  write("s.yaml", "variants: [{name: f, dtype: bf16, head_dim: 64, block_sparse: "
+                  "{block: 64, layout: file, file: l.txt}}]\n");
+  llvm::Expected<AttentionSpec> spec = parseSpecFile(specFile);
+  ASSERT_FALSE(bool(spec));
+  EXPECT_EQ(llvm::toString(spec.takeError()),
+            specFile + ":1:95: error: cannot read the block layout '" + layout +
+                "': No such file or directory (the path is relative to the spec's folder)");
+  llvm::sys::fs::remove_directories(dir);
 }
