@@ -1,4 +1,5 @@
-"""ctypes binding of the fagen runtime (runtime/include/fagen/fagen.h), for benchmarks and GPU tests.
+"""ctypes binding of the fagen runtime (runtime/include/fagen/fagen.h, ABI 2), for benchmarks and
+GPU tests.
 
     import fagen_rt
     bundle = fagen_rt.Bundle("bench.fab")                    # FagenError if invalid
@@ -6,8 +7,15 @@
     plan.run(q, k, v, o, lse)                                # on torch's current stream
     o, lse = bundle.forward(q, k, v, causal=True)            # plan + allocate + run
 
+    # variants: mask="window", window=(256, -1), mask_align="top_left", softcap=50.0,
+    # alibi=True, dropout_p=0.1, cu_seqlens_q=..., block_sparse=("runtime", 128), ...
+    args = fagen_rt.run_args(dropout_seed=1, dropout_offset=0)  # run-time arguments
+    o, lse = bundle.forward(q, k, v, causal=True, dropout_p=0.1, args=args)
+    dq, dk, dv = bundle.backward(q, k, v, o, lse, do, causal=True, dropout_p=0.1, args=args)
+
 Tensors are torch tensors indexed [batch, seq, heads, head_dim] (a BHSD tensor works as its
 .transpose(1, 2) view); the head dim must be contiguous. lse is float32 [batch, heads_q, seqlen_q].
+Varlen (cu_seqlens_q given): q is packed [total_q, heads, head_dim], lse [heads_q, total_q].
 The library is $FAGEN_RT_LIB, else libfagen_rt.so from a build directory next to bench/.
 torch is imported only where a call needs it, so loading and listing a bundle work without it.
 """
@@ -16,7 +24,12 @@ import glob
 import os
 
 FAGEN_OK = 0
+ABI_VERSION = 2
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1}
+_MASKS = {"none": 0, "causal": 1, "window": 2}
+_ALIGNS = {"bottom_right": 0, "top_left": 1}
+_SPARSITY = {"none": 0, "runtime": 1, "static": 2}
+RUN_ARG_ALIBI_SLOPES, RUN_ARG_BLOCK_MASK, RUN_ARG_CU_SEQLENS, RUN_ARG_DROPOUT_SEED = 1, 2, 4, 8
 
 
 class FagenError(RuntimeError):
@@ -28,19 +41,39 @@ class FagenError(RuntimeError):
         self.status_name = status_name
 
 
+_I32, _I64, _F32, _P = ctypes.c_int32, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
+
+
 class _Problem(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int32) for name in
+    """fagen_fwd_problem."""
+    _fields_ = [(name, _I32) for name in
                 ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim_qk",
                  "head_dim_v", "dtype", "causal")] + [
-        ("softmax_scale", ctypes.c_float)] + [
-        (name, ctypes.c_int64 * 3) for name in ("q_strides", "k_strides", "v_strides", "o_strides")]
+        ("softmax_scale", _F32)] + [
+        (name, _I64 * 3) for name in ("q_strides", "k_strides", "v_strides", "o_strides")] + [
+        ("mask", _I32), ("mask_align", _I32), ("window_left", _I32), ("window_right", _I32),
+        ("score_mod", _I32), ("softcap", _F32), ("dropout_p", _F32), ("varlen", _I32),
+        ("total_q", _I64), ("total_k", _I64), ("sparsity", _I32), ("sparse_block", _I32),
+        ("sparse_hash", ctypes.c_uint32), ("reserved0", _I32)] + [
+        (name, _I64 * 3) for name in ("do_strides", "dq_strides", "dk_strides", "dv_strides")]
+
+
+class RunArgs(ctypes.Structure):
+    """fagen_run_args: device pointers and the dropout seed; make one with run_args()."""
+    _fields_ = [("alibi_slopes", _P), ("alibi_batch_stride", _I64), ("block_mask", _P),
+                ("block_mask_batch_stride", _I64), ("block_mask_head_stride", _I64),
+                ("block_mask_row_stride", _I64), ("cu_seqlens_q", _P), ("cu_seqlens_k", _P),
+                ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
 
 
 class _Plan(ctypes.Structure):
-    _fields_ = [("bundle", ctypes.c_void_p), ("kernel_index", ctypes.c_int32),
-                ("grid", ctypes.c_int32 * 3), ("block", ctypes.c_int32 * 3),
-                ("smem_bytes", ctypes.c_int32), ("function", ctypes.c_void_p),
-                ("params", ctypes.c_uint8 * 256), ("workspace_bytes", ctypes.c_size_t)]
+    """fagen_plan."""
+    _fields_ = [("bundle", _P), ("kernel_index", _I32), ("pass_", _I32),
+                ("grid", _I32 * 3), ("block", _I32 * 3), ("smem_bytes", _I32),
+                ("pre_post_grid", _I32 * 3), ("pre_post_block", _I32 * 3),
+                ("run_args", ctypes.c_uint32), ("function", _P), ("pre_function", _P),
+                ("post_function", _P), ("workspace_bytes", ctypes.c_size_t),
+                ("workspace_offsets", ctypes.c_uint64 * 3), ("params", ctypes.c_uint8 * 1024)]
 
 
 def find_library():
@@ -65,7 +98,9 @@ def library(path=None):
         return _lib
     lib = ctypes.CDLL(path or find_library())
     c = ctypes
+    P, Pr, Pl, A = c.c_void_p, c.POINTER(_Problem), c.POINTER(_Plan), c.POINTER(RunArgs)
     signatures = {
+        "fagen_abi_version": (c.c_int, []),
         "fagen_last_error": (c.c_char_p, []),
         "fagen_status_name": (c.c_char_p, [c.c_int]),
         "fagen_version": (c.c_char_p, []),
@@ -79,10 +114,18 @@ def library(path=None):
                                                 c.POINTER(_Plan)]),
         "fagen_run_forward": (c.c_int, [c.POINTER(_Plan), c.c_void_p, c.c_void_p, c.c_void_p,
                                         c.c_void_p, c.c_void_p, c.c_void_p]),
+        "fagen_run_forward_with_args": (c.c_int, [Pl, P, P, P, P, P, A, P]),
+        "fagen_plan_backward": (c.c_int, [P, Pr, c.c_int32, Pl]),
+        "fagen_plan_backward_kernel": (c.c_int, [P, Pr, c.c_int32, c.c_int, Pl]),
+        "fagen_run_backward": (c.c_int, [Pl, P, P, P, P, P, P, P, P, P, P, A, P]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+    if lib.fagen_abi_version() != ABI_VERSION:
+        raise RuntimeError(f"{path or find_library()} has runtime ABI {lib.fagen_abi_version()}, "
+                           f"this binding expects {ABI_VERSION}: rebuild fagen_rt or update "
+                           f"bench/fagen_rt.py")
     _lib = lib
     return lib
 
@@ -103,20 +146,47 @@ def _current_stream():
     return torch.cuda.current_stream().cuda_stream
 
 
-def _strides(name, t):
-    """(batch, head, row) strides of a [batch, seq, heads, dim] tensor."""
-    if t.dim() != 4:
-        raise ValueError(f"{name} must have 4 dims [batch, seq, heads, head_dim], "
-                         f"got shape {tuple(t.shape)}")
+def _strides(name, t, varlen=False):
+    """(batch, head, row) strides of a [batch, seq, heads, dim] tensor (varlen: [total, heads,
+    dim], batch stride 0)."""
+    dims = 3 if varlen else 4
+    if t.dim() != dims:
+        what = "[total, heads, head_dim] (varlen)" if varlen else "[batch, seq, heads, head_dim]"
+        raise ValueError(f"{name} must have {dims} dims {what}, got shape {tuple(t.shape)}")
     s = t.stride()
-    if s[3] != 1:
-        raise ValueError(f"{name}'s head dim must be contiguous (stride 1), got stride {s[3]}: "
+    if s[-1] != 1:
+        raise ValueError(f"{name}'s head dim must be contiguous (stride 1), got stride {s[-1]}: "
                          f"call .contiguous()")
-    return (s[0], s[2], s[1])
+    return (0, s[1], s[0]) if varlen else (s[0], s[2], s[1])
+
+
+def _ptr(t):
+    return None if t is None else t.data_ptr()
+
+
+def run_args(alibi_slopes=None, block_mask=None, cu_seqlens_q=None, cu_seqlens_k=None,
+             dropout_seed=0, dropout_offset=0):
+    """fagen_run_args from tensors: alibi_slopes float32 [heads_q] or [batch, heads_q];
+    block_mask uint8 [batch, heads_q, row blocks, col blocks] (strides may be 0 to broadcast);
+    cu_seqlens int32 [batch + 1]. The tensors must outlive the launches."""
+    a = RunArgs()
+    if alibi_slopes is not None:
+        a.alibi_slopes = alibi_slopes.data_ptr()
+        a.alibi_batch_stride = alibi_slopes.stride()[0] if alibi_slopes.dim() == 2 else 0
+    if block_mask is not None:
+        s = block_mask.stride()
+        a.block_mask = block_mask.data_ptr()
+        a.block_mask_batch_stride = s[0]
+        a.block_mask_head_stride, a.block_mask_row_stride = s[1], s[2]
+        if s[3] != 1:
+            raise ValueError("block_mask's column blocks must be contiguous (stride 1)")
+    a.cu_seqlens_q, a.cu_seqlens_k = _ptr(cu_seqlens_q), _ptr(cu_seqlens_k)
+    a.dropout_seed, a.dropout_offset = dropout_seed, dropout_offset
+    return a
 
 
 class Plan:
-    """A planned forward call; valid while its Bundle lives."""
+    """A planned forward or backward call; valid while its Bundle lives."""
 
     def __init__(self, bundle, plan):
         self.bundle = bundle  # keeps the bundle alive
@@ -130,12 +200,38 @@ class Plan:
     def grid(self):
         return tuple(self._plan.grid)
 
-    def run(self, q, k, v, o, lse, stream=None):
-        """Launches on `stream` (a CUstream as int; default: torch's current stream)."""
+    @property
+    def pre_post_grid(self):
+        return tuple(self._plan.pre_post_grid)
+
+    @property
+    def workspace_bytes(self):
+        """Scratch the caller allocates for a backward (0 for a forward)."""
+        return self._plan.workspace_bytes
+
+    @property
+    def run_args(self):
+        """RUN_ARG_* bits: what the variant reads from run_args()."""
+        return self._plan.run_args
+
+    def run(self, q, k, v, o, lse, stream=None, args=None):
+        """Launches the forward on `stream` (a CUstream as int; default: torch's current
+        stream) with the variant's run-time arguments (run_args())."""
         if stream is None:
             stream = _current_stream()
-        _check(library().fagen_run_forward(ctypes.byref(self._plan), q.data_ptr(), k.data_ptr(),
-                                           v.data_ptr(), o.data_ptr(), lse.data_ptr(), stream))
+        _check(library().fagen_run_forward_with_args(
+            ctypes.byref(self._plan), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+            lse.data_ptr(), None if args is None else ctypes.byref(args), stream))
+
+    def run_backward(self, q, k, v, o, lse, do, dq, dk, dv, workspace, stream=None, args=None):
+        """Launches the backward: the forward's q, k, v, o, lse; do = dO; writes dq, dk, dv.
+        workspace: workspace_bytes of device memory (a tensor or None when 0 bytes)."""
+        if stream is None:
+            stream = _current_stream()
+        _check(library().fagen_run_backward(
+            ctypes.byref(self._plan), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+            lse.data_ptr(), do.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+            _ptr(workspace), None if args is None else ctypes.byref(args), stream))
 
 
 class Bundle:
@@ -154,28 +250,64 @@ class Bundle:
             _lib.fagen_bundle_destroy(self._handle)
             self._handle = None
 
-    def plan_forward(self, q, k, v, causal=False, softmax_scale=0.0, head_dim_v=None,
-                     kernel_index=None):
-        """Picks the kernel for q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] (torch
-        tensors or anything with shape/stride()/dim()/dtype). The plan assumes a contiguous
-        BSHD output [B, Sq, Hq, Dv], as forward() allocates it. kernel_index pins the kernel
-        (as `fagen check` does) instead of letting the runtime choose."""
+    @staticmethod
+    def _problem(q, k, v, causal=False, softmax_scale=0.0, head_dim_v=None, mask=None,
+                 mask_align="bottom_right", window=(-1, -1), softcap=0.0, alibi=False,
+                 dropout_p=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+                 max_seqlen_k=None, block_sparse=None, sparse_hash=0):
+        """fagen_fwd_problem for q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] (varlen:
+        [total, H, D] with cu_seqlens_*, max_seqlen_*); O, dO, dQ, dK, dV contiguous like
+        forward() and backward() allocate them. block_sparse: ("runtime", block) or
+        ("static", block or 0)."""
         dtype = _DTYPES.get(str(q.dtype))
         if dtype is None:
             raise ValueError(f"q.dtype is {q.dtype}; fagen kernels take float16 or bfloat16")
         for name, t in (("k", k), ("v", v)):
             if str(t.dtype) != str(q.dtype):
                 raise ValueError(f"{name}.dtype is {t.dtype} but q.dtype is {q.dtype}")
+        varlen = cu_seqlens_q is not None
         p = _Problem()
-        p.batch, p.seqlen_q, p.heads_q, p.head_dim_qk = q.shape
-        _, p.seqlen_k, p.heads_kv, _ = k.shape
-        p.head_dim_v = head_dim_v if head_dim_v is not None else v.shape[3]
-        p.dtype, p.causal, p.softmax_scale = dtype, int(bool(causal)), float(softmax_scale)
-        p.q_strides[:] = _strides("q", q)
-        p.k_strides[:] = _strides("k", k)
-        p.v_strides[:] = _strides("v", v)
-        hv, dv = p.heads_q, p.head_dim_v
-        p.o_strides[:] = (p.seqlen_q * hv * dv, dv, hv * dv)  # contiguous BSHD output
+        if varlen:
+            if cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
+                raise ValueError("varlen needs cu_seqlens_q, cu_seqlens_k, max_seqlen_q and "
+                                 "max_seqlen_k")
+            p.varlen, p.batch = 1, cu_seqlens_q.shape[0] - 1
+            p.total_q, p.heads_q, p.head_dim_qk = q.shape
+            p.total_k, p.heads_kv, _ = k.shape
+            p.seqlen_q, p.seqlen_k = max_seqlen_q, max_seqlen_k
+        else:
+            p.batch, p.seqlen_q, p.heads_q, p.head_dim_qk = q.shape
+            _, p.seqlen_k, p.heads_kv, _ = k.shape
+        p.head_dim_v = head_dim_v if head_dim_v is not None else v.shape[-1]
+        p.dtype, p.softmax_scale = dtype, float(softmax_scale)
+        p.mask = _MASKS[mask or ("causal" if causal else "none")]
+        p.mask_align = _ALIGNS[mask_align]
+        if p.mask == _MASKS["window"]:
+            p.window_left, p.window_right = window
+        p.score_mod = 1 if softcap else 2 if alibi else 0
+        p.softcap, p.dropout_p = float(softcap), float(dropout_p)
+        if block_sparse is not None:
+            p.sparsity, p.sparse_block = _SPARSITY[block_sparse[0]], block_sparse[1]
+        p.sparse_hash = sparse_hash
+        p.q_strides[:] = _strides("q", q, varlen)
+        p.k_strides[:] = _strides("k", k, varlen)
+        p.v_strides[:] = _strides("v", v, varlen)
+        # O, dO, dQ, dK, dV: contiguous BSHD (varlen: packed), as forward()/backward() allocate.
+        rows_q = p.total_q if varlen else p.seqlen_q
+        rows_k = p.total_k if varlen else p.seqlen_k
+        for field, rows, heads, dim in (("o_strides", rows_q, p.heads_q, p.head_dim_v),
+                                        ("do_strides", rows_q, p.heads_q, p.head_dim_v),
+                                        ("dq_strides", rows_q, p.heads_q, p.head_dim_qk),
+                                        ("dk_strides", rows_k, p.heads_kv, p.head_dim_qk),
+                                        ("dv_strides", rows_k, p.heads_kv, p.head_dim_v)):
+            getattr(p, field)[:] = (0 if varlen else rows * heads * dim, dim, heads * dim)
+        return p
+
+    def plan_forward(self, q, k, v, kernel_index=None, **variant):
+        """Picks the forward kernel for the call (keywords: see _problem). The plan assumes a
+        contiguous BSHD output [B, Sq, Hq, Dv], as forward() allocates it. kernel_index pins
+        the kernel (as `fagen check` does) instead of letting the runtime choose."""
+        p = self._problem(q, k, v, **variant)
         plan = _Plan()
         if kernel_index is None:
             _check(library().fagen_plan_forward(self._handle, ctypes.byref(p), ctypes.byref(plan)))
@@ -184,12 +316,43 @@ class Bundle:
                                                        ctypes.byref(plan)))
         return Plan(self, plan)
 
-    def forward(self, q, k, v, causal=False, softmax_scale=0.0, stream=None):
+    def plan_backward(self, q, k, v, deterministic=False, kernel_index=None, **variant):
+        """Picks the backward kernel for the forward call (the same keywords as plan_forward);
+        dO, dQ, dK, dV contiguous like q/k/v in BSHD. deterministic: bitwise-repeatable
+        gradients."""
+        p = self._problem(q, k, v, **variant)
+        plan = _Plan()
+        det = int(bool(deterministic))
+        if kernel_index is None:
+            _check(library().fagen_plan_backward(self._handle, ctypes.byref(p), det,
+                                                 ctypes.byref(plan)))
+        else:
+            _check(library().fagen_plan_backward_kernel(self._handle, ctypes.byref(p), det,
+                                                        kernel_index, ctypes.byref(plan)))
+        return Plan(self, plan)
+
+    def forward(self, q, k, v, stream=None, args=None, **variant):
         """Plans, allocates O (contiguous BSHD) and LSE, runs; returns (o, lse)."""
         import torch
-        plan = self.plan_forward(q, k, v, causal, softmax_scale)
-        b, sq, hq, _ = q.shape
-        o = torch.empty((b, sq, hq, v.shape[3]), dtype=q.dtype, device=q.device)
-        lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
-        plan.run(q, k, v, o, lse, stream)
+        plan = self.plan_forward(q, k, v, **variant)
+        if variant.get("cu_seqlens_q") is not None:
+            total, hq, _ = q.shape
+            o = torch.empty((total, hq, v.shape[-1]), dtype=q.dtype, device=q.device)
+            lse = torch.empty((hq, total), dtype=torch.float32, device=q.device)
+        else:
+            b, sq, hq, _ = q.shape
+            o = torch.empty((b, sq, hq, v.shape[-1]), dtype=q.dtype, device=q.device)
+            lse = torch.empty((b, hq, sq), dtype=torch.float32, device=q.device)
+        plan.run(q, k, v, o, lse, stream, args)
         return o, lse
+
+    def backward(self, q, k, v, o, lse, do, deterministic=False, stream=None, args=None,
+                 **variant):
+        """Plans, allocates dQ, dK, dV (contiguous, like q, k, v) and the workspace, runs;
+        returns (dq, dk, dv). `args` must repeat the forward's (dropout seed and offset)."""
+        import torch
+        plan = self.plan_backward(q, k, v, deterministic=deterministic, **variant)
+        dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+        workspace = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+        plan.run_backward(q, k, v, o, lse, do.contiguous(), dq, dk, dv, workspace, stream, args)
+        return dq, dk, dv

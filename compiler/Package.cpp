@@ -2,7 +2,7 @@
 
 #include "Package.h"
 
-#include "../templates/common/fwd_params.h"
+#include "../templates/common/bwd_params.h"
 
 #include <algorithm>
 #include <set>
@@ -35,13 +35,29 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     r.headDimQK = p.headDimQK;
     r.headDimV = p.headDimV;
     r.mask = p.mask;
+    r.maskAlign = p.maskAlign;
+    r.scoreMod = p.scoreMod;
+    r.dropout = p.dropout;
+    r.varlen = p.varlen;
+    r.sparsity = p.sparsity;
+    if (p.sparsity != "none")
+      r.sparseBlock = p.sparseBlock;
+    if (p.sparsity == "static") {
+      r.sparseRows = p.sparseRows;
+      r.sparseCols = p.sparseCols;
+      r.sparseHash = p.sparseHash;
+    }
+    // Only a backward has the deterministic mode and the _pre/_post kernels.
+    const bool backward = p.pass == "bwd";
+    r.deterministic = backward && p.deterministic;
+    r.prePostThreads = backward ? p.prePostThreads : 0;
     r.blockM = p.blockM;
     r.blockN = p.blockN;
     r.warps = p.warps;
     r.stages = p.stages;
     r.threads = p.threads;
     r.smemBytes = p.smemBytes;
-    r.paramsVersion = FAGEN_FWD_PARAMS_VERSION;
+    r.paramsVersion = backward ? FAGEN_BWD_PARAMS_VERSION : FAGEN_FWD_PARAMS_VERSION;
     r.registers = k->report.registers;
     r.spillBytes = k->report.spillBytes();
     r.rescaleTau = p.rescaleTau;

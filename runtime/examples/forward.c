@@ -45,7 +45,22 @@ int main(int argc, char **argv) {
   printf("kernel %s, grid %d x %d x %d\n", fagen_bundle_kernel_name(bundle, plan.kernel_index),
          plan.grid[0], plan.grid[1], plan.grid[2]);
   /* With device pointers q, k, v, o (bf16) and lse (float) from the application:
-   *   fagen_run_forward(&plan, q, k, v, o, lse, stream);   -- no allocation, no sync */
+   *   fagen_run_forward(&plan, q, k, v, o, lse, stream);   -- no allocation, no sync
+   *
+   * Other variants set more fields of the problem (a zero field keeps the default), e.g. a
+   * sliding window with dropout, whose seed the run-time arguments carry:
+   *   problem.causal = 0; problem.mask = FAGEN_MASK_WINDOW;
+   *   problem.window_left = 256; problem.window_right = 0; problem.dropout_p = 0.1f;
+   *   fagen_run_args args = {0}; args.dropout_seed = seed; args.dropout_offset = step;
+   *   fagen_run_forward_with_args(&plan, q, k, v, o, lse, &args, stream);
+   *
+   * The backward (a bundle built with passes: [fwd, bwd]) repeats the forward's problem, whose
+   * do/dq/dk/dv strides the stride helper filled, and takes a caller-allocated workspace:
+   *   fagen_plan backward;
+   *   fagen_plan_backward(bundle, &problem, 0, &backward);    -- 1: deterministic gradients
+   *   cuMemAlloc(&workspace, backward.workspace_bytes);
+   *   fagen_run_backward(&backward, q, k, v, o, lse, dout, dq, dk, dv, workspace, &args,
+   *                      stream);                           -- three kernels, no sync */
   fagen_bundle_destroy(bundle);
   return 0;
 }

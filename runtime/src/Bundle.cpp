@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 
 namespace fagen {
@@ -168,26 +169,37 @@ Fields kernelFields(const KernelRecord &k) {
           {"block_m", std::to_string(k.blockM)},
           {"block_n", std::to_string(k.blockN)},
           {"cubin", std::to_string(k.cubinSection)},
+          {"deterministic", std::to_string(int(k.deterministic))},
+          {"dropout", std::to_string(int(k.dropout))},
           {"dtype", k.dtype},
           {"exp2_emu_percent", std::to_string(k.exp2EmuPercent)},
           {"exp2_poly_degree", std::to_string(k.exp2PolyDegree)},
           {"head_dim_qk", std::to_string(k.headDimQK)},
           {"head_dim_v", std::to_string(k.headDimV)},
           {"mask", k.mask},
+          {"mask_align", k.maskAlign},
           {"name", k.name},
           {"params_version", std::to_string(k.paramsVersion)},
           {"pass", k.pass},
+          {"pre_post_threads", std::to_string(k.prePostThreads)},
           {"registers", std::to_string(k.registers)},
           {"rescale_tau", std::to_string(k.rescaleTau)},
+          {"score_mod", k.scoreMod},
           {"seqlen_max", std::to_string(k.seqlenMax)},
           {"seqlen_min", std::to_string(k.seqlenMin)},
           {"smem_bytes", std::to_string(k.smemBytes)},
+          {"sparse_block", std::to_string(k.sparseBlock)},
+          {"sparse_cols", std::to_string(k.sparseCols)},
+          {"sparse_hash", k.sparseHash},
+          {"sparse_rows", std::to_string(k.sparseRows)},
+          {"sparsity", k.sparsity},
           {"spill_bytes", std::to_string(k.spillBytes)},
           {"stages", std::to_string(k.stages)},
           {"template", k.templ},
           {"threads", std::to_string(k.threads)},
           {"tuning", k.tuning},
           {"variant", k.variant},
+          {"varlen", std::to_string(int(k.varlen))},
           {"warps", std::to_string(k.warps)}};
 }
 
@@ -252,6 +264,27 @@ public:
       return false;
     out = int(v);
     return true;
+  }
+
+  bool flag(const char *key, bool &out) {
+    int v = 0;
+    if (!integer(key, 0, 1, v))
+      return false;
+    out = v != 0;
+    return true;
+  }
+
+  /// A string that is one of `allowed`.
+  bool oneOf(const char *key, std::initializer_list<const char *> allowed, std::string &out) {
+    if (!str(key, out, false))
+      return false;
+    std::string list;
+    for (const char *a : allowed) {
+      if (out == a)
+        return true;
+      list += (list.empty() ? "" : ", ") + std::string(a);
+    }
+    return fail(std::string("key '") + key + "' is '" + out + "', expected one of " + list);
   }
 
   /// Every key must have been consumed.
@@ -334,6 +367,50 @@ bool parseBundleRecord(int line, Fields fields, Bundle &out, std::string &error)
   return ok;
 }
 
+constexpr int64_t kMaxSparseBlock = 1 << 16;  ///< tokens per block
+constexpr int64_t kMaxSparseBlocks = 1 << 20; ///< rows or columns of a static layout
+
+bool isHashText(const std::string &s) {
+  return s.size() == 8 && std::all_of(s.begin(), s.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+/// The rules between keys: what each pass and each kind of sparsity implies.
+bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
+  auto n = [](int v) { return std::to_string(v); };
+  if (k.pass == "fwd" && k.deterministic)
+    return r.fail("deterministic is 1 on a fwd kernel; only bwd kernels have the mode");
+  if (k.pass == "fwd" && k.prePostThreads != 0)
+    return r.fail("pre_post_threads is " + n(k.prePostThreads) +
+                  " on a fwd kernel, expected 0 (only bwd kernels have NAME_pre and NAME_post)");
+  if (k.pass == "bwd" && k.prePostThreads == 0)
+    return r.fail("pre_post_threads is 0 on a bwd kernel, expected the threads of NAME_pre "
+                  "and NAME_post (1 to 1024)");
+  if (k.sparsity == "none") {
+    if (k.sparseBlock != 0 || k.sparseRows != 0 || k.sparseCols != 0 || !k.sparseHash.empty())
+      return r.fail("sparsity is none but sparse_block, sparse_rows, sparse_cols or "
+                    "sparse_hash is set (expected 0, 0, 0 and empty)");
+    return true;
+  }
+  if (k.sparseBlock == 0)
+    return r.fail("sparsity is " + k.sparsity + " but sparse_block is 0");
+  if (k.sparseBlock % k.blockM != 0 || k.sparseBlock % k.blockN != 0)
+    return r.fail("sparse_block " + n(k.sparseBlock) + " is not a multiple of the tile " +
+                  n(k.blockM) + "x" + n(k.blockN) + " (the kernel's tiles must divide it)");
+  if (k.sparsity == "runtime") {
+    if (k.sparseRows != 0 || k.sparseCols != 0 || !k.sparseHash.empty())
+      return r.fail("sparsity is runtime but sparse_rows, sparse_cols or sparse_hash is set "
+                    "(a static layout's keys)");
+    return true;
+  }
+  if (k.sparseRows == 0 || k.sparseCols == 0)
+    return r.fail("sparsity is static but sparse_rows or sparse_cols is 0");
+  if (!isHashText(k.sparseHash))
+    return r.fail("sparse_hash '" + k.sparseHash + "' is not 8 lower-case hex digits");
+  return true;
+}
+
 bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
                        std::string &error) {
   auto nameIt = fields.find("name");
@@ -346,25 +423,39 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.str("arch", k.arch, false) && r.integer("block_m", 1, 1024, k.blockM) &&
             r.integer("block_n", 1, 1024, k.blockN) &&
             r.integer("cubin", 0, int64_t(cubinCount) - 1, cubin) &&
+            r.flag("deterministic", k.deterministic) && r.flag("dropout", k.dropout) &&
             r.str("dtype", k.dtype, false) &&
             r.integer("exp2_emu_percent", 0, 100, k.exp2EmuPercent) &&
             r.integer("exp2_poly_degree", 1, 16, k.exp2PolyDegree) &&
             r.integer("head_dim_qk", 1, 1024, k.headDimQK) &&
-            r.integer("head_dim_v", 1, 1024, k.headDimV) && r.str("mask", k.mask, false) &&
+            r.integer("head_dim_v", 1, 1024, k.headDimV) &&
+            r.oneOf("mask", {"none", "causal", "window"}, k.mask) &&
+            r.oneOf("mask_align", {"bottom_right", "top_left"}, k.maskAlign) &&
             r.str("name", k.name, false) &&
             r.integer("params_version", 1, INT32_MAX, k.paramsVersion) &&
-            r.str("pass", k.pass, false) && r.integer("registers", -1, 255, k.registers) &&
+            r.oneOf("pass", {"fwd", "bwd"}, k.pass) &&
+            r.integer("pre_post_threads", 0, 1024, k.prePostThreads) &&
+            r.integer("registers", -1, 255, k.registers) &&
             r.integer("rescale_tau", -1, 64, k.rescaleTau) &&
+            r.oneOf("score_mod", {"none", "softcap", "alibi"}, k.scoreMod) &&
             r.integer("seqlen_max", 0, kSeqlenUnbounded, k.seqlenMax) &&
             r.integer("seqlen_min", 0, kSeqlenUnbounded, k.seqlenMin) &&
             r.integer("smem_bytes", 0, kMaxSmem, k.smemBytes) &&
+            r.integer("sparse_block", 0, kMaxSparseBlock, k.sparseBlock) &&
+            r.integer("sparse_cols", 0, kMaxSparseBlocks, k.sparseCols) &&
+            r.str("sparse_hash", k.sparseHash, true) &&
+            r.integer("sparse_rows", 0, kMaxSparseBlocks, k.sparseRows) &&
+            r.oneOf("sparsity", {"none", "runtime", "static"}, k.sparsity) &&
             r.integer("spill_bytes", -1, INT32_MAX, k.spillBytes) &&
             r.integer("stages", 1, 16, k.stages) && r.str("template", k.templ, true) &&
             r.integer("threads", 1, 1024, k.threads) && r.str("tuning", k.tuning, true) &&
-            r.str("variant", k.variant, true) && r.integer("warps", 1, 32, k.warps) && r.finish();
+            r.str("variant", k.variant, true) && r.flag("varlen", k.varlen) &&
+            r.integer("warps", 1, 32, k.warps) && r.finish();
   if (ok && k.seqlenMin > k.seqlenMax)
     ok = r.fail("seqlen_min " + std::to_string(k.seqlenMin) + " is above seqlen_max " +
                 std::to_string(k.seqlenMax));
+  if (ok)
+    ok = checkKernelConsistency(k, r);
   if (ok && archComputeCapability(k.arch) < 0)
     ok = r.fail("arch '" + k.arch + "' is not an arch name like sm_80 or sm_90a");
   if (ok && !std::binary_search(out.archs.begin(), out.archs.end(), k.arch))

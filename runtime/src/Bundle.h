@@ -16,26 +16,37 @@
 namespace fagen {
 
 /// Bumped on any incompatible change of the file layout or the manifest keys.
-constexpr uint32_t kBundleFormatVersion = 2;
+constexpr uint32_t kBundleFormatVersion = 3;
 
 /// Upper end of an open seqlen range.
 constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
 
 /// One compiled kernel, as the manifest describes it.
 struct KernelRecord {
-  std::string name;      ///< symbol in the cubin, spells its specialization
-  std::string pass;      ///< "fwd"
+  std::string name;      ///< symbol in the cubin (a backward's main kernel; NAME_pre, NAME_post)
+  std::string pass;      ///< "fwd" | "bwd"
   std::string arch;      ///< "sm_80", "sm_90", "sm_90a", "sm_100a"
   std::string templ;     ///< template family: "sm80" (portable mma.sync)
   std::string variant;   ///< the spec variant's name
   std::string dtype;     ///< "fp16" | "bf16"
   int headDimQK = 0;
   int headDimV = 0;
-  std::string mask;      ///< "none" | "causal"
+  std::string mask;      ///< "none" | "causal" | "window"
+  // The rest of the variant (docs/design/variants-and-backward.md).
+  std::string maskAlign = "bottom_right"; ///< "bottom_right" | "top_left"
+  std::string scoreMod = "none";          ///< "none" | "softcap" | "alibi"
+  bool dropout = false;                   ///< Philox dropout on P
+  bool varlen = false;                    ///< packed sequences with cu_seqlens
+  std::string sparsity = "none";          ///< "none" | "runtime" | "static"
+  int sparseBlock = 0;                    ///< tokens per block (0 without sparsity)
+  int sparseRows = 0, sparseCols = 0;     ///< static layout: table size in blocks
+  std::string sparseHash;                 ///< static layout: 8 hex digits naming the table
+  bool deterministic = false;             ///< bwd: bitwise-repeatable dQ
+  int prePostThreads = 0;                 ///< bwd: threads of NAME_pre and NAME_post
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
   int threads = 0;       ///< threads per block
   int smemBytes = 0;     ///< dynamic shared memory per block
-  int paramsVersion = 0; ///< FAGEN_FWD_PARAMS_VERSION the kernel was built against
+  int paramsVersion = 0; ///< FAGEN_FWD_PARAMS_VERSION (fwd) / FAGEN_BWD_PARAMS_VERSION (bwd)
   int registers = -1;    ///< from the ptxas report; -1 = unknown
   int spillBytes = -1;   ///< spill stores + loads, from the ptxas report
   int rescaleTau = 0;     ///< FA4 conditional-rescaling threshold (-1 always, 0 exact skip)

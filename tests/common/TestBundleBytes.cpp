@@ -3,6 +3,10 @@
 
 std::vector<uint8_t> fagenTestBundleBytes() { return fagen::test::testBundleBytes(); }
 
+std::vector<uint8_t> fagenVariantBundleBytes() {
+  return fagen::serializeBundle(fagen::test::makeVariantBundle());
+}
+
 fagen_fwd_problem fagenTestProblem(fagen_dtype dtype, int headDim, int causal) {
   return fagen::test::testProblem(dtype, headDim, causal);
 }

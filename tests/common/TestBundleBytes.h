@@ -10,8 +10,10 @@
 #include <cstdint>
 #include <vector>
 
-/// fagen::test::testBundleBytes() and fagen::test::testProblem(), defined in TestBundleBytes.cpp.
+/// fagen::test::testBundleBytes(), serializeBundle(makeVariantBundle()) and
+/// fagen::test::testProblem(), defined in TestBundleBytes.cpp.
 std::vector<uint8_t> fagenTestBundleBytes();
+std::vector<uint8_t> fagenVariantBundleBytes();
 fagen_fwd_problem fagenTestProblem(fagen_dtype dtype, int headDim, int causal);
 
 #endif // FAGEN_TESTS_COMMON_TESTBUNDLEBYTES_H

@@ -2,6 +2,7 @@
 #ifndef FAGEN_TESTS_COMMON_TESTBUNDLES_H
 #define FAGEN_TESTS_COMMON_TESTBUNDLES_H
 
+#include "../../templates/common/bwd_params.h"
 #include "Bundle.h"
 #include "fagen/fagen.h"
 
@@ -34,7 +35,7 @@ inline KernelRecord testKernel(const std::string &name, const std::string &arch,
   k.stages = 2;
   k.threads = 128;
   k.smemBytes = 49152;
-  k.paramsVersion = 1;
+  k.paramsVersion = FAGEN_FWD_PARAMS_VERSION;
   k.registers = 168;
   k.spillBytes = 0;
   k.tuning = "default";
@@ -54,6 +55,66 @@ inline Bundle makeTestBundle() {
                testKernel("fagen_fwd_fp16_d128_causal_sm80", "sm_80", "fp16", 128, "causal", 0),
                testKernel("fagen_fwd_fp16_d128_causal_sm90a", "sm_90a", "fp16", 128, "causal", 1),
                testKernel("fagen_fwd_fp16_d64_none_sm80", "sm_80", "fp16", 64, "none", 0)};
+  return b;
+}
+
+/// A backward kernel (three entry points NAME_pre, NAME, NAME_post in its cubin).
+inline KernelRecord testBackwardKernel(const std::string &name, const std::string &arch,
+                                       const std::string &dtype, int headDim,
+                                       const std::string &mask, uint32_t cubin) {
+  KernelRecord k = testKernel(name, arch, dtype, headDim, mask, cubin);
+  k.pass = "bwd";
+  k.blockM = 64;
+  k.blockN = 128;
+  k.warps = 8;
+  k.threads = 256;
+  k.smemBytes = 81920;
+  k.prePostThreads = 128;
+  k.paramsVersion = FAGEN_BWD_PARAMS_VERSION;
+  return k;
+}
+
+/// Every kind of variant, forward and backward, all for sm_90 (the fake GPU's default), one
+/// cubin. Indices: see the names.
+inline Bundle makeVariantBundle() {
+  Bundle b;
+  b.fagenVersion = "0.1.0";
+  b.toolchain = "nvcc 13.0.88";
+  b.archs = {"sm_90"};
+  b.cubins = {fakeCubin("sm_90 variants")};
+  KernelRecord fwdCausal = testKernel("fagen_fwd_fp16_hd128_causal_sm80", "sm_90", "fp16", 128,
+                                      "causal", 0);
+  KernelRecord bwdCausal = testBackwardKernel("fagen_bwd_fp16_hd128_causal_sm80", "sm_90",
+                                              "fp16", 128, "causal", 0);
+  KernelRecord bwdCausalDet = bwdCausal;
+  bwdCausalDet.name = "fagen_bwd_fp16_hd128_causal_det_sm80";
+  bwdCausalDet.deterministic = true;
+  // Every run-time feature at once: window (top-left), softcap, dropout, varlen.
+  KernelRecord fwdWindow = testKernel("fagen_fwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80",
+                                      "sm_90", "bf16", 64, "window", 0);
+  fwdWindow.maskAlign = "top_left";
+  fwdWindow.scoreMod = "softcap";
+  fwdWindow.dropout = true;
+  fwdWindow.varlen = true;
+  KernelRecord bwdWindow = testBackwardKernel(
+      "fagen_bwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80", "sm_90", "bf16", 64, "window", 0);
+  bwdWindow.maskAlign = "top_left";
+  bwdWindow.scoreMod = "softcap";
+  bwdWindow.dropout = true;
+  bwdWindow.varlen = true;
+  KernelRecord fwdAlibi = testKernel("fagen_fwd_fp16_hd128_none_alibi_bsr128_sm80", "sm_90",
+                                     "fp16", 128, "none", 0);
+  fwdAlibi.scoreMod = "alibi";
+  fwdAlibi.sparsity = "runtime";
+  fwdAlibi.sparseBlock = 128;
+  KernelRecord fwdStatic = testKernel("fagen_fwd_fp16_hd128_causal_bs128_0123abcd_sm80", "sm_90",
+                                      "fp16", 128, "causal", 0);
+  fwdStatic.sparsity = "static";
+  fwdStatic.sparseBlock = 128;
+  fwdStatic.sparseRows = 8;
+  fwdStatic.sparseCols = 16;
+  fwdStatic.sparseHash = "0123abcd";
+  b.kernels = {bwdWindow, bwdCausal, bwdCausalDet, fwdWindow, fwdAlibi, fwdStatic, fwdCausal};
   return b;
 }
 

@@ -3,7 +3,9 @@
 // Implements the driver entry points the runtime binds, with one device whose compute
 // capability ($FAKE_CUDA_CC, default 90) and opt-in shared memory ($FAKE_CUDA_SMEM, default
 // 232448) are read on every call, so that one test process can play several GPUs. Records
-// module loads and the last launch for the test to inspect through fake_cuda_state(). The
+// module loads and every launch (function, geometry, parameter block) for the test to inspect
+// through fake_cuda_state(); fake_cuda_launch_count() and fake_cuda_launch() serve callers
+// without C++ (the Python binding's test). The
 // context and synchronization entry points, alike in every fake, are in
 // tests/common/FakeDriverCommon.h.
 //
@@ -12,7 +14,9 @@
 
 #include "../common/FakeDriverCommon.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -37,6 +41,26 @@ extern "C" {
 __attribute__((visibility("default"))) FakeCudaState *fake_cuda_state() {
   static FakeCudaState state;
   return &state;
+}
+
+/// For ctypes: how many launches were logged, and launch i's function name, grid and the
+/// first `bytes` bytes of its parameter block (fewer if the block is shorter). Returns 0 on
+/// success, 1 if there is no launch i.
+__attribute__((visibility("default"))) int fake_cuda_launch_count() {
+  return int(fake_cuda_state()->launchLog.size());
+}
+__attribute__((visibility("default"))) int fake_cuda_launch(int i, char *name, size_t nameBytes,
+                                                            unsigned grid[3], unsigned block[3],
+                                                            void *params, size_t bytes) {
+  const std::vector<FakeLaunch> &log = fake_cuda_state()->launchLog;
+  if (i < 0 || size_t(i) >= log.size())
+    return 1;
+  const FakeLaunch &l = log[i];
+  std::snprintf(name, nameBytes, "%s", l.function.c_str());
+  for (int d = 0; d < 3; ++d)
+    grid[d] = l.grid[d], block[d] = l.block[d];
+  std::memcpy(params, l.params.data(), std::min(bytes, l.params.size()));
+  return 0;
 }
 
 FAKE_API CUresult cuInit(unsigned) { return envInt("FAKE_CUDA_INIT_ERROR", 0); }
@@ -105,6 +129,13 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   s->stream = stream;
   s->function = static_cast<FakeFunction *>(f)->name;
   std::memcpy(&s->params, params[0], sizeof s->params);
+  FakeLaunch launch{s->function, {gx, gy, gz}, {bx, by, bz}, smem, stream, {}};
+  size_t bytes = s->function.rfind("fagen_bwd", 0) == 0 && s->bwdParamsBytes != 0
+                     ? s->bwdParamsBytes
+                     : sizeof(fagen_fwd_params);
+  const auto *block = static_cast<const unsigned char *>(params[0]);
+  launch.params.assign(block, block + bytes);
+  s->launchLog.push_back(std::move(launch));
   s->launches++;
   return extra == nullptr ? 0 : 1;
 }

@@ -5,9 +5,19 @@
 #include "fwd_params.h"
 
 #include <atomic>
+#include <cstddef>
 #include <string>
+#include <vector>
 
 extern "C" {
+
+/// One cuLaunchKernel call.
+struct FakeLaunch {
+  std::string function;
+  unsigned grid[3], block[3], smem;
+  void *stream;
+  std::vector<unsigned char> params; ///< the parameter block as launched
+};
 
 struct FakeCudaState {
   std::atomic<int> moduleLoads{0};
@@ -17,7 +27,12 @@ struct FakeCudaState {
   unsigned grid[3], block[3], smem;
   void *stream;
   std::string function;
-  fagen_fwd_params params;
+  fagen_fwd_params params; ///< the last launch's block (of a backward: its forward part)
+  /// sizeof(fagen_bwd_params), set by the test: the fake, built without templates/ on its
+  /// include path, cannot see bwd_params.h. Launches of kernels named fagen_bwd_* record this
+  /// many bytes (0: only the forward part, which leads the backward's block).
+  size_t bwdParamsBytes = 0;
+  std::vector<FakeLaunch> launchLog; ///< every launch, in order
 };
 
 /// Exported by the fake library; the test finds it with dlsym.

@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "fagen/fagen.h"
 #include "FakeCuda.h"
+#include "philox.h"
 #include "../common/TestBundles.h"
 
 #include <gtest/gtest.h>
@@ -299,4 +300,389 @@ TEST_F(FakeDriverTest, TunedSeqlenRangesDispatchByShape) {
     ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
     EXPECT_EQ(chosenKernel(plan), want) << seqlenQ << "x" << seqlenK;
   }
+}
+
+//===--- Variants and the backward pass -----------------------------------===//
+
+namespace {
+
+using fagen::test::makeVariantBundle;
+
+struct FakeVariantTest : FakeDriverTest {
+  void SetUp() override {
+    FakeDriverTest::SetUp();
+    fake().bwdParamsBytes = sizeof(fagen_bwd_params);
+    load(makeVariantBundle());
+  }
+
+  /// The launches since `from`, with their parameter blocks.
+  std::vector<FakeLaunch> launchesSince(size_t from) {
+    const std::vector<FakeLaunch> &log = fake().launchLog;
+    return std::vector<FakeLaunch>(log.begin() + std::min(from, log.size()), log.end());
+  }
+
+  template <typename Params> static Params paramsOf(const FakeLaunch &l) {
+    Params p;
+    EXPECT_EQ(l.params.size(), sizeof p) << l.function;
+    std::memcpy(&p, l.params.data(), std::min(sizeof p, l.params.size()));
+    return p;
+  }
+};
+
+/// bf16 hd64, window (top-left) + softcap + dropout + varlen: kernel 3 forward, 0 backward.
+fagen_fwd_problem windowProblem() {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_BF16, 64, 0);
+  p.batch = 3;
+  p.seqlen_q = 700; // the longest sequence
+  p.seqlen_k = 900;
+  p.mask = FAGEN_MASK_WINDOW;
+  p.mask_align = FAGEN_MASK_ALIGN_TOP_LEFT;
+  p.window_left = 256;
+  p.window_right = -1;
+  p.score_mod = FAGEN_SCORE_MOD_SOFTCAP;
+  p.softcap = 50;
+  p.dropout_p = 0.125f;
+  p.varlen = 1;
+  p.total_q = 1500;
+  p.total_k = 2000;
+  fagen_fwd_problem_set_bshd_strides(&p);
+  return p;
+}
+
+} // namespace
+
+TEST_F(FakeVariantTest, ForwardFillsEveryVariantField) {
+  fagen_fwd_problem p = windowProblem();
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_fwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80");
+  EXPECT_EQ(plan.pass, FAGEN_PASS_FORWARD);
+  EXPECT_EQ(plan.run_args, FAGEN_RUN_ARG_CU_SEQLENS | FAGEN_RUN_ARG_DROPOUT_SEED);
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+  EXPECT_EQ(plan.grid[0], 6); // ceil(700 / 128): the longest sequence
+  EXPECT_EQ(plan.grid[1], 16);
+  EXPECT_EQ(plan.grid[2], 3);
+
+  alignas(16) static char q[16], k[16], v[16], o[16];
+  static float lse[4];
+  static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
+  fagen_run_args args = {};
+  args.cu_seqlens_q = cuQ;
+  args.cu_seqlens_k = cuK;
+  args.dropout_seed = 0x123456789abcdefull;
+  args.dropout_offset = 42;
+  args.alibi_slopes = lse; // not read by this variant: left out of the block
+  EXPECT_EQ(fagen_run_forward(&plan, q, k, v, o, lse, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+  size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_forward_with_args(&plan, q, k, v, o, lse, &args, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  std::vector<FakeLaunch> launches = launchesSince(before);
+  ASSERT_EQ(launches.size(), 1u);
+  fagen_fwd_params fp = paramsOf<fagen_fwd_params>(launches[0]);
+  EXPECT_EQ(fp.q, q);
+  EXPECT_EQ(fp.lse, lse);
+  EXPECT_EQ(fp.seqlen_q, 700);
+  EXPECT_EQ(fp.seqlen_k, 900);
+  EXPECT_EQ(fp.q_batch_stride, 0); // packed
+  EXPECT_EQ(fp.q_row_stride, 16 * 64);
+  EXPECT_EQ(fp.lse_batch_stride, 0); // LSE [heads_q, total_q]
+  EXPECT_EQ(fp.lse_head_stride, 1500);
+  EXPECT_EQ(fp.cu_seqlens_q, cuQ);
+  EXPECT_EQ(fp.cu_seqlens_k, cuK);
+  EXPECT_EQ(fp.window_left, 256);
+  EXPECT_EQ(fp.window_right, -1);
+  EXPECT_FLOAT_EQ(fp.softcap, 50.0f);
+  EXPECT_FLOAT_EQ(fp.softmax_scale, 0.125f); // 1/sqrt(64)
+  EXPECT_FLOAT_EQ(fp.scale_log2, 0.125f * 1.44269504f);
+  EXPECT_FLOAT_EQ(fp.dropout_p, 0.125f);
+  EXPECT_EQ(fp.dropout_threshold, fagen::dropout_threshold(0.125f));
+  EXPECT_EQ(fp.dropout_threshold, 32u); // p in 1/256 steps (philox.h)
+  EXPECT_FLOAT_EQ(fp.dropout_rescale, fagen::dropout_rescale(fp.dropout_threshold));
+  EXPECT_FLOAT_EQ(fp.dropout_rescale, 1.0f / 0.875f);
+  EXPECT_EQ(fp.dropout_seed, 0x123456789abcdefull);
+  EXPECT_EQ(fp.dropout_offset, 42u);
+  EXPECT_EQ(fp.alibi_slopes, nullptr);
+  EXPECT_EQ(fp.block_mask, nullptr);
+
+  // cu_seqlens are required.
+  args.cu_seqlens_k = nullptr;
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, q, k, v, o, lse, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_forward_with_args: args->cu_seqlens_k is null");
+}
+
+TEST_F(FakeVariantTest, DenseCallsLeaveTheVariantFieldsZero) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1); // ABI 1 fields only
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_fwd_fp16_hd128_causal_sm80");
+  EXPECT_EQ(plan.run_args, 0u);
+  fagen_fwd_params fp;
+  std::memcpy(&fp, plan.params, sizeof fp);
+  EXPECT_EQ(fp.lse_batch_stride, 16 * 1000);
+  EXPECT_EQ(fp.lse_head_stride, 1000);
+  EXPECT_EQ(fp.window_left, 0);
+  EXPECT_EQ(fp.window_right, 0);
+  EXPECT_EQ(fp.softcap, 0.0f);
+  EXPECT_EQ(fp.dropout_p, 0.0f);
+  EXPECT_EQ(fp.dropout_rescale, 0.0f);
+  EXPECT_EQ(fp.dropout_threshold, 0u);
+  EXPECT_EQ(fp.cu_seqlens_q, nullptr);
+  // mask = FAGEN_MASK_CAUSAL says the same as causal = 1.
+  p.causal = 0;
+  p.mask = FAGEN_MASK_CAUSAL;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_fwd_fp16_hd128_causal_sm80");
+}
+
+TEST_F(FakeVariantTest, AlibiAndRuntimeBlockMask) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 0);
+  p.score_mod = FAGEN_SCORE_MOD_ALIBI;
+  p.sparsity = FAGEN_SPARSITY_RUNTIME;
+  p.sparse_block = 128;
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_fwd_fp16_hd128_none_alibi_bsr128_sm80");
+  EXPECT_EQ(plan.run_args, FAGEN_RUN_ARG_ALIBI_SLOPES | FAGEN_RUN_ARG_BLOCK_MASK);
+  alignas(16) static char buf[16];
+  static float slopes[16], lse[4];
+  static uint8_t mask[2 * 16 * 8 * 5];
+  fagen_run_args args = {};
+  args.block_mask = mask;
+  args.block_mask_batch_stride = 16 * 8 * 5;
+  args.block_mask_head_stride = 8 * 5;
+  args.block_mask_row_stride = 5;
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_forward_with_args: args->alibi_slopes is null");
+  args.alibi_slopes = slopes;
+  size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  fagen_fwd_params fp = paramsOf<fagen_fwd_params>(launchesSince(before).at(0));
+  EXPECT_EQ(fp.alibi_slopes, slopes);
+  EXPECT_EQ(fp.alibi_batch_stride, 0);
+  EXPECT_EQ(fp.block_mask, mask);
+  EXPECT_EQ(fp.block_mask_batch_stride, 16 * 8 * 5);
+  EXPECT_EQ(fp.block_mask_head_stride, 8 * 5);
+  EXPECT_EQ(fp.block_mask_row_stride, 5);
+  EXPECT_EQ(fp.dropout_seed, 0u);
+}
+
+TEST_F(FakeVariantTest, StaticLayoutsAreChosenByHash) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  p.sparsity = FAGEN_SPARSITY_STATIC;
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_fwd_fp16_hd128_causal_bs128_0123abcd_sm80");
+  EXPECT_EQ(plan.run_args, 0u); // the layout is in the cubin
+
+  // A second layout for the same variant: the call must say which.
+  Bundle b = makeVariantBundle();
+  KernelRecord other = b.kernels[5];
+  other.name = "fagen_fwd_fp16_hd128_causal_bs128_fedcba98_sm80";
+  other.sparseHash = "fedcba98";
+  b.kernels.push_back(other);
+  load(b);
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_STREQ(fagen_last_error(), "the bundle has 2 static block layouts for fp16 head_dim "
+                                   "128/128 mask causal block_sparse static (sparse_hash "
+                                   "0123abcd, fedcba98): set the problem's sparse_hash to the "
+                                   "layout the call means");
+  p.sparse_hash = 0xfedcba98;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_fwd_fp16_hd128_causal_bs128_fedcba98_sm80");
+  p.sparse_block = 64; // the caller's expectation of the block size is checked too
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+}
+
+TEST_F(FakeVariantTest, BackwardLaunchesPreMainPostInOrder) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1); // B2 Hq16 Hkv4 Sq1000 Sk577
+  p.softmax_scale = 0.5f;
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_bwd_fp16_hd128_causal_sm80"); // not the _det one
+  EXPECT_EQ(plan.pass, FAGEN_PASS_BACKWARD);
+  EXPECT_EQ(plan.grid[0], 5); // ceil(577 / 128) key tiles
+  EXPECT_EQ(plan.grid[1], 4); // kv heads
+  EXPECT_EQ(plan.grid[2], 2);
+  EXPECT_EQ(plan.block[0], 256);
+  EXPECT_EQ(plan.smem_bytes, 81920);
+  EXPECT_EQ(plan.pre_post_grid[0], 16); // ceil(1000 / 64) query tiles
+  EXPECT_EQ(plan.pre_post_grid[1], 16);
+  EXPECT_EQ(plan.pre_post_grid[2], 2);
+  EXPECT_EQ(plan.pre_post_block[0], 128);
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 16, 128, 2, 16, 0);
+  EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
+  EXPECT_EQ(plan.workspace_bytes, 2u * 1000 * 16 * 128 * 4 + 2 * 1000 * 16 * 4); // 256-aligned
+  EXPECT_EQ(fake().maxDynamicSmem, 81920);
+
+  alignas(256) static char q[16], k[16], v[16], o[16], dout[16], dq[16], dk[16], dv[16];
+  alignas(256) static char workspace[256];
+  static float lse[4];
+  void *stream = reinterpret_cast<void *>(0x77);
+  size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_backward(&plan, q, k, v, o, lse, dout, dq, dk, dv, workspace, nullptr,
+                               stream),
+            FAGEN_OK)
+      << fagen_last_error();
+  std::vector<FakeLaunch> launches = launchesSince(before);
+  ASSERT_EQ(launches.size(), 3u);
+  const char *names[3] = {"fagen_bwd_fp16_hd128_causal_sm80_pre",
+                          "fagen_bwd_fp16_hd128_causal_sm80",
+                          "fagen_bwd_fp16_hd128_causal_sm80_post"};
+  for (int i = 0; i < 3; ++i) {
+    const FakeLaunch &l = launches[i];
+    EXPECT_EQ(l.function, names[i]);
+    EXPECT_EQ(l.stream, stream);
+    bool main = i == 1;
+    EXPECT_EQ(l.grid[0], main ? 5u : 16u) << names[i];
+    EXPECT_EQ(l.grid[1], main ? 4u : 16u) << names[i];
+    EXPECT_EQ(l.grid[2], 2u) << names[i];
+    EXPECT_EQ(l.block[0], main ? 256u : 128u) << names[i];
+    EXPECT_EQ(l.smem, main ? 81920u : 0u) << names[i];
+    fagen_bwd_params bp = paramsOf<fagen_bwd_params>(l);
+    EXPECT_EQ(std::memcmp(l.params.data(), launches[0].params.data(), l.params.size()), 0)
+        << "every launch gets the same block";
+    EXPECT_EQ(bp.fwd.q, q);
+    EXPECT_EQ(bp.fwd.o, o);
+    EXPECT_EQ(bp.fwd.lse, lse);
+    EXPECT_EQ(bp.dout, dout);
+    EXPECT_EQ(bp.dq, dq);
+    EXPECT_EQ(bp.dk, dk);
+    EXPECT_EQ(bp.dv, dv);
+  }
+  fagen_bwd_params bp = paramsOf<fagen_bwd_params>(launches[1]);
+  EXPECT_EQ(bp.dq_accum, reinterpret_cast<float *>(workspace + w.dq_accum_offset));
+  EXPECT_EQ(bp.d, reinterpret_cast<float *>(workspace + w.d_offset));
+  EXPECT_EQ(bp.dq_semaphore, nullptr);
+  EXPECT_EQ(bp.m_blocks, 16);
+  EXPECT_EQ(bp.dq_accum_batch_stride, 16 * 1000 * 128);
+  EXPECT_EQ(bp.dq_accum_head_stride, 1000 * 128);
+  EXPECT_EQ(bp.d_batch_stride, 16 * 1000);
+  EXPECT_EQ(bp.d_head_stride, 1000);
+  EXPECT_EQ(bp.do_row_stride, 16 * 128);
+  EXPECT_EQ(bp.dq_batch_stride, 1000 * 16 * 128);
+  EXPECT_EQ(bp.dk_row_stride, 4 * 128);
+  EXPECT_EQ(bp.dv_batch_stride, 577 * 4 * 128);
+  EXPECT_FLOAT_EQ(bp.fwd.softmax_scale, 0.5f);
+  EXPECT_EQ(bp.fwd.group_size, 4);
+  EXPECT_EQ(bp.fwd.lse_head_stride, 1000);
+
+  // The forward's plan does not run as a backward, nor the backward's as a forward.
+  EXPECT_EQ(fagen_run_forward(&plan, q, k, v, o, lse, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fake().launchLog.size(), before + 3);
+}
+
+TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 1, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_bwd_fp16_hd128_causal_det_sm80");
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 16, 128, 2, 16, 1);
+  EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
+  EXPECT_GT(w.total_bytes, w.semaphore_offset);
+  alignas(256) static char buf[16], workspace[256];
+  static float lse[4];
+  size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
+                               nullptr, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  fagen_bwd_params bp = paramsOf<fagen_bwd_params>(launchesSince(before).at(1));
+  EXPECT_EQ(bp.dq_semaphore, reinterpret_cast<int32_t *>(workspace + w.semaphore_offset));
+  EXPECT_EQ(bp.semaphore_batch_stride, 16 * 16);
+  EXPECT_EQ(bp.semaphore_head_stride, 16);
+
+  // Without the nondeterministic kernel, the deterministic one serves every call.
+  Bundle b = makeVariantBundle();
+  b.kernels.erase(b.kernels.begin() + 1);
+  load(b);
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_bwd_fp16_hd128_causal_det_sm80");
+  // Without the deterministic kernel, a call that asks for one is refused.
+  b = makeVariantBundle();
+  b.kernels.erase(b.kernels.begin() + 2);
+  load(b);
+  EXPECT_EQ(fagen_plan_backward(bundle, &p, 1, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(std::string(fagen_last_error()).find("passes [fwd, bwd] and deterministic true") !=
+              std::string::npos)
+      << fagen_last_error();
+}
+
+TEST_F(FakeVariantTest, VarlenBackwardWorkspaceAndArguments) {
+  fagen_fwd_problem p = windowProblem(); // total_q 1500, longest 700
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_bwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80");
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(1500, 16, 64, 3, 11, 0);
+  EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
+  EXPECT_EQ(plan.pre_post_grid[0], 11); // ceil(700 / 64)
+  EXPECT_EQ(plan.grid[0], 8);           // ceil(900 / 128)
+  alignas(256) static char buf[16], workspace[256];
+  static float lse[4];
+  static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
+  fagen_run_args args = {};
+  args.cu_seqlens_q = cuQ;
+  args.cu_seqlens_k = cuK;
+  args.dropout_seed = 7;
+  args.dropout_offset = 9;
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
+                               nullptr, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: args is null but the plan's variant "
+                                   "reads cu_seqlens_q/_k, dropout_seed/_offset");
+  size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
+                               &args, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  std::vector<FakeLaunch> launches = launchesSince(before);
+  ASSERT_EQ(launches.size(), 3u);
+  fagen_bwd_params bp = paramsOf<fagen_bwd_params>(launches[0]);
+  EXPECT_EQ(bp.fwd.cu_seqlens_q, cuQ);
+  EXPECT_EQ(bp.fwd.dropout_seed, 7u);
+  EXPECT_EQ(bp.fwd.dropout_offset, 9u);
+  EXPECT_EQ(bp.fwd.dropout_threshold, fagen::dropout_threshold(0.125f));
+  EXPECT_EQ(bp.dq_accum_batch_stride, 0);
+  EXPECT_EQ(bp.dq_accum_head_stride, 1500 * 64);
+  EXPECT_EQ(bp.d_batch_stride, 0);
+  EXPECT_EQ(bp.d_head_stride, 1500);
+  EXPECT_EQ(bp.dk_batch_stride, 0);
+  EXPECT_EQ(bp.dk_row_stride, 4 * 64);
+  EXPECT_EQ(bp.m_blocks, 11);
+}
+
+TEST_F(FakeVariantTest, BackwardLaunchFailureNamesTheKernel) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
+  alignas(256) static char buf[16], workspace[256];
+  static float lse[4];
+  setenv("FAKE_CUDA_LAUNCH_ERROR", "701", 1);
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
+                               nullptr, nullptr),
+            FAGEN_ERROR_CUDA);
+  EXPECT_EQ(std::string(fagen_last_error()),
+            "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (701): fake error text "
+            "for kernel fagen_bwd_fp16_hd128_causal_sm80_pre");
+  unsetenv("FAKE_CUDA_LAUNCH_ERROR");
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace + 16,
+                               nullptr, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(std::string(fagen_last_error()).find("workspace is not 256-byte aligned") !=
+              std::string::npos)
+      << fagen_last_error();
+}
+
+TEST_F(FakeVariantTest, BackwardNeedsAllThreeEntryPoints) {
+  Bundle b = makeVariantBundle();
+  b.kernels[1].name = "fagen_bwd_missing_sm80";
+  load(b);
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_backward_kernel(bundle, &p, 0, 1, &plan), FAGEN_ERROR_BUNDLE_INVALID);
+  EXPECT_TRUE(std::string(fagen_last_error()).find("has no kernel named fagen_bwd_missing_sm80") !=
+              std::string::npos)
+      << fagen_last_error();
 }

@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <dlfcn.h>
+#include <string>
 
 TEST(FakeDriverWrapperTest, PlanRunAndErrors) {
   std::vector<uint8_t> bytes = fagenTestBundleBytes();
@@ -27,4 +28,33 @@ TEST(FakeDriverWrapperTest, PlanRunAndErrors) {
   }
   fagen::Bundle moved = std::move(b);
   EXPECT_EQ(moved.kernelCount(), 4);
+}
+
+TEST(FakeDriverWrapperTest, Backward) {
+  std::vector<uint8_t> bytes = fagenVariantBundleBytes();
+  fagen::Bundle b = fagen::Bundle::fromMemory(bytes.data(), bytes.size());
+  fagen_fwd_problem problem = fagenTestProblem(FAGEN_DTYPE_FP16, 128, 1);
+  fagen::Plan plan = b.planBackward(problem, /*deterministic=*/true);
+  EXPECT_EQ(plan.pass(), FAGEN_PASS_BACKWARD);
+  EXPECT_GT(plan.workspaceBytes(), 0u);
+  void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  auto state = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
+  ASSERT_NE(state, nullptr);
+  size_t before = state()->launchLog.size();
+  alignas(256) static char buf[16], workspace[256];
+  static float lse[4];
+  plan.runBackward(buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace);
+  ASSERT_EQ(state()->launchLog.size(), before + 3);
+  EXPECT_EQ(state()->launchLog[before + 1].function, "fagen_bwd_fp16_hd128_causal_det_sm80");
+  try {
+    plan.run(buf, buf, buf, buf, lse);
+    FAIL() << "no exception";
+  } catch (const fagen::Error &e) {
+    EXPECT_EQ(e.status(), FAGEN_ERROR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("the plan is a backward plan"), std::string::npos);
+  }
+  fagen_fwd_problem softcap = problem;
+  softcap.score_mod = FAGEN_SCORE_MOD_SOFTCAP;
+  softcap.softcap = 30;
+  EXPECT_THROW(b.planForward(softcap), fagen::Error);
 }

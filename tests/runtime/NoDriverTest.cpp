@@ -70,6 +70,29 @@ TEST(NoDriverTest, RunSaysThereIsNoDriver) {
   EXPECT_EQ(std::string(fagen_last_error()).find(expectedNoDriverStart()), 0u);
 }
 
+TEST(NoDriverTest, BackwardSaysThereIsNoDriver) {
+  std::vector<uint8_t> bytes = fagen::serializeBundle(fagen::test::makeVariantBundle());
+  fagen_bundle *bundle = nullptr;
+  ASSERT_EQ(fagen_bundle_load_memory(bytes.data(), bytes.size(), &bundle), FAGEN_OK)
+      << fagen_last_error();
+  fagen_fwd_problem p = testProblem();
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_ERROR_NO_DRIVER);
+  EXPECT_EQ(std::string(fagen_last_error()).find(expectedNoDriverStart()), 0u);
+  fagen_bundle_destroy(bundle);
+
+  plan = {};
+  plan.bundle = reinterpret_cast<const fagen_bundle *>(16);
+  plan.pass = FAGEN_PASS_BACKWARD;
+  plan.function = plan.pre_function = plan.post_function = reinterpret_cast<void *>(16);
+  alignas(256) char buffer[256] = {};
+  float lse[4] = {};
+  EXPECT_EQ(fagen_run_backward(&plan, buffer, buffer, buffer, buffer, lse, buffer, buffer, buffer,
+                               buffer, nullptr, nullptr, nullptr),
+            FAGEN_ERROR_NO_DRIVER);
+  EXPECT_EQ(std::string(fagen_last_error()).find(expectedNoDriverStart()), 0u);
+}
+
 int main(int argc, char **argv) {
   setenv("FAGEN_LIBCUDA", "/nonexistent/libcuda.so.1", /*overwrite=*/0);
   ::testing::InitGoogleTest(&argc, argv);

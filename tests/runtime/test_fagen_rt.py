@@ -86,6 +86,71 @@ def child(mode, bundle_dir):
     misaligned = FakeTensor((2, 1000, 16, 128), ptr=0x20008)
     expect_error(lambda: plan.run(q, k, v, misaligned, lse, stream=0),
                  "FAGEN_ERROR_INVALID_ARGUMENT", "o is not 16-byte aligned")
+    expect_error(lambda: bundle.plan_forward(q, k, v, causal=True, softcap=30.0),
+                 "FAGEN_ERROR_NOT_SUPPORTED", "fp16 head_dim 128/128 mask causal softcap;",
+                 "score_mod softcap")
+    variants(bundle_dir)
+
+
+def launches_since(fake, start):
+    """(function, grid, block) of the fake driver's launches from index `start`."""
+    import ctypes
+    out = []
+    for i in range(start, fake.fake_cuda_launch_count()):
+        name = ctypes.create_string_buffer(256)
+        grid, block = (ctypes.c_uint * 3)(), (ctypes.c_uint * 3)()
+        params = ctypes.create_string_buffer(8)
+        assert fake.fake_cuda_launch(i, name, 256, grid, block, params, 8) == 0
+        out.append((name.value.decode(), tuple(grid), tuple(block)))
+    return out
+
+
+def variants(bundle_dir):
+    """The variant and backward API through ctypes, against the fake driver's launch log."""
+    import ctypes
+    import fagen_rt
+    assert ctypes.sizeof(fagen_rt._Problem) == 296  # as tests/unit/RuntimeTest.cpp asserts
+    assert ctypes.sizeof(fagen_rt.RunArgs) == 80
+    assert ctypes.sizeof(fagen_rt._Plan) == 1152 and fagen_rt._Plan.params.offset == 128
+    assert fagen_rt.library().fagen_abi_version() == fagen_rt.ABI_VERSION
+    fake = ctypes.CDLL(os.environ["FAGEN_LIBCUDA"])  # the instance the runtime opened
+    u3 = ctypes.c_uint * 3
+    fake.fake_cuda_launch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, u3, u3,
+                                      ctypes.c_void_p, ctypes.c_size_t]
+    bundle = fagen_rt.Bundle(os.path.join(bundle_dir, "variants.fab"))
+
+    # Packed varlen bf16 hd64, top-left window, softcap, dropout: batch 3, longest 700 / 900.
+    q = FakeTensor((1500, 16, 64), "torch.bfloat16")
+    k = FakeTensor((2000, 4, 64), "torch.bfloat16")
+    cu_q, cu_k = FakeTensor((4,), ptr=0x40000), FakeTensor((4,), ptr=0x40100)
+    variant = dict(mask="window", window=(256, -1), mask_align="top_left", softcap=50.0,
+                   dropout_p=0.125, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=700,
+                   max_seqlen_k=900)
+    plan = bundle.plan_forward(q, k, k, **variant)
+    name = "fagen_bwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80"
+    assert plan.kernel.startswith(name.replace("_bwd_", "_fwd_") + " "), plan.kernel
+    assert plan.grid == (6, 16, 3), plan.grid
+    assert plan.run_args == fagen_rt.RUN_ARG_CU_SEQLENS | fagen_rt.RUN_ARG_DROPOUT_SEED
+    o, lse = FakeTensor((1500, 16, 64), ptr=0x20000), FakeTensor((16, 1500), ptr=0x30000)
+    expect_error(lambda: plan.run(q, k, k, o, lse, stream=0), "FAGEN_ERROR_INVALID_ARGUMENT",
+                 "args is null but the plan's variant reads cu_seqlens_q/_k")
+    args = fagen_rt.run_args(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, dropout_seed=1)
+    start = fake.fake_cuda_launch_count()
+    plan.run(q, k, k, o, lse, stream=0, args=args)
+    assert launches_since(fake, start) == [(name.replace("_bwd_", "_fwd_"), (6, 16, 3), (128, 1, 1))]
+
+    back = bundle.plan_backward(q, k, k, **variant)
+    assert back.workspace_bytes > 0
+    assert back.grid == (8, 4, 3), back.grid
+    assert back.pre_post_grid == (11, 16, 3), back.pre_post_grid
+    ws = FakeTensor((back.workspace_bytes,), ptr=0x100000)
+    start = fake.fake_cuda_launch_count()
+    back.run_backward(q, k, k, o, lse, o, q, k, k, ws, stream=0, args=args)
+    assert launches_since(fake, start) == [(name + "_pre", (11, 16, 3), (128, 1, 1)),
+                                           (name, (8, 4, 3), (256, 1, 1)),
+                                           (name + "_post", (11, 16, 3), (128, 1, 1))]
+    expect_error(lambda: bundle.plan_backward(q, k, k, deterministic=True, **variant),
+                 "FAGEN_ERROR_NOT_SUPPORTED", "passes [fwd, bwd] and deterministic true")
 
 
 def main():

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
+#include <utility>
 
 using namespace fagen;
 using fagen::test::fakeCubin;
@@ -20,7 +22,14 @@ bool sameKernel(const KernelRecord &a, const KernelRecord &b) {
          a.blockN == b.blockN && a.warps == b.warps && a.stages == b.stages &&
          a.threads == b.threads && a.smemBytes == b.smemBytes &&
          a.paramsVersion == b.paramsVersion && a.registers == b.registers &&
-         a.spillBytes == b.spillBytes && a.tuning == b.tuning && a.cubinSection == b.cubinSection;
+         a.spillBytes == b.spillBytes && a.tuning == b.tuning && a.cubinSection == b.cubinSection &&
+         a.rescaleTau == b.rescaleTau && a.exp2EmuPercent == b.exp2EmuPercent &&
+         a.exp2PolyDegree == b.exp2PolyDegree && a.seqlenMin == b.seqlenMin &&
+         a.seqlenMax == b.seqlenMax && a.maskAlign == b.maskAlign && a.scoreMod == b.scoreMod &&
+         a.dropout == b.dropout && a.varlen == b.varlen && a.sparsity == b.sparsity &&
+         a.sparseBlock == b.sparseBlock && a.sparseRows == b.sparseRows &&
+         a.sparseCols == b.sparseCols && a.sparseHash == b.sparseHash &&
+         a.deterministic == b.deterministic && a.prePostThreads == b.prePostThreads;
 }
 
 void expectSameBundle(const Bundle &a, const Bundle &b) {
@@ -68,13 +77,14 @@ void resealHeader(std::vector<uint8_t> &b) {
 
 /// An independent writer that follows docs/bundle-format.md, so that a test can feed the
 /// reader any manifest text.
-std::vector<uint8_t> rawBundle(const std::string &manifest, const std::vector<std::string> &cubins) {
+std::vector<uint8_t> rawBundle(const std::string &manifest,
+                               const std::vector<std::string> &cubins) {
   std::vector<std::string> sections = {manifest};
   sections.insert(sections.end(), cubins.begin(), cubins.end());
   size_t end = 24 + 32 * sections.size();
   std::vector<uint8_t> b(end, 0);
   std::memcpy(b.data(), "FAGENBND", 8);
-  put(b, 8, 2, 4);
+  put(b, 8, 3, 4);
   put(b, 12, sections.size(), 4);
   for (size_t i = 0; i < sections.size(); ++i) {
     size_t offset = (b.size() + 15) / 16 * 16;
@@ -97,18 +107,28 @@ std::string manifestOf(const std::vector<uint8_t> &b) {
 
 const char *kBundleLine = "bundle archs=sm_80 fagen_version=1 toolchain=\n";
 const char *kKernelLine =
-    "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 dtype=fp16 exp2_emu_percent=0 "
-    "exp2_poly_degree=3 head_dim_qk=64 head_dim_v=64 mask=none name=k params_version=1 pass=fwd "
-    "registers=168 rescale_tau=0 seqlen_max=1099511627776 seqlen_min=0 smem_bytes=49152 "
-    "spill_bytes=0 stages=2 template=sm80 threads=128 tuning= variant=v warps=4\n";
+    "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 deterministic=0 dropout=0 dtype=fp16 "
+    "exp2_emu_percent=0 exp2_poly_degree=3 head_dim_qk=64 head_dim_v=64 mask=none "
+    "mask_align=bottom_right name=k params_version=2 pass=fwd pre_post_threads=0 registers=168 "
+    "rescale_tau=0 score_mod=none seqlen_max=1099511627776 seqlen_min=0 smem_bytes=49152 "
+    "sparse_block=0 sparse_cols=0 sparse_hash= sparse_rows=0 sparsity=none spill_bytes=0 "
+    "stages=2 template=sm80 threads=128 tuning= variant=v varlen=0 warps=4\n";
 
-/// The error for the tiny bundle's manifest with `from` replaced by `to` in the kernel line.
-std::string kernelLineError(const std::string &from, const std::string &to) {
+/// The error for the tiny bundle's manifest with each `from` replaced by its `to` in the
+/// kernel line.
+std::string kernelLineError(std::initializer_list<std::pair<std::string, std::string>> edits) {
   std::string line = kKernelLine;
-  size_t at = line.find(from);
-  EXPECT_NE(at, std::string::npos) << from;
-  line.replace(at, from.size(), to);
+  for (const auto &[from, to] : edits) {
+    size_t at = line.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos)
+      line.replace(at, from.size(), to);
+  }
   return parseError(rawBundle(kBundleLine + line, {fakeCubin("")}));
+}
+
+std::string kernelLineError(const std::string &from, const std::string &to) {
+  return kernelLineError({{from, to}});
 }
 
 } // namespace
@@ -202,7 +222,13 @@ TEST(BundleTest, NamesTheProblem) {
 
   b = good;
   put(b, 8, 7, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 2): "
+  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 3): "
+                           "rebuild the bundle with this fagen version");
+
+  // Version 2 bundles (before the variant and backward keys) are refused the same way.
+  b = good;
+  put(b, 8, 2, 4);
+  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 3): "
                            "rebuild the bundle with this fagen version");
 
   b = good;
@@ -316,7 +342,8 @@ TEST(BundleTest, RefusesBadManifests) {
                   "expected a decimal integer"));
   EXPECT_TRUE(has(kernelLineError("block_m=128", "block_m=0"),
                   "key 'block_m' is 0, expected a value in [1, 1024]"));
-  EXPECT_TRUE(has(kernelLineError("cubin=0", "cubin=1"), "key 'cubin' is 1, expected a value in [0, 0]"));
+  EXPECT_TRUE(
+      has(kernelLineError("cubin=0", "cubin=1"), "key 'cubin' is 1, expected a value in [0, 0]"));
   EXPECT_TRUE(has(kernelLineError("registers=168", "registers=-2"), "'registers' is -2"));
   EXPECT_TRUE(has(kernelLineError("arch=sm_80", "arch=sm_90a"),
                   "arch sm_90a is not in the bundle's archs (sm_80)"));
@@ -371,4 +398,91 @@ TEST(BundleTest, ArchRunsOn) {
   for (const Case &c : cases)
     EXPECT_EQ(archRunsOn(c.arch, c.major, c.minor), c.runs)
         << c.arch << " on " << c.major << "." << c.minor;
+}
+
+TEST(BundleTest, VariantsAndBackwardRoundTrip) {
+  Bundle b = fagen::test::makeVariantBundle();
+  std::vector<uint8_t> bytes = serializeBundle(b);
+  Bundle parsed;
+  std::string error;
+  ASSERT_TRUE(parseBundle(bytes.data(), bytes.size(), parsed, error)) << error;
+  expectSameBundle(b, parsed);
+  EXPECT_EQ(bytes, serializeBundle(parsed));
+  std::string manifest = manifestOf(bytes);
+  EXPECT_NE(manifest.find(" mask=window mask_align=top_left "), std::string::npos) << manifest;
+  EXPECT_NE(manifest.find(" pass=bwd pre_post_threads=128 "), std::string::npos);
+  EXPECT_NE(manifest.find(" sparse_block=128 sparse_cols=16 sparse_hash=0123abcd sparse_rows=8 "
+                          "sparsity=static "),
+            std::string::npos);
+  EXPECT_NE(manifest.find(" deterministic=1 dropout=0 "), std::string::npos);
+  EXPECT_NE(manifest.find(" score_mod=alibi "), std::string::npos);
+}
+
+TEST(BundleTest, RefusesBadVariantValues) {
+  auto has = [](const std::string &error, const std::string &part) {
+    return error.find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(has(kernelLineError("pass=fwd", "pass=both"),
+                  "key 'pass' is 'both', expected one of fwd, bwd"));
+  EXPECT_TRUE(has(kernelLineError("mask=none", "mask=sliding"),
+                  "key 'mask' is 'sliding', expected one of none, causal, window"));
+  EXPECT_TRUE(has(kernelLineError("mask_align=bottom_right", "mask_align=center"),
+                  "key 'mask_align' is 'center', expected one of bottom_right, top_left"));
+  EXPECT_TRUE(has(kernelLineError("score_mod=none", "score_mod=relu"),
+                  "key 'score_mod' is 'relu', expected one of none, softcap, alibi"));
+  EXPECT_TRUE(has(kernelLineError("sparsity=none", "sparsity=dense"),
+                  "key 'sparsity' is 'dense', expected one of none, runtime, static"));
+  EXPECT_TRUE(has(kernelLineError("dropout=0", "dropout=2"),
+                  "key 'dropout' is 2, expected a value in [0, 1]"));
+  EXPECT_TRUE(has(kernelLineError("varlen=0", "varlen=-1"), "key 'varlen' is -1"));
+  EXPECT_TRUE(has(kernelLineError(" mask_align=bottom_right", ""),
+                  "required key 'mask_align' is missing"));
+  EXPECT_TRUE(has(kernelLineError("pre_post_threads=0", "pre_post_threads=2000"),
+                  "key 'pre_post_threads' is 2000, expected a value in [0, 1024]"));
+
+  // Rules between keys.
+  EXPECT_TRUE(has(kernelLineError("deterministic=0", "deterministic=1"),
+                  "deterministic is 1 on a fwd kernel"));
+  EXPECT_TRUE(has(kernelLineError("pre_post_threads=0", "pre_post_threads=128"),
+                  "pre_post_threads is 128 on a fwd kernel, expected 0"));
+  EXPECT_TRUE(
+      has(kernelLineError("pass=fwd", "pass=bwd"), "pre_post_threads is 0 on a bwd kernel"));
+  EXPECT_EQ(kernelLineError({{"params_version=2", "params_version=1"}, {"pass=fwd", "pass=bwd"},
+                             {"pre_post_threads=0", "pre_post_threads=128"},
+                             {"deterministic=0", "deterministic=1"}}),
+            "");
+  EXPECT_TRUE(
+      has(kernelLineError("sparse_block=0", "sparse_block=128"),
+          "sparsity is none but sparse_block, sparse_rows, sparse_cols or sparse_hash is set"));
+  EXPECT_TRUE(has(kernelLineError("sparsity=none", "sparsity=runtime"),
+                  "sparsity is runtime but sparse_block is 0"));
+  EXPECT_TRUE(has(kernelLineError({{"sparse_block=0", "sparse_block=96"},
+                                   {"sparsity=none", "sparsity=runtime"}}),
+                  "sparse_block 96 is not a multiple of the tile 128x64"));
+  EXPECT_EQ(kernelLineError({{"sparse_block=0", "sparse_block=256"},
+                             {"sparsity=none", "sparsity=runtime"}}),
+            "");
+  EXPECT_TRUE(has(kernelLineError({{"sparse_block=0", "sparse_block=128"},
+                                   {"sparse_rows=0", "sparse_rows=4"},
+                                   {"sparsity=none", "sparsity=runtime"}}),
+                  "sparsity is runtime but sparse_rows, sparse_cols or sparse_hash is set"));
+  EXPECT_TRUE(has(kernelLineError({{"sparse_block=0", "sparse_block=128"},
+                                   {"sparse_rows=0", "sparse_rows=4"},
+                                   {"sparse_hash=", "sparse_hash=0123abcd"},
+                                   {"sparsity=none", "sparsity=static"}}),
+                  "sparsity is static but sparse_rows or sparse_cols is 0"));
+  EXPECT_TRUE(has(kernelLineError({{"sparse_block=0", "sparse_block=128"},
+                                   {"sparse_cols=0", "sparse_cols=4"},
+                                   {"sparse_rows=0", "sparse_rows=4"},
+                                   {"sparse_hash=", "sparse_hash=0123ABCD"},
+                                   {"sparsity=none", "sparsity=static"}}),
+                  "sparse_hash '0123ABCD' is not 8 lower-case hex digits"));
+  EXPECT_EQ(kernelLineError({{"sparse_block=0", "sparse_block=128"},
+                             {"sparse_cols=0", "sparse_cols=4"},
+                             {"sparse_rows=0", "sparse_rows=4"},
+                             {"sparse_hash=", "sparse_hash=0123abcd"},
+                             {"sparsity=none", "sparsity=static"}}),
+            "");
+  // Every message says what to do.
+  EXPECT_TRUE(has(kernelLineError("pass=fwd", "pass=bwd"), "rebuild the bundle"));
 }

@@ -12,10 +12,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 using namespace fagen;
+using fagen::test::makeVariantBundle;
 using fagen::test::testBundleBytes;
 using fagen::test::testProblem;
 
@@ -193,15 +196,15 @@ TEST_F(BundleFixture, PlanListsWhatTheBundleHas) {
 TEST(RuntimeTest, PlanRefusesOtherParamsLayouts) {
   Bundle b = fagen::test::makeTestBundle();
   for (KernelRecord &k : b.kernels)
-    k.paramsVersion = 2;
+    k.paramsVersion = 1;
   std::vector<uint8_t> bytes = serializeBundle(b);
   fagen_bundle *bundle = nullptr;
   ASSERT_EQ(fagen_bundle_load_memory(bytes.data(), bytes.size(), &bundle), FAGEN_OK);
   fagen_fwd_problem p = testProblem();
   fagen_plan plan;
   EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
-  EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 2 but this runtime "
-                                           "fills version 1: rebuild the bundle"))
+  EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 1 but this runtime "
+                                           "fills version 2: rebuild the bundle"))
       << fagen_last_error();
   fagen_bundle_destroy(bundle);
 }
@@ -246,5 +249,338 @@ TEST(RuntimeTest, CudaErrorTextWithoutADriver) {
   DriverApi api = {};
   EXPECT_EQ(cudaErrorText(api, 209, "cuModuleLoadData"),
             "cuModuleLoadData failed: CUDA_ERROR_NO_BINARY_FOR_GPU (209)");
-  EXPECT_EQ(cudaErrorText(api, 12345, "cuLaunchKernel"), "cuLaunchKernel failed: CUDA error (12345)");
+  EXPECT_EQ(cudaErrorText(api, 12345, "cuLaunchKernel"),
+            "cuLaunchKernel failed: CUDA error (12345)");
+}
+
+// bench/fagen_rt.py mirrors these layouts with ctypes (and its test checks the same sizes):
+// change both together.
+static_assert(sizeof(void *) != 8 || sizeof(fagen_fwd_problem) == 296, "fagen_rt.py _Problem");
+static_assert(sizeof(void *) != 8 || offsetof(fagen_fwd_problem, do_strides) == 200, "_Problem");
+static_assert(sizeof(void *) != 8 || sizeof(fagen_run_args) == 80, "fagen_rt.py RunArgs");
+static_assert(sizeof(void *) != 8 || sizeof(fagen_plan) == 1152, "fagen_rt.py _Plan");
+static_assert(sizeof(void *) != 8 || offsetof(fagen_plan, params) == 128, "fagen_rt.py _Plan");
+
+TEST(RuntimeTest, AbiVersion) { EXPECT_EQ(fagen_abi_version(), FAGEN_RUNTIME_ABI_VERSION); }
+
+TEST(RuntimeTest, StrideHelpersFillTheGradientsAndPackVarlen) {
+  fagen_fwd_problem p = testProblem(); // B=2 Hq=16 Hkv=4 Sq=1000 Sk=577 D=128
+  p.head_dim_v = 64;
+  fagen_fwd_problem_set_bshd_strides(&p);
+  EXPECT_EQ(p.do_strides[0], 1000 * 16 * 64);
+  EXPECT_EQ(p.do_strides[2], 16 * 64);
+  EXPECT_EQ(p.dq_strides[2], 16 * 128);
+  EXPECT_EQ(p.dk_strides[0], 577 * 4 * 128);
+  EXPECT_EQ(p.dv_strides[2], 4 * 64);
+  fagen_fwd_problem_set_bhsd_strides(&p);
+  EXPECT_EQ(p.dq_strides[1], 1000 * 128);
+  EXPECT_EQ(p.dv_strides[1], 577 * 64);
+  // Varlen: packed [total, heads, dim] / [heads, total, dim]; the batch stride is unused.
+  p.varlen = 1;
+  p.total_q = 3000;
+  p.total_k = 2000;
+  fagen_fwd_problem_set_bhsd_strides(&p);
+  EXPECT_EQ(p.q_strides[0], 0);
+  EXPECT_EQ(p.q_strides[1], 3000 * 128);
+  EXPECT_EQ(p.k_strides[1], 2000 * 128);
+  EXPECT_EQ(p.dv_strides[1], 2000 * 64);
+  fagen_fwd_problem_set_bshd_strides(&p);
+  EXPECT_EQ(p.o_strides[0], 0);
+  EXPECT_EQ(p.o_strides[2], 16 * 64);
+}
+
+TEST_F(BundleFixture, PlanNamesTheBadVariantField) {
+  struct Case {
+    void (*edit)(fagen_fwd_problem &);
+    const char *message;
+  } cases[] = {
+      {[](fagen_fwd_problem &p) { p.mask = fagen_mask(7); },
+       "mask (7) is not FAGEN_MASK_NONE (0), FAGEN_MASK_CAUSAL (1) or FAGEN_MASK_WINDOW (2)"},
+      {[](fagen_fwd_problem &p) { p.mask = FAGEN_MASK_WINDOW; },
+       "causal (1) contradicts mask FAGEN_MASK_WINDOW: set causal = 0"},
+      {[](fagen_fwd_problem &p) { p.mask_align = fagen_mask_align(2); },
+       "mask_align (2) is not FAGEN_MASK_ALIGN_BOTTOM_RIGHT (0) or FAGEN_MASK_ALIGN_TOP_LEFT (1)"},
+      {[](fagen_fwd_problem &p) { p.causal = 0, p.mask = FAGEN_MASK_WINDOW, p.window_left = -2; },
+       "window_left (-2) must be >= 0, or -1 for unbounded"},
+      {[](fagen_fwd_problem &p) { p.window_right = 128; },
+       "window_right (128) is set but mask is not FAGEN_MASK_WINDOW: set mask = "
+       "FAGEN_MASK_WINDOW for a sliding window"},
+      {[](fagen_fwd_problem &p) { p.score_mod = fagen_score_mod(3); },
+       "score_mod (3) is not FAGEN_SCORE_MOD_NONE (0)"},
+      {[](fagen_fwd_problem &p) { p.score_mod = FAGEN_SCORE_MOD_SOFTCAP; },
+       "softcap (0.000000) must be finite and > 0 with FAGEN_SCORE_MOD_SOFTCAP"},
+      {[](fagen_fwd_problem &p) { p.score_mod = FAGEN_SCORE_MOD_SOFTCAP, p.softcap = INFINITY; },
+       "softcap (inf) must be finite and > 0"},
+      {[](fagen_fwd_problem &p) { p.softcap = 30; },
+       "softcap (30.000000) is set but score_mod is not FAGEN_SCORE_MOD_SOFTCAP: set score_mod = "
+       "FAGEN_SCORE_MOD_SOFTCAP, or softcap = 0"},
+      {[](fagen_fwd_problem &p) { p.dropout_p = 1; }, "dropout_p (1.000000) must be in [0, 1)"},
+      {[](fagen_fwd_problem &p) { p.dropout_p = -0.1f; },
+       "dropout_p (-0.100000) must be in [0, 1)"},
+      {[](fagen_fwd_problem &p) { p.dropout_p = NAN; }, "dropout_p (nan) must be in [0, 1)"},
+      {[](fagen_fwd_problem &p) { p.varlen = 2; }, "varlen (2) must be 0 or 1"},
+      {[](fagen_fwd_problem &p) { p.total_q = 4000; },
+       "total_q (4000) is set but varlen is 0: set varlen = 1 for packed sequences"},
+      {[](fagen_fwd_problem &p) { p.varlen = 1, p.total_q = 999, p.total_k = 4000; },
+       "total_q (999) must be in [seqlen_q (1000), 2^31 - 1]"},
+      {[](fagen_fwd_problem &p) { p.varlen = 1, p.total_q = 4000, p.total_k = 0; },
+       "total_k (0) must be in [seqlen_k (577), 2^31 - 1]"},
+      {[](fagen_fwd_problem &p) { p.sparsity = fagen_sparsity(3); },
+       "sparsity (3) is not FAGEN_SPARSITY_NONE (0)"},
+      {[](fagen_fwd_problem &p) { p.sparse_block = 128; },
+       "sparse_block (128) is set but sparsity is FAGEN_SPARSITY_NONE"},
+      {[](fagen_fwd_problem &p) { p.sparsity = FAGEN_SPARSITY_RUNTIME; },
+       "sparse_block (0) must be the block size of the runtime block mask"},
+      {[](fagen_fwd_problem &p) { p.reserved0 = 1; }, "reserved0 (1) must be 0"},
+  };
+  for (const Case &c : cases) {
+    fagen_fwd_problem p = testProblem();
+    c.edit(p);
+    std::string error = planError(p, FAGEN_ERROR_INVALID_ARGUMENT);
+    EXPECT_EQ(error.find(std::string("fagen_plan_forward: ") + c.message), 0u) << error;
+  }
+}
+
+TEST_F(BundleFixture, VarlenOutputsMayHaveNoBatchStride) {
+  fagen_fwd_problem p = testProblem();
+  p.varlen = 1;
+  p.total_q = 1500;
+  p.total_k = 900;
+  fagen_fwd_problem_set_bshd_strides(&p);
+  EXPECT_EQ(p.o_strides[0], 0);
+  // Valid input: the test bundle has no varlen kernel, so the plan stops at the matching.
+  std::string error = planError(p, FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(contains(error, "serves fp16 head_dim 128/128 mask causal varlen;")) << error;
+  EXPECT_TRUE(contains(error, "add a variant with dtype fp16, head_dim 128, mask causal and "
+                              "varlen true to the spec"))
+      << error;
+}
+
+namespace {
+
+struct VariantFixture : ::testing::Test {
+  void SetUp() override {
+    std::vector<uint8_t> bytes = serializeBundle(makeVariantBundle());
+    ASSERT_EQ(fagen_bundle_load_memory(bytes.data(), bytes.size(), &bundle), FAGEN_OK)
+        << fagen_last_error();
+  }
+  void TearDown() override { fagen_bundle_destroy(bundle); }
+  fagen_bundle *bundle = nullptr;
+};
+
+} // namespace
+
+TEST_F(VariantFixture, KernelNamesSpellTheVariant) {
+  EXPECT_EQ(std::string(fagen_bundle_kernel_name(bundle, 0)),
+            "fagen_bwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80 (bwd sm_90 bf16 head_dim "
+            "64/64 mask window top_left softcap dropout varlen tile 64x128 warps 8 stages 2 smem "
+            "81920)");
+  EXPECT_TRUE(contains(fagen_bundle_kernel_name(bundle, 2), "mask causal deterministic tile"));
+  EXPECT_TRUE(contains(fagen_bundle_kernel_name(bundle, 5),
+                       "mask causal block_sparse static 128 layout 0123abcd tile"));
+}
+
+TEST_F(VariantFixture, MismatchedVariantsNameWhatTheBundleHas) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 0);
+  p.mask = FAGEN_MASK_WINDOW;
+  p.window_left = 256;
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(std::string(fagen_last_error()),
+            "no forward kernel in the bundle serves fp16 head_dim 128/128 mask window; the bundle "
+            "has forward kernels for bf16 head_dim 64/64 mask window top_left softcap dropout "
+            "varlen, fp16 head_dim 128/128 mask causal, fp16 head_dim 128/128 mask causal "
+            "block_sparse static 128 layout 0123abcd, fp16 head_dim 128/128 mask none alibi "
+            "block_sparse runtime 128: add a variant with dtype fp16, head_dim 128 and mask "
+            "window to the spec and rebuild");
+
+  // Each feature of the window kernel's variant is part of the match.
+  fagen_fwd_problem w = testProblem(FAGEN_DTYPE_BF16, 64, 0);
+  w.mask = FAGEN_MASK_WINDOW;
+  w.mask_align = FAGEN_MASK_ALIGN_TOP_LEFT;
+  w.score_mod = FAGEN_SCORE_MOD_SOFTCAP;
+  w.softcap = 30;
+  w.dropout_p = 0.1f;
+  w.varlen = 1;
+  w.total_q = 4000;
+  w.total_k = 4000;
+  fagen_fwd_problem_set_bshd_strides(&w);
+  fagen_fwd_problem bottomRight = w;
+  bottomRight.mask_align = FAGEN_MASK_ALIGN_BOTTOM_RIGHT;
+  EXPECT_EQ(fagen_plan_forward(bundle, &bottomRight, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(contains(fagen_last_error(), "add a variant with dtype bf16, head_dim 64, mask "
+                                           "window, score_mod softcap, dropout true and varlen "
+                                           "true to the spec"))
+      << fagen_last_error();
+  fagen_fwd_problem noDropout = w;
+  noDropout.dropout_p = 0;
+  EXPECT_EQ(fagen_plan_forward(bundle, &noDropout, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(contains(fagen_last_error(), "serves bf16 head_dim 64/64 mask window top_left "
+                                           "softcap varlen;"))
+      << fagen_last_error();
+
+  // A runtime block mask must have the kernel's block size.
+  fagen_fwd_problem a = testProblem(FAGEN_DTYPE_FP16, 128, 0);
+  a.score_mod = FAGEN_SCORE_MOD_ALIBI;
+  a.sparsity = FAGEN_SPARSITY_RUNTIME;
+  a.sparse_block = 64;
+  EXPECT_EQ(fagen_plan_forward(bundle, &a, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(contains(fagen_last_error(),
+                       "add a variant with dtype fp16, head_dim 128, mask none, score_mod alibi "
+                       "and block_sparse {block: 64, layout: runtime} to the spec"))
+      << fagen_last_error();
+}
+
+TEST_F(VariantFixture, StaticLayoutsRefuseLongerCalls) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1); // Sq 1000, Sk 577
+  p.sparsity = FAGEN_SPARSITY_STATIC;
+  p.seqlen_q = 1025;
+  fagen_fwd_problem_set_bshd_strides(&p);
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(std::string(fagen_last_error()),
+            "kernel fagen_fwd_fp16_hd128_causal_bs128_0123abcd_sm80's static block layout covers "
+            "1024 queries x 2048 keys (8 x 16 blocks of 128); the call has seqlen_q 1025 and "
+            "seqlen_k 577: set block_sparse.max_seqlen in the spec to at least 1025 and rebuild");
+  EXPECT_EQ(fagen_plan_forward_kernel(bundle, &p, 5, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(contains(fagen_last_error(), "covers 1024 queries x 2048 keys"))
+      << fagen_last_error();
+  p.seqlen_q = 1000;
+  p.sparse_hash = 0x12345678; // a layout the bundle does not have
+  fagen_fwd_problem_set_bshd_strides(&p);
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(contains(fagen_last_error(), "serves fp16 head_dim 128/128 mask causal "
+                                           "block_sparse static layout 12345678;"))
+      << fagen_last_error();
+}
+
+TEST_F(VariantFixture, BackwardMatchingAndValidation) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 64, 0);
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(std::string(fagen_last_error()),
+            "no backward kernel in the bundle serves fp16 head_dim 64/64 mask none; the bundle "
+            "has backward kernels for bf16 head_dim 64/64 mask window top_left softcap dropout "
+            "varlen, fp16 head_dim 128/128 mask causal, fp16 head_dim 128/128 mask causal "
+            "deterministic: add a variant with dtype fp16, head_dim 64, mask none and passes "
+            "[fwd, bwd] to the spec and rebuild");
+  EXPECT_EQ(fagen_plan_backward(bundle, &p, 2, &plan), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_plan_backward: deterministic (2) must be 0 or 1");
+
+  fagen_fwd_problem zero = testProblem();
+  std::memset(zero.do_strides, 0, sizeof zero.do_strides);
+  EXPECT_EQ(fagen_plan_backward(bundle, &zero, 0, &plan), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_plan_backward: do_strides are all 0: set them "
+                                   "(fagen_fwd_problem_set_bshd_strides or _bhsd_strides fills "
+                                   "every tensor's)");
+  fagen_fwd_problem shared = testProblem();
+  shared.dk_strides[1] = 0;
+  EXPECT_EQ(fagen_plan_backward(bundle, &shared, 0, &plan), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_plan_backward: dk_strides[1] (head) is 0 but the head "
+                                   "extent is 4: outputs would overwrite each other");
+  // The forward does not read the gradients' strides: this one gets as far as the matching.
+  fagen_fwd_problem forward = testProblem(FAGEN_DTYPE_FP16, 64, 0);
+  std::memset(forward.dq_strides, 0, sizeof forward.dq_strides);
+  EXPECT_EQ(fagen_plan_forward(bundle, &forward, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+
+  // A forward kernel is not a backward one.
+  fagen_fwd_problem c = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  EXPECT_EQ(fagen_plan_backward_kernel(bundle, &c, 0, 6, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_STREQ(fagen_last_error(), "kernel fagen_fwd_fp16_hd128_causal_sm80 is a fwd kernel for "
+                                   "fp16 head_dim 128/128 mask causal; the call is a backward for "
+                                   "fp16 head_dim 128/128 mask causal");
+  EXPECT_EQ(fagen_plan_backward_kernel(bundle, &c, 1, 1, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(contains(fagen_last_error(), "the call is a backward for fp16 head_dim 128/128 mask "
+                                           "causal deterministic"))
+      << fagen_last_error();
+  EXPECT_EQ(fagen_plan_backward_kernel(bundle, &c, 0, 7, &plan), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_plan_backward_kernel: kernel_index 7 is out of range "
+                                   "[0, 7)");
+}
+
+TEST(RuntimeTest, BackwardParamsVersionIsChecked) {
+  Bundle b = makeVariantBundle();
+  b.kernels[1].paramsVersion = FAGEN_FWD_PARAMS_VERSION; // a bwd kernel with the fwd's version
+  b.kernels[2].paramsVersion = FAGEN_FWD_PARAMS_VERSION;
+  std::vector<uint8_t> bytes = serializeBundle(b);
+  fagen_bundle *bundle = nullptr;
+  ASSERT_EQ(fagen_bundle_load_memory(bytes.data(), bytes.size(), &bundle), FAGEN_OK);
+  fagen_fwd_problem p = testProblem();
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 2 but this runtime "
+                                           "fills version 1"))
+      << fagen_last_error();
+  fagen_bundle_destroy(bundle);
+}
+
+TEST(RuntimeTest, RunChecksTheVariantsArguments) {
+  // A plan as fagen_plan_* leaves it; nothing here reaches the driver or the bundle.
+  fagen_plan plan = {};
+  plan.bundle = reinterpret_cast<const fagen_bundle *>(16);
+  plan.function = reinterpret_cast<void *>(16);
+  plan.run_args = FAGEN_RUN_ARG_ALIBI_SLOPES | FAGEN_RUN_ARG_DROPOUT_SEED;
+  alignas(16) char buf[64] = {};
+  float lse[4] = {};
+  EXPECT_EQ(fagen_run_forward(&plan, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_forward: the plan's variant reads run-time "
+                                   "arguments (alibi_slopes, dropout_seed/_offset): call "
+                                   "fagen_run_forward_with_args with a fagen_run_args");
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, nullptr, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_forward_with_args: args is null but the plan's "
+                                   "variant reads alibi_slopes, dropout_seed/_offset");
+  fagen_run_args args = {};
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_forward_with_args: args->alibi_slopes is null");
+  args.alibi_slopes = lse;
+  args.alibi_batch_stride = -1;
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(fagen_last_error(), "args->alibi_batch_stride (-1) must be >= 0"));
+
+  plan.run_args = FAGEN_RUN_ARG_CU_SEQLENS | FAGEN_RUN_ARG_BLOCK_MASK;
+  args.block_mask = reinterpret_cast<const uint8_t *>(buf);
+  args.block_mask_row_stride = -3;
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(fagen_last_error(), "args->block_mask_row_stride (-3) must be >= 0"));
+  args.block_mask_row_stride = 8;
+  int32_t cu[4] = {};
+  args.cu_seqlens_q = cu;
+  args.cu_seqlens_k = reinterpret_cast<const int32_t *>(buf + 2);
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward_with_args: args->cu_seqlens_k is not 4-byte aligned");
+
+  // Plans of one pass do not run as the other.
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, &args,
+                               nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: the plan is a forward plan; make it with "
+                                   "fagen_plan_backward");
+  plan.pass = FAGEN_PASS_BACKWARD;
+  EXPECT_EQ(fagen_run_forward(&plan, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_forward: the plan is a backward plan; make it with "
+                                   "fagen_plan_forward");
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, &args,
+                               nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: the plan was not filled by a successful "
+                                   "fagen_plan_backward");
+  plan.pre_function = plan.post_function = reinterpret_cast<void *>(16);
+  plan.workspace_bytes = 4096;
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf + 8, buf, buf,
+                               &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: dk is not 16-byte aligned");
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, nullptr,
+                               &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: workspace is null (it must hold "
+                                   "plan->workspace_bytes = 4096 bytes of device memory)");
 }

@@ -6,8 +6,12 @@
  * message that names the input and the fix is available from fagen_last_error().
  *
  * Threading: a loaded bundle is immutable and may be shared by any number of threads; plans
- * are plain values. fagen_run_forward never allocates and never synchronizes, so it is safe
- * inside CUDA graph capture.
+ * are plain values. fagen_run_forward and fagen_run_backward never allocate and never
+ * synchronize, so they are safe inside CUDA graph capture.
+ *
+ * ABI 2 (FAGEN_RUNTIME_ABI_VERSION): every attention variant (masks, score mods, dropout,
+ * varlen, block sparsity) and the backward pass. ABI 1 callers recompile: fagen_fwd_problem
+ * and fagen_plan grew, and a zero-initialized problem keeps ABI 1's meaning.
  */
 #ifndef FAGEN_RUNTIME_FAGEN_H
 #define FAGEN_RUNTIME_FAGEN_H
@@ -19,7 +23,7 @@
 extern "C" {
 #endif
 
-#define FAGEN_RUNTIME_ABI_VERSION 1
+#define FAGEN_RUNTIME_ABI_VERSION 2
 
 /* The runtime is built with hidden visibility; only these functions are exported. */
 #if defined(__GNUC__)
@@ -63,46 +67,155 @@ FAGEN_API void fagen_bundle_destroy(fagen_bundle *bundle);
 FAGEN_API int fagen_bundle_kernel_count(const fagen_bundle *bundle);
 FAGEN_API const char *fagen_bundle_kernel_name(const fagen_bundle *bundle, int index);
 
-/** A forward attention call. Strides are in elements; the head dim must be contiguous.
- *  Shapes: Q [batch, seqlen_q, heads_q, head_dim_qk], K [batch, seqlen_k, heads_kv,
- *  head_dim_qk], V [batch, seqlen_k, heads_kv, head_dim_v], O like Q with head_dim_v,
- *  addressed through the strides (so BSHD and BHSD both work); LSE float32 [batch, heads_q,
- *  seqlen_q] contiguous. Causal masks are bottom-right aligned (as FlashAttention >= 2.1):
- *  query i sees key j iff j <= i + seqlen_k - seqlen_q; a query row that sees no key gets
- *  O = 0 and LSE = -inf. */
+/** Which keys a query sees. Causal and window masks are bottom-right aligned by default (as
+ *  FlashAttention >= 2.1: the last query sees the last key), top-left on request (query i sees
+ *  keys up to i, as PyTorch's is_causal=True); the two differ only when seqlen_q != seqlen_k. */
+typedef enum fagen_mask {
+  FAGEN_MASK_NONE = 0,
+  FAGEN_MASK_CAUSAL = 1, /* query i sees key j iff j <= i + off */
+  FAGEN_MASK_WINDOW = 2  /* i + off - window_left <= j <= i + off + window_right */
+} fagen_mask;           /* off = seqlen_k - seqlen_q (bottom-right) or 0 (top-left) */
+
+typedef enum fagen_mask_align {
+  FAGEN_MASK_ALIGN_BOTTOM_RIGHT = 0,
+  FAGEN_MASK_ALIGN_TOP_LEFT = 1
+} fagen_mask_align;
+
+/** What happens to a logit before the softmax (scale * q.k for FAGEN_SCORE_MOD_NONE). */
+typedef enum fagen_score_mod {
+  FAGEN_SCORE_MOD_NONE = 0,
+  FAGEN_SCORE_MOD_SOFTCAP = 1, /* softcap * tanh(scale * s / softcap) */
+  FAGEN_SCORE_MOD_ALIBI = 2    /* scale * s - slope[b, h] * |i + seqlen_k - seqlen_q - j| */
+} fagen_score_mod;
+
+/** Block sparsity: which (sparse_block x sparse_block) blocks of the attention matrix are
+ *  computed. RUNTIME: a byte per block passed at run time (fagen_run_args::block_mask);
+ *  STATIC: a layout compiled into the kernel from the spec. */
+typedef enum fagen_sparsity {
+  FAGEN_SPARSITY_NONE = 0,
+  FAGEN_SPARSITY_RUNTIME = 1,
+  FAGEN_SPARSITY_STATIC = 2
+} fagen_sparsity;
+
+/** An attention call: the forward's shapes, layouts and variant; the backward repeats the
+ *  forward's problem and adds the gradients' strides. Strides are in elements; the head dim
+ *  must be contiguous. Shapes: Q [batch, seqlen_q, heads_q, head_dim_qk], K [batch, seqlen_k,
+ *  heads_kv, head_dim_qk], V [batch, seqlen_k, heads_kv, head_dim_v], O like Q with
+ *  head_dim_v, addressed through the strides (so BSHD and BHSD both work); dO like O, dQ like
+ *  Q, dK like K, dV like V, each with its own strides. LSE float32 [batch, heads_q, seqlen_q]
+ *  contiguous. A query row that sees no key gets O = 0 and LSE = -inf (and dQ = 0).
+ *
+ *  A zero-initialized struct plus the fields of ABI 1 (shapes, dtype, causal, softmax_scale,
+ *  q/k/v/o strides) means what it meant in ABI 1: dense attention, causal bottom-right when
+ *  causal = 1. The other fields select the variant; the kernel chosen must have been built for
+ *  exactly that variant (the spec keys of docs/spec.md).
+ *
+ *  Variable length (varlen = 1): the batch's sequences are packed, Q [total_q, heads_q, d],
+ *  K/V [total_k, heads_kv, d], O/dO/dQ like Q, dK/dV like K; sequence b is rows
+ *  [cu_seqlens_q[b], cu_seqlens_q[b + 1]) (fagen_run_args); seqlen_q / seqlen_k are the
+ *  largest sequence lengths; batch strides are ignored. LSE is then float32 [heads_q,
+ *  total_q]. Causal and window masks align per sequence. */
 typedef struct fagen_fwd_problem {
   int32_t batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v;
   fagen_dtype dtype;
-  int32_t causal;        /* 0 or 1 */
+  int32_t causal;        /* 0 or 1: FAGEN_MASK_CAUSAL where mask is FAGEN_MASK_NONE */
   float softmax_scale;   /* 0 means 1/sqrt(head_dim_qk) */
   int64_t q_strides[3];  /* batch, head, row */
   int64_t k_strides[3];
   int64_t v_strides[3];
   int64_t o_strides[3];
+
+  /* ABI 2: the variant. */
+  fagen_mask mask;
+  fagen_mask_align mask_align;  /* causal and window masks; ignored without a mask */
+  int32_t window_left;          /* FAGEN_MASK_WINDOW: keys before the diagonal, -1 unbounded */
+  int32_t window_right;         /* FAGEN_MASK_WINDOW: keys after the diagonal, -1 unbounded */
+  fagen_score_mod score_mod;
+  float softcap;                /* FAGEN_SCORE_MOD_SOFTCAP: > 0 (e.g. 50); else 0 */
+  float dropout_p;              /* dropout on P, in [0, 1), applied in steps of 1/256 (the
+                                   keep rule draws 8 bits per element); > 0 needs a dropout
+                                   kernel */
+  int32_t varlen;               /* 0 or 1: packed sequences, cu_seqlens in fagen_run_args */
+  int64_t total_q, total_k;     /* varlen: rows of the packed Q and K (cu_seqlens[batch]) */
+  fagen_sparsity sparsity;
+  int32_t sparse_block;         /* tokens per block: RUNTIME needs the kernel's; STATIC 0 = any */
+  uint32_t sparse_hash;         /* STATIC: the layout's 8-hex-digit hash (fagen inspect), 0 = the
+                                   only static layout of the variant */
+  int32_t reserved0;            /* must be 0 */
+
+  /* ABI 2: the backward's gradients (batch, head, row), filled by the stride helpers too. */
+  int64_t do_strides[3];
+  int64_t dq_strides[3];
+  int64_t dk_strides[3];
+  int64_t dv_strides[3];
 } fagen_fwd_problem;
 
-/** Fills the strides of a contiguous BSHD ([batch, seq, heads, dim]) layout. */
+/** Fills the strides of contiguous BSHD ([batch, seq, heads, dim]) tensors: Q, K, V, O and the
+ *  gradients dO, dQ, dK, dV (varlen: packed [total, heads, dim], the batch stride unused). */
 FAGEN_API void fagen_fwd_problem_set_bshd_strides(fagen_fwd_problem *problem);
-/** Fills the strides of a contiguous BHSD ([batch, heads, seq, dim]) layout. */
+/** Fills the strides of contiguous BHSD ([batch, heads, seq, dim]) tensors, as above. */
 FAGEN_API void fagen_fwd_problem_set_bhsd_strides(fagen_fwd_problem *problem);
 
-/** A planned call: which kernel, its launch geometry and parameters. Plain value; valid while
- *  its bundle lives. Fields are private to the runtime. */
+/** Run-time arguments of a variant: device pointers and the dropout seed. A zero-initialized
+ *  struct serves a dense call; each field is read only by the variants that need it. */
+typedef struct fagen_run_args {
+  /* FAGEN_SCORE_MOD_ALIBI: float32 slopes, slope of (b, h) at alibi_slopes[b *
+   * alibi_batch_stride + h]; alibi_batch_stride 0 = one slope per head for every batch entry. */
+  const float *alibi_slopes;
+  int64_t alibi_batch_stride;
+  /* FAGEN_SPARSITY_RUNTIME: one byte per (sparse_block x sparse_block) block, nonzero =
+   * computed, at block_mask[b * batch_stride + h * head_stride + row_block * row_stride +
+   * col_block] (h: the query head); strides may be 0 to broadcast. Rows: ceil(seqlen_q /
+   * sparse_block), columns: ceil(seqlen_k / sparse_block). */
+  const uint8_t *block_mask;
+  int64_t block_mask_batch_stride, block_mask_head_stride, block_mask_row_stride;
+  /* varlen: batch + 1 ascending int32 row offsets into the packed tensors, [0] = 0. */
+  const int32_t *cu_seqlens_q;
+  const int32_t *cu_seqlens_k;
+  /* dropout_p > 0: Philox seed and offset; the backward must repeat the forward's. */
+  uint64_t dropout_seed;
+  uint64_t dropout_offset;
+} fagen_run_args;
+
+/* Bits of fagen_plan::run_args: the run-time arguments the planned variant reads. */
+#define FAGEN_RUN_ARG_ALIBI_SLOPES 1u
+#define FAGEN_RUN_ARG_BLOCK_MASK 2u
+#define FAGEN_RUN_ARG_CU_SEQLENS 4u
+#define FAGEN_RUN_ARG_DROPOUT_SEED 8u
+
+typedef enum fagen_pass { FAGEN_PASS_FORWARD = 0, FAGEN_PASS_BACKWARD = 1 } fagen_pass;
+
+/** Size of fagen_plan's parameter block: holds the forward's and the backward's. */
+#define FAGEN_PLAN_PARAMS_BYTES 1024
+
+/** A planned call: which kernel(s), their launch geometry and parameters. Plain value; valid
+ *  while its bundle lives. Fields are private to the runtime; tools may read them. */
 typedef struct fagen_plan {
   const fagen_bundle *bundle;
   int32_t kernel_index;
-  int32_t grid[3];
+  fagen_pass pass;
+  int32_t grid[3];          /* the forward kernel, or the backward's main kernel */
   int32_t block[3];
   int32_t smem_bytes;
-  void *function;        /* CUfunction for the current context's device */
-  uint8_t params[256];   /* the kernel's parameter block, pointers filled at run time */
-  size_t workspace_bytes;/* caller-allocated scratch the call needs (0 for the forward) */
+  int32_t pre_post_grid[3]; /* backward: the _pre and _post kernels (no dynamic smem) */
+  int32_t pre_post_block[3];
+  uint32_t run_args;        /* FAGEN_RUN_ARG_* bits: what fagen_run_args must carry */
+  void *function;           /* CUfunction for the current context's device */
+  void *pre_function;       /* backward: NAME_pre and NAME_post; null for the forward */
+  void *post_function;
+  size_t workspace_bytes;   /* caller-allocated scratch the call needs (0 for the forward) */
+  uint64_t workspace_offsets[3]; /* backward: dq_accum, D, dq semaphore (fagen_bwd_workspace) */
+  uint8_t params[FAGEN_PLAN_PARAMS_BYTES]; /* the parameter block, pointers filled at run time */
 } fagen_plan;
 
-/** Picks the kernel for this call on the current CUDA context's device, loads its module if
- *  needed and fills *plan. Returns FAGEN_ERROR_NOT_SUPPORTED with the reason when no kernel in
- *  the bundle serves the call. Needs the driver and a current context (the primary context of
- *  device 0 is made current if none is). */
+/** FAGEN_RUNTIME_ABI_VERSION of the library (for bindings that cannot see this header). */
+FAGEN_API int fagen_abi_version(void);
+
+/** Picks the forward kernel for this call on the current CUDA context's device, loads its
+ *  module if needed and fills *plan. Returns FAGEN_ERROR_NOT_SUPPORTED with the reason when no
+ *  kernel in the bundle serves the call (naming what the bundle has and the spec keys to
+ *  add). Needs the driver and a current context (the primary context of device 0 is made
+ *  current if none is). */
 FAGEN_API fagen_status fagen_plan_forward(const fagen_bundle *bundle,
                                           const fagen_fwd_problem *problem, fagen_plan *plan);
 
@@ -116,10 +229,46 @@ FAGEN_API fagen_status fagen_plan_forward_kernel(const fagen_bundle *bundle,
 
 /** Launches the planned forward on `stream` (a CUstream / cudaStream_t; 0 = default stream).
  *  q, k, v, o: device pointers, 16-byte aligned; lse: float32 device pointer. No allocation,
- *  no synchronization. */
+ *  no synchronization. For a dense variant only: a variant that reads run-time arguments
+ *  (ALiBi, runtime block mask, varlen, dropout) needs fagen_run_forward_with_args. */
 FAGEN_API fagen_status fagen_run_forward(const fagen_plan *plan, const void *q,
                                          const void *k, const void *v, void *o, float *lse,
                                          void *stream);
+
+/** fagen_run_forward with the variant's run-time arguments (`args` may be null for a variant
+ *  that reads none). */
+FAGEN_API fagen_status fagen_run_forward_with_args(const fagen_plan *plan, const void *q,
+                                                   const void *k, const void *v, void *o,
+                                                   float *lse, const fagen_run_args *args,
+                                                   void *stream);
+
+/** Picks the backward kernel for the forward call `problem` (the same variant; its do/dq/dk/dv
+ *  strides set) and fills *plan, with plan->workspace_bytes: the scratch the caller allocates
+ *  and passes to fagen_run_backward. deterministic = 1 asks for a kernel whose dQ, dK, dV are
+ *  bitwise identical across runs (spec key deterministic: true); with 0 a nondeterministic
+ *  kernel is preferred and a deterministic one serves when the bundle has no other. */
+FAGEN_API fagen_status fagen_plan_backward(const fagen_bundle *bundle,
+                                           const fagen_fwd_problem *problem,
+                                           int32_t deterministic, fagen_plan *plan);
+
+/** Like fagen_plan_backward, but plans kernel `kernel_index` of the bundle (for tools). */
+FAGEN_API fagen_status fagen_plan_backward_kernel(const fagen_bundle *bundle,
+                                                  const fagen_fwd_problem *problem,
+                                                  int32_t deterministic, int kernel_index,
+                                                  fagen_plan *plan);
+
+/** Launches the planned backward on `stream`: three kernels in stream order (D = rowsum(dO o
+ *  O) and zeroing of the dQ accumulator; dK, dV and the dQ accumulation; dQ in the input
+ *  dtype). q, k, v, o, lse: the forward's inputs and outputs (lse as the forward wrote it);
+ *  dout: dO; dq, dk, dv: the gradients, written; all 16-byte aligned except lse (4).
+ *  workspace: plan->workspace_bytes of device memory, 256-byte aligned (cuMemAlloc's), no
+ *  initialization needed, not shared with another call in flight. `args`: as the forward's
+ *  (the same dropout seed and offset). No allocation, no synchronization. */
+FAGEN_API fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const void *k,
+                                          const void *v, const void *o, const float *lse,
+                                          const void *dout, void *dq, void *dk, void *dv,
+                                          void *workspace, const fagen_run_args *args,
+                                          void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

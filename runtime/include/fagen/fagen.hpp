@@ -5,6 +5,10 @@
 //   fagen_fwd_problem_set_bshd_strides(&problem);
 //   fagen::Plan plan = bundle.planForward(problem);   // throws fagen::Error with the reason
 //   plan.run(q, k, v, o, lse, stream);
+//
+//   fagen::Plan backward = bundle.planBackward(problem);     // needs the do/dq/dk/dv strides
+//   // workspace: backward.workspaceBytes() of device memory from the application
+//   backward.runBackward(q, k, v, o, lse, dout, dq, dk, dv, workspace, nullptr, stream);
 #ifndef FAGEN_RUNTIME_FAGEN_HPP
 #define FAGEN_RUNTIME_FAGEN_HPP
 
@@ -37,11 +41,27 @@ inline void check(fagen_status status) {
 class Plan {
 public:
   explicit Plan(const fagen_plan &plan) : plan_(plan) {}
-  /// Launches on `stream` (a cudaStream_t / CUstream; nullptr = default stream).
+  /// Launches the forward on `stream` (a cudaStream_t / CUstream; nullptr = default stream).
   void run(const void *q, const void *k, const void *v, void *o, float *lse,
            void *stream = nullptr) const {
     check(fagen_run_forward(&plan_, q, k, v, o, lse, stream));
   }
+  /// The forward with the variant's run-time arguments (ALiBi slopes, block mask, cu_seqlens,
+  /// dropout seed).
+  void run(const void *q, const void *k, const void *v, void *o, float *lse,
+           const fagen_run_args &args, void *stream = nullptr) const {
+    check(fagen_run_forward_with_args(&plan_, q, k, v, o, lse, &args, stream));
+  }
+  /// Launches the backward (a plan from Bundle::planBackward); `workspace` holds
+  /// workspaceBytes() bytes of device memory.
+  void runBackward(const void *q, const void *k, const void *v, const void *o, const float *lse,
+                   const void *dout, void *dq, void *dk, void *dv, void *workspace,
+                   const fagen_run_args *args = nullptr, void *stream = nullptr) const {
+    check(fagen_run_backward(&plan_, q, k, v, o, lse, dout, dq, dk, dv, workspace, args, stream));
+  }
+  /// Scratch the caller allocates for the call (0 for a forward).
+  size_t workspaceBytes() const { return plan_.workspace_bytes; }
+  fagen_pass pass() const { return plan_.pass; }
   const fagen_plan &get() const { return plan_; }
 
 private:
@@ -81,6 +101,12 @@ public:
   Plan planForward(const fagen_fwd_problem &problem) const {
     fagen_plan plan;
     check(fagen_plan_forward(bundle_, &problem, &plan));
+    return Plan(plan);
+  }
+  /// The backward of the forward call `problem` (its do/dq/dk/dv strides set).
+  Plan planBackward(const fagen_fwd_problem &problem, bool deterministic = false) const {
+    fagen_plan plan;
+    check(fagen_plan_backward(bundle_, &problem, deterministic ? 1 : 0, &plan));
     return Plan(plan);
   }
   const fagen_bundle *get() const { return bundle_; }
