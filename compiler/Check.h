@@ -1,10 +1,16 @@
 //===- Check.h - `fagen check`: run a bundle's kernels against a reference -===//
 //
-// Runs every kernel of a bundle that the current GPU can run, on seeded random inputs over a
-// grid of shapes with odd sizes, against a float64 CPU reference, with FlashAttention's
-// tolerance rule: the kernel's error against the float64 reference may be at most twice the
-// error of a same-precision reference, plus a small epsilon. Optionally writes or compares
-// golden outputs, so that a change in numerics between fagen versions is caught.
+// Runs every kernel of a bundle that the current GPU can run, forward and backward, of every
+// attention variant, on seeded random inputs over a grid of shapes with odd sizes, against a
+// float64 CPU reference (compiler/Reference.h), with FlashAttention's tolerance rule: the
+// kernel's error against the float64 reference may be at most twice the error of a
+// same-precision reference, plus a small epsilon (O and LSE; each of dQ, dK, dV).
+// Deterministic backward kernels must also give bitwise equal dQ, dK, dV in two runs.
+// Optionally writes or compares golden outputs, so that a change in numerics between fagen
+// versions is caught.
+//
+// The host side of a case (the problem of the kernel's variant, inputs, run-time arguments,
+// the reference's problem) is built without a GPU, so that it can be unit-tested.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FAGEN_COMPILER_CHECK_H
@@ -15,6 +21,9 @@
 #include "Bundle.h"
 #include "Driver.h"
 #include "fagen/fagen.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
 
 #include <string>
 #include <variant>
@@ -33,13 +42,83 @@ struct CheckShape {
 /// the bottom of the range where fewer than two of the grid's are left (tuned kernels).
 std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, bool quick);
 
+/// The shapes for kernel `k`: as above, and for a static block layout only those the layout
+/// covers (seqlen_q <= sparseRows * sparseBlock, seqlen_k <= sparseCols * sparseBlock), with
+/// odd covered shapes added where fewer than two are left.
+std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick);
+
 /// The forward problem of `shape` for a kernel of this dtype ("bf16" or "fp16"), head dims and
 /// mask, with the strides of dense tensors in the shape's layout and the default softmax scale.
-/// The check and the tuner's timing both launch through it, so they describe a shape alike.
+/// The tuner's timing launches dense kernels through it.
 fagen_fwd_problem forwardProblem(const std::string &dtype, int headDimQK, int headDimV,
                                  bool causal, const CheckShape &shape);
 
-/// The outcome of one kernel on one shape against both references.
+/// The packed sequences a varlen kernel runs a shape as: shape.batch + 2 sequences of uneven
+/// lengths, the longest seqlen_q x seqlen_k, one with a single query, one with a single key.
+struct VarlenLengths {
+  std::vector<int32_t> q, k;
+};
+VarlenLengths varlenLengths(const CheckShape &shape);
+
+/// A window mask's run-time sizes for a shape (-1: unbounded): left 37 / right 0 on BSHD
+/// shapes; on BHSD shapes an unbounded side (left when seqlen_q <= seqlen_k, else right).
+struct WindowSizes {
+  int left, right;
+};
+WindowSizes windowSizes(const CheckShape &shape);
+
+/// Run-time values of the variants (docs/design/variants-and-backward.md).
+constexpr float kCheckSoftcap = 20.0f;
+constexpr float kCheckSoftcapQScale = 10.0f; ///< Q is scaled so that tanh saturates
+constexpr float kCheckDropoutP = 0.17f;      ///< quantized to 44/256 by the keep rule
+constexpr int kCheckBlockDensityPercent = 30; ///< runtime block mask: blocks computed
+
+/// The host side of one case: the call's problem for the kernel's variant, seeded inputs, and
+/// the variant's run-time arguments as host data (uploaded by the check).
+struct CaseInputs {
+  fagen_fwd_problem problem{};
+  reference::ElementType type = reference::ElementType::BF16;
+  std::vector<uint16_t> q, k, v, dout; ///< dout: backward kernels only
+  std::vector<float> alibiSlopes;      ///< slope of (b, h) at b * alibiBatchStride + h
+  int64_t alibiBatchStride = 0;
+  std::vector<uint8_t> blockMask;      ///< runtime block mask, one byte per block
+  int64_t blockMaskStrides[3] = {0, 0, 0}; ///< batch, head, row (bytes)
+  std::vector<int32_t> cuSeqlensQ, cuSeqlensK; ///< varlen: batch + 1 offsets
+  uint64_t dropoutSeed = 0, dropoutOffset = 0;
+  std::vector<uint8_t> staticTable;    ///< static layout: sparseRows x sparseCols
+};
+
+/// Builds case `shape` of kernel `k` from `seed`. `staticTable` is the kernel's static block
+/// layout (staticBlockTable), empty for other kernels. Dense forward kernels draw Q, K, V
+/// exactly as before variants existed, so their golden outputs are unchanged.
+CaseInputs makeCaseInputs(const KernelRecord &k, const CheckShape &shape, unsigned seed,
+                          const std::vector<uint8_t> &staticTable = {});
+
+/// Elements of each tensor of a problem (varlen: packed rows).
+struct CaseSizes {
+  size_t q, k, v, o, lse;
+};
+CaseSizes caseSizes(const fagen_fwd_problem &problem);
+
+/// The reference's problem for `in`: host pointers into `in` (which must outlive it), the
+/// strides, and the same variant arguments the runtime gives the kernel.
+reference::FwdProblem referenceProblem(const KernelRecord &k, const CaseInputs &in);
+
+/// Device addresses of a case's run-time argument arrays (0 where the variant has none).
+struct DeviceRunArgs {
+  CUdeviceptr alibiSlopes = 0, blockMask = 0, cuSeqlensQ = 0, cuSeqlensK = 0;
+};
+fagen_run_args runArgsFor(const CaseInputs &in, const DeviceRunArgs &device);
+
+/// Whether kernel `k` is dense attention (no variant feature beyond none/causal bottom-right).
+bool isDenseKernel(const KernelRecord &k);
+
+/// The static block layout compiled into kernel `k`'s cubin (the fagen_block_table symbol),
+/// sparseRows x sparseCols bytes; verified against the kernel's sparse_hash.
+llvm::Expected<std::vector<uint8_t>> staticBlockTable(const KernelRecord &k,
+                                                      llvm::StringRef cubin);
+
+/// The outcome of one forward kernel on one shape against both references.
 struct CaseResult {
   reference::FwdError kernel, samePrecision;
   bool passed = false;
@@ -54,11 +133,33 @@ struct CudaFailure {
 
 using CaseOutcome = std::variant<CaseResult, CudaFailure>;
 
-/// Runs kernel `kernelIndex` of `bundle` (described by `kernel`) once on seeded random inputs of
-/// `shape` in the current context and compares it with the float64 and same-precision CPU
-/// references (FlashAttention's tolerance rule, reference::withinTolerance).
+/// Runs forward kernel `kernelIndex` of `bundle` (described by `kernel`) once on seeded random
+/// inputs of `shape` in the current context and compares it with the float64 and
+/// same-precision CPU references (FlashAttention's tolerance rule, reference::withinTolerance).
 CaseOutcome checkKernelCase(const DriverApi &api, const fagen_bundle *bundle, int kernelIndex,
-                            const KernelRecord &kernel, const CheckShape &shape, unsigned seed);
+                            const KernelRecord &kernel, const CheckShape &shape, unsigned seed,
+                            const std::vector<uint8_t> &staticTable = {});
+
+/// The outcome of one backward kernel on one shape.
+struct BwdCaseResult {
+  reference::BwdError kernel, samePrecision;
+  bool passed = false;       ///< within tolerance and (deterministic kernels) repeatable
+  std::string failure;       ///< a plan/run error of the runtime, or ""
+  std::string forwardSource; ///< where O and LSE came from: a forward kernel or the CPU
+  int64_t repeatDiffer = -1; ///< deterministic: elements differing between 2 runs; else -1
+  std::vector<float> gradients; ///< dQ, dK, dV as fp32, dense, concatenated (golden files)
+};
+
+using BwdCaseOutcome = std::variant<BwdCaseResult, CudaFailure>;
+
+/// Runs backward kernel `kernelIndex` on seeded inputs and random dO of `shape`: O and LSE from
+/// a forward kernel of the same variant in `bundle` where one runs here, else from the float64
+/// reference rounded to the dtype; dQ, dK, dV poisoned first and compared with the float64
+/// and same-precision references; a deterministic kernel is run twice and must repeat bitwise.
+BwdCaseOutcome checkBackwardCase(const DriverApi &api, const fagen_bundle *bundle,
+                                 int kernelIndex, const KernelRecord &kernel,
+                                 const CheckShape &shape, unsigned seed,
+                                 const std::vector<uint8_t> &staticTable = {});
 
 /// "B x Hq/Hkv Sq x Sk layout", as the check table prints a shape.
 std::string checkShapeText(const CheckShape &shape);

@@ -320,7 +320,8 @@ template <class Acc> struct ScoreMod {
   }
 };
 
-/// The dropout factor of element (B, H, I, J): 0 (dropped) or 1 / (1 - p) (kept); 1 without
+/// The dropout factor of element (B, H, I, J): 0 (dropped) or 1 / (1 - p) (kept) with p the
+/// drop probability the keep rule implements (quantized to 1/256: threshold / 256); 1 without
 /// dropout. The keep rule is common/philox.h's, as the kernels'.
 template <class Acc> Acc dropoutFactor(const FwdProblem &Pb, int B, int H, int I, int J) {
   if (!Pb.Dropout)
@@ -329,7 +330,7 @@ template <class Acc> Acc dropoutFactor(const FwdProblem &Pb, int B, int H, int I
   const uint32_t Bh = uint32_t(B * P.heads_q + H);
   if (!dropout_keep(P.dropout_seed, P.dropout_offset, P.dropout_threshold, Bh, I, J))
     return Acc(0);
-  return Acc(1) / (Acc(1) - Acc(P.dropout_p));
+  return Acc(256) / (Acc(256) - Acc(P.dropout_threshold));
 }
 
 namespace detail {

@@ -262,17 +262,29 @@ int main(int argc, char **argv) {
   CheckOptions checkOptions;
   CLI::App *check = app.add_subcommand(
       "check", "run every kernel of a bundle on this GPU against a float64 CPU reference");
+  const std::string checkDetails =
+      "Runs every kernel of a bundle that this GPU can run, forward and backward, of every\n"
+      "variant, on seeded random inputs over a grid of odd shapes, against a float64 CPU\n"
+      "reference: the kernel's error may be at most twice a same-precision reference's plus\n"
+      "an epsilon (O and LSE; each of dQ, dK, dV). Outputs are poisoned first. A backward\n"
+      "kernel gets O and LSE from a forward kernel of its variant in the bundle, else from\n"
+      "the float64 reference rounded to the dtype (the table says which); a deterministic\n"
+      "one runs twice and must repeat bit for bit. Varlen kernels run each shape as packed\n"
+      "sequences of uneven lengths; runtime block masks are random (30% of the blocks,\n"
+      "some rows none); static layouts are read from the cubin and verified by their hash.\n\n";
   check->add_option("bundle", checkOptions.bundlePath, "a bundle written by fagen build")
       ->required();
   check->add_option("--golden", checkOptions.goldenDir,
-                    "compare seeded fp32 outputs with the golden files in this folder");
+                    "compare seeded fp32 outputs with the golden files in this folder: O of "
+                    "forward kernels, dQ, dK, dV of deterministic backward kernels (the others' "
+                    "dQ is accumulated with atomics and is not bitwise repeatable)");
   check->add_flag("--update-golden", checkOptions.updateGolden,
                   "write the golden files instead of comparing");
   check->add_option("--seed", checkOptions.seed, "random seed of the inputs (default 1234)");
   check->add_flag("--quick", checkOptions.quick, "a reduced shape grid (for compute-sanitizer)");
   check->add_option("--kernel", checkOptions.kernelFilter,
                     "only kernels whose name contains this text");
-  check->footer(kExitCodesHelp);
+  check->footer(checkDetails + kExitCodesHelp);
 
   TuneOptions tuneOptions;
   std::string shapes;

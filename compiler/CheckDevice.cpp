@@ -1,0 +1,103 @@
+//===- CheckDevice.cpp - `fagen check`: a case's device memory ------------===//
+
+#include "CheckDevice.h"
+
+namespace fagen {
+
+namespace check {
+
+llvm::Error cudaError(const DriverApi &api, CUresult rc, const char *call) {
+  if (rc == CUDA_SUCCESS)
+    return llvm::Error::success();
+  return llvm::createStringError(std::errc::io_error, "%s",
+                                 cudaErrorText(api, rc, call).c_str());
+}
+
+DeviceMemory::~DeviceMemory() {
+  for (CUdeviceptr p : Blocks)
+    Api.cuMemFree(p);
+}
+
+llvm::Expected<CUdeviceptr> DeviceMemory::alloc(size_t bytes) {
+  CUdeviceptr p = 0;
+  if (llvm::Error e = cudaError(Api, Api.cuMemAlloc(&p, std::max<size_t>(bytes, 256)),
+                                "cuMemAlloc"))
+    return e;
+  Blocks.push_back(p);
+  return p;
+}
+
+llvm::Expected<CUdeviceptr> DeviceMemory::uploadBytes(const void *data, size_t bytes) {
+  if (bytes == 0)
+    return CUdeviceptr(0);
+  llvm::Expected<CUdeviceptr> p = alloc(bytes);
+  if (!p)
+    return p.takeError();
+  if (llvm::Error e = cudaError(Api, Api.cuMemcpyHtoD(*p, data, bytes), "cuMemcpyHtoD"))
+    return e;
+  return *p;
+}
+
+llvm::Error DeviceMemory::fill(CUdeviceptr ptr, unsigned char value, size_t count) {
+  return cudaError(Api, Api.cuMemsetD8(ptr, value, count), "cuMemsetD8");
+}
+
+llvm::Error DeviceMemory::downloadBytes(void *data, CUdeviceptr ptr, size_t bytes) {
+  return cudaError(Api, Api.cuMemcpyDtoH(data, ptr, bytes), "cuMemcpyDtoH");
+}
+
+llvm::Error DeviceMemory::synchronize() {
+  return cudaError(Api, Api.cuCtxSynchronize(), "cuCtxSynchronize");
+}
+
+llvm::Error uploadCase(DeviceMemory &memory, const CaseInputs &in, DeviceCase &d) {
+  const CaseSizes n = caseSizes(in.problem);
+  DeviceRunArgs runArgs;
+  llvm::Error error = llvm::Error::success();
+  auto take = [&error](llvm::Expected<CUdeviceptr> p, CUdeviceptr &out) {
+    if (!p)
+      error = llvm::joinErrors(std::move(error), p.takeError());
+    else
+      out = *p;
+  };
+  take(memory.upload(in.q), d.q);
+  take(memory.upload(in.k), d.k);
+  take(memory.upload(in.v), d.v);
+  take(memory.alloc(n.o * 2), d.o);
+  take(memory.alloc(n.lse * 4), d.lse);
+  take(memory.upload(in.alibiSlopes), runArgs.alibiSlopes);
+  take(memory.upload(in.blockMask), runArgs.blockMask);
+  take(memory.upload(in.cuSeqlensQ), runArgs.cuSeqlensQ);
+  take(memory.upload(in.cuSeqlensK), runArgs.cuSeqlensK);
+  d.args = runArgsFor(in, runArgs);
+  return error;
+}
+
+std::string runtimeFailure(const char *what, fagen_status status) {
+  return std::string(what) + ": " + fagen_status_name(status) + ": " + fagen_last_error();
+}
+
+llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
+                                       bool dense, const CaseInputs &in, const DeviceCase &d) {
+  const CaseSizes n = caseSizes(in.problem);
+  if (llvm::Error e = memory.fill(d.o, 0xFF, n.o * 2))
+    return e;
+  if (llvm::Error e = memory.fill(d.lse, 0xFF, n.lse * 4))
+    return e;
+  if (llvm::Error e = memory.synchronize())
+    return e;
+  void *q = devicePointer(d.q), *k = devicePointer(d.k), *v = devicePointer(d.v),
+       *o = devicePointer(d.o);
+  auto *lse = static_cast<float *>(devicePointer(d.lse));
+  fagen_status st = dense ? fagen_run_forward(&plan, q, k, v, o, lse, nullptr)
+                          : fagen_run_forward_with_args(&plan, q, k, v, o, lse, &d.args, nullptr);
+  if (st != FAGEN_OK)
+    return runtimeFailure("run", st);
+  if (llvm::Error e = memory.synchronize())
+    return e;
+  return std::string();
+}
+
+} // namespace check
+
+} // namespace fagen

@@ -1,0 +1,327 @@
+//===- CheckTest.cpp - `fagen check`'s host side, without a GPU -----------===//
+//
+// What `fagen check` builds before it reaches the GPU: the shape grid (static layouts, varlen
+// packing), the problem of every variant (accepted by the runtime's validation and matched to
+// the kernel it is made for), the run-time arguments, the reference's problem, and the static
+// block layout read back from a cubin. Plans stop before the driver: the test bundle's kernels
+// take parameter version 99, so a problem that passes validation and variant matching ends in
+// the runtime's version-mismatch message.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Check.h"
+#include "Plan.h"
+#include "Spec.h"
+
+#include "../common/TestBundles.h"
+
+#include "gtest/gtest.h"
+
+#include <elf.h>
+
+#include <cmath>
+#include <cstring>
+
+using namespace fagen;
+namespace ref = fagen::reference;
+
+namespace {
+
+KernelRecord record(const std::string &pass, const std::string &mask) {
+  KernelRecord k = pass == "bwd" ? test::testBackwardKernel("k_" + mask, "sm_90", "bf16", 64,
+                                                            mask, 0)
+                                 : test::testKernel("k_" + mask, "sm_90", "bf16", 64, mask, 0);
+  k.paramsVersion = 99; // plans stop at the version check, before the driver
+  return k;
+}
+
+/// One kernel per variant feature, forward or backward.
+std::vector<KernelRecord> variantRecords(const std::string &pass) {
+  std::vector<KernelRecord> out;
+  out.push_back(record(pass, "none"));
+  out.push_back(record(pass, "window"));
+  out.push_back(record(pass, "causal"));
+  out.back().maskAlign = "top_left";
+  out.push_back(record(pass, "causal"));
+  out.back().scoreMod = "softcap";
+  out.push_back(record(pass, "none"));
+  out.back().scoreMod = "alibi";
+  out.push_back(record(pass, "causal"));
+  out.back().dropout = true;
+  out.push_back(record(pass, "causal"));
+  out.back().varlen = true;
+  out.push_back(record(pass, "none"));
+  out.back().sparsity = "runtime", out.back().sparseBlock = 128;
+  out.push_back(record(pass, "causal"));
+  KernelRecord &s = out.back();
+  s.sparsity = "static", s.sparseBlock = 64, s.sparseRows = 16, s.sparseCols = 16;
+  s.sparseHash = "0badcafe";
+  s.blockM = s.blockN = 64; // the tiles divide the block
+  out.push_back(record(pass, "none"));
+  out.back().headDimQK = 192, out.back().headDimV = 128;
+  for (size_t i = 0; i < out.size(); ++i)
+    out[i].name = "k" + std::to_string(i) + "_" + pass;
+  return out;
+}
+
+/// Plans `k` (index `index` of `bundle`) pinned for `in`; the runtime's message.
+std::string pinnedPlanMessage(const fagen_bundle *bundle, int index, const KernelRecord &k,
+                              const CaseInputs &in) {
+  fagen_plan plan;
+  fagen_status st = k.pass == "bwd"
+                        ? fagen_plan_backward_kernel(bundle, &in.problem, k.deterministic,
+                                                     index, &plan)
+                        : fagen_plan_forward_kernel(bundle, &in.problem, index, &plan);
+  EXPECT_EQ(st, FAGEN_ERROR_NOT_SUPPORTED);
+  return fagen_last_error();
+}
+
+bool contains(const std::string &s, const std::string &part) {
+  return s.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST(CheckShapes, GridAndTunedRanges) {
+  EXPECT_EQ(checkShapesFor(0, kSeqlenUnbounded, false).size(), 9u);
+  EXPECT_EQ(checkShapesFor(0, kSeqlenUnbounded, true).size(), 3u);
+  std::vector<CheckShape> tuned = checkShapesFor(2000, 4000, false);
+  ASSERT_EQ(tuned.size(), 2u);
+  for (const CheckShape &s : tuned)
+    EXPECT_GE(std::max(s.seqlenQ, s.seqlenK), 2000);
+}
+
+TEST(CheckShapes, StaticLayoutsOnlyGetCoveredShapes) {
+  KernelRecord k = record("fwd", "none");
+  k.sparsity = "static", k.sparseBlock = 64, k.sparseRows = 2, k.sparseCols = 3;
+  std::vector<CheckShape> shapes = checkShapesFor(k, false);
+  ASSERT_GE(shapes.size(), 2u);
+  for (const CheckShape &s : shapes) {
+    EXPECT_LE(s.seqlenQ, 128) << checkShapeText(s);
+    EXPECT_LE(s.seqlenK, 192) << checkShapeText(s);
+  }
+  k.sparseRows = k.sparseCols = 16; // 1024 tokens: the whole grid
+  EXPECT_EQ(checkShapesFor(k, false).size(), 9u);
+}
+
+TEST(CheckShapes, VarlenPacksUnevenSequences) {
+  for (bool quick : {false, true})
+    for (const CheckShape &s : checkShapesFor(0, kSeqlenUnbounded, quick)) {
+      VarlenLengths l = varlenLengths(s);
+      ASSERT_EQ(l.q.size(), size_t(s.batch + 2));
+      ASSERT_EQ(l.k.size(), l.q.size());
+      EXPECT_EQ(*std::max_element(l.q.begin(), l.q.end()), s.seqlenQ);
+      EXPECT_EQ(*std::max_element(l.k.begin(), l.k.end()), s.seqlenK);
+      EXPECT_EQ(*std::min_element(l.q.begin(), l.q.end()), 1) << checkShapeText(s);
+      EXPECT_EQ(*std::min_element(l.k.begin(), l.k.end()), 1) << checkShapeText(s);
+    }
+}
+
+TEST(CheckInputs, EveryVariantIsAcceptedByItsKernel) {
+  for (const std::string pass : {"fwd", "bwd"}) {
+    std::vector<KernelRecord> kernels = variantRecords(pass);
+    Bundle b = test::makeVariantBundle();
+    b.kernels = kernels;
+    std::vector<uint8_t> bytes = serializeBundle(b);
+    fagen_bundle *bundle = nullptr;
+    ASSERT_EQ(fagen_bundle_load_memory(bytes.data(), bytes.size(), &bundle), FAGEN_OK)
+        << fagen_last_error();
+    std::vector<uint8_t> table(16 * 16, 1);
+    for (size_t i = 0; i < kernels.size(); ++i)
+      for (const CheckShape &s : checkShapesFor(kernels[i], false)) {
+        CaseInputs in = makeCaseInputs(kernels[i], s, 7, table);
+        EXPECT_TRUE(contains(pinnedPlanMessage(bundle, int(i), kernels[i], in),
+                             "takes parameter layout version 99"))
+            << kernels[i].name << " " << checkShapeText(s) << ": " << fagen_last_error();
+        EXPECT_EQ(in.dout.empty(), pass == "fwd");
+      }
+    fagen_bundle_destroy(bundle);
+  }
+}
+
+TEST(CheckInputs, VariantArguments) {
+  std::vector<KernelRecord> k = variantRecords("bwd");
+  const CheckShape bshd{2, 4, 2, 257, 129, false}, bhsd{2, 4, 2, 257, 577, true};
+  CaseInputs window = makeCaseInputs(k[1], bshd, 1), windowOpen = makeCaseInputs(k[1], bhsd, 1);
+  EXPECT_EQ(window.problem.mask, FAGEN_MASK_WINDOW);
+  EXPECT_EQ(window.problem.window_left, 37);
+  EXPECT_EQ(window.problem.window_right, 0);
+  EXPECT_EQ(windowOpen.problem.window_left, -1);
+  EXPECT_EQ(makeCaseInputs(k[2], bshd, 1).problem.mask_align, FAGEN_MASK_ALIGN_TOP_LEFT);
+  CaseInputs softcap = makeCaseInputs(k[3], bshd, 1);
+  EXPECT_EQ(softcap.problem.softcap, kCheckSoftcap);
+  CaseInputs alibi = makeCaseInputs(k[4], bshd, 1), alibiShared = makeCaseInputs(k[4], bhsd, 1);
+  EXPECT_EQ(alibi.alibiSlopes.size(), 8u);
+  EXPECT_EQ(alibi.alibiBatchStride, 4);
+  EXPECT_EQ(alibiShared.alibiSlopes.size(), 4u);
+  EXPECT_EQ(alibiShared.alibiBatchStride, 0);
+  CaseInputs dropout = makeCaseInputs(k[5], bshd, 1);
+  EXPECT_EQ(dropout.problem.dropout_p, kCheckDropoutP);
+  EXPECT_NE(dropout.dropoutOffset >> 32, 0u); // the offset's high word reaches the key
+  CaseInputs varlen = makeCaseInputs(k[6], bshd, 1);
+  EXPECT_EQ(varlen.problem.batch, 4);
+  EXPECT_EQ(varlen.problem.total_q, varlen.cuSeqlensQ.back());
+  EXPECT_EQ(varlen.problem.total_k, varlen.cuSeqlensK.back());
+  EXPECT_EQ(varlen.q.size(), size_t(varlen.problem.total_q) * 4 * 64);
+  CaseInputs stat = makeCaseInputs(k[8], bshd, 1, std::vector<uint8_t>(256, 1));
+  EXPECT_EQ(stat.problem.sparse_hash, 0x0badcafeu);
+  EXPECT_EQ(stat.staticTable.size(), 256u);
+}
+
+TEST(CheckInputs, SoftcapSaturatesTanh) {
+  KernelRecord k = variantRecords("fwd")[3];
+  CaseInputs in = makeCaseInputs(k, {1, 2, 2, 127, 577, true}, 3);
+  ref::FwdProblem pb = referenceProblem(k, in);
+  double most = 0; // the largest |scale * q.k| / softcap over some (query, key) pairs
+  for (int i = 0; i < 127; i += 7)
+    for (int j = 0; j < 577; j += 5) {
+      double dot = 0;
+      for (int x = 0; x < 64; ++x)
+        dot += ref::loadElement(pb, ref::tensorQ(pb.Params), 0, 0, 0, i, x) *
+               ref::loadElement(pb, ref::tensorK(pb.Params), 0, 0, 0, j, x);
+      most = std::max(most, std::fabs(pb.Params.softmax_scale * dot / kCheckSoftcap));
+    }
+  EXPECT_GT(std::tanh(most), 0.9);
+}
+
+TEST(CheckInputs, RuntimeBlockMaskHasDensityAndEmptyRows) {
+  KernelRecord k = variantRecords("fwd")[7];
+  CaseInputs in = makeCaseInputs(k, {2, 3, 1, 1000, 1000, false}, 5);
+  const int64_t rows = 8, cols = 8;
+  ASSERT_EQ(in.blockMask.size(), size_t(2 * 3 * rows * cols));
+  EXPECT_EQ(in.blockMaskStrides[2], cols);
+  size_t on = 0;
+  for (uint8_t x : in.blockMask)
+    on += x != 0;
+  EXPECT_GT(on, in.blockMask.size() / 5);
+  EXPECT_LT(on, in.blockMask.size() / 2);
+  auto rowOn = [&](int b, int h, int64_t r) {
+    int64_t sum = 0;
+    for (int64_t c = 0; c < cols; ++c)
+      sum += in.blockMask[b * in.blockMaskStrides[0] + h * in.blockMaskStrides[1] +
+                          r * in.blockMaskStrides[2] + c];
+    return sum;
+  };
+  EXPECT_EQ(rowOn(0, 0, rows - 1), 0);
+  EXPECT_GT(rowOn(0, 0, 0), 0);
+  for (int64_t r = 0; r < rows; ++r)
+    EXPECT_EQ(rowOn(1, 2, r), 0);
+  // The reference reads the same mask: queries of the empty block row see no key.
+  ref::FwdProblem pb = referenceProblem(k, in);
+  ref::FwdResult r = ref::forwardFloat64(pb);
+  EXPECT_TRUE(std::isinf(r.Lse[ref::resultRowQ(pb, 0, 0, 999)]));
+  EXPECT_TRUE(std::isfinite(r.Lse[ref::resultRowQ(pb, 0, 0, 0)]));
+}
+
+TEST(CheckInputs, ReferenceProblemMatchesTheCall) {
+  std::vector<KernelRecord> k = variantRecords("bwd");
+  const CheckShape s{1, 2, 1, 64, 100, true};
+  CaseInputs window = makeCaseInputs(k[1], s, 2);
+  ref::FwdProblem pb = referenceProblem(k[1], window);
+  EXPECT_EQ(pb.Mask, ref::MaskKind::Window);
+  EXPECT_EQ(pb.Params.window_left, window.problem.window_left);
+  EXPECT_EQ(pb.Params.q_row_stride, window.problem.q_strides[2]);
+  EXPECT_EQ(pb.Params.group_size, 2);
+  EXPECT_FLOAT_EQ(pb.Params.softmax_scale, 0.125f);
+  EXPECT_EQ(referenceProblem(k[2], makeCaseInputs(k[2], s, 2)).Align, ref::MaskAlign::TopLeft);
+  CaseInputs dropout = makeCaseInputs(k[5], s, 2);
+  ref::FwdProblem dp = referenceProblem(k[5], dropout);
+  EXPECT_EQ(dp.Params.dropout_threshold, 44u);
+  EXPECT_FLOAT_EQ(dp.Params.dropout_p, 44.0f / 256); // the effective p of the keep rule
+  EXPECT_EQ(dp.Params.dropout_seed, dropout.dropoutSeed);
+  CaseInputs varlen = makeCaseInputs(k[6], s, 2);
+  ref::FwdProblem vp = referenceProblem(k[6], varlen);
+  EXPECT_TRUE(vp.Varlen);
+  EXPECT_EQ(vp.Params.cu_seqlens_q, varlen.cuSeqlensQ.data());
+  ref::FwdProblem mla = referenceProblem(k[9], makeCaseInputs(k[9], s, 2));
+  EXPECT_EQ(mla.HeadDim, 192);
+  EXPECT_EQ(mla.headDimV(), 128);
+}
+
+TEST(CheckInputs, RunArgsCarryDevicePointers) {
+  std::vector<KernelRecord> k = variantRecords("fwd");
+  CaseInputs in = makeCaseInputs(k[7], {1, 2, 2, 300, 300, false}, 4);
+  in.dropoutSeed = 11, in.dropoutOffset = 12;
+  DeviceRunArgs d;
+  d.alibiSlopes = 0x1000, d.blockMask = 0x2000, d.cuSeqlensQ = 0x3000, d.cuSeqlensK = 0x4000;
+  fagen_run_args a = runArgsFor(in, d);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.alibi_slopes), 0x1000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.block_mask), 0x2000u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a.cu_seqlens_k), 0x4000u);
+  EXPECT_EQ(a.block_mask_head_stride, in.blockMaskStrides[1]);
+  EXPECT_EQ(a.dropout_seed, 11u);
+  EXPECT_EQ(a.dropout_offset, 12u);
+  EXPECT_EQ(runArgsFor(in, DeviceRunArgs{}).block_mask, nullptr);
+}
+
+TEST(CheckInputs, DenseForwardDrawsAsBefore) {
+  KernelRecord fwd = record("fwd", "causal"), bwd = record("bwd", "causal");
+  const CheckShape s{2, 2, 1, 33, 45, false};
+  CaseInputs f = makeCaseInputs(fwd, s, 9), b = makeCaseInputs(bwd, s, 9);
+  EXPECT_TRUE(isDenseKernel(fwd));
+  EXPECT_EQ(f.q, b.q); // dO is drawn after Q, K, V
+  EXPECT_EQ(f.v, b.v);
+  EXPECT_EQ(f.problem.mask, FAGEN_MASK_CAUSAL);
+  CaseSizes n = caseSizes(f.problem);
+  EXPECT_EQ(n.q, size_t(2 * 2 * 33 * 64));
+  EXPECT_EQ(n.lse, size_t(2 * 2 * 33));
+  EXPECT_EQ(b.dout.size(), n.o);
+}
+
+//===--- The static layout read back from a cubin --------------------------===//
+
+namespace {
+
+/// A minimal ELF64 file: [null, .shstrtab-less strtab, symtab, data] with `table` at offset 8
+/// of the data section under the symbol fagen_block_table.
+std::string elfWithTable(const std::vector<uint8_t> &table) {
+  const std::string strtab = std::string("\0fagen_block_table\0", 19);
+  std::string data(8, '\x7');
+  data.append(table.begin(), table.end());
+  Elf64_Sym syms[2] = {};
+  syms[1].st_name = 1, syms[1].st_shndx = 3, syms[1].st_value = 8, syms[1].st_size = table.size();
+  std::string body(reinterpret_cast<const char *>(syms), sizeof syms);
+  const size_t strOff = sizeof(Elf64_Ehdr), symOff = strOff + strtab.size() + 5,
+               dataOff = symOff + body.size(), shOff = dataOff + data.size();
+  Elf64_Shdr sh[4] = {};
+  sh[1].sh_type = SHT_STRTAB, sh[1].sh_offset = strOff, sh[1].sh_size = strtab.size();
+  sh[2].sh_type = SHT_SYMTAB, sh[2].sh_offset = symOff, sh[2].sh_size = body.size();
+  sh[2].sh_link = 1;
+  sh[3].sh_type = SHT_PROGBITS, sh[3].sh_offset = dataOff, sh[3].sh_size = data.size();
+  Elf64_Ehdr eh = {};
+  std::memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64, eh.e_ident[EI_DATA] = ELFDATA2LSB;
+  eh.e_shoff = shOff, eh.e_shentsize = sizeof(Elf64_Shdr), eh.e_shnum = 4;
+  std::string out(reinterpret_cast<const char *>(&eh), sizeof eh);
+  out += strtab + std::string(5, '\0') + body + data;
+  out.append(reinterpret_cast<const char *>(sh), sizeof sh);
+  return out;
+}
+
+} // namespace
+
+TEST(CheckStaticLayout, ReadsAndVerifiesTheTable) {
+  BlockSparseSpec spec;
+  spec.block = 64, spec.layout = "local_global", spec.local = 2, spec.global = 1;
+  spec.maxSeqlen = 300;
+  BlockTable t = blockTable(spec);
+  KernelRecord k = record("fwd", "causal");
+  k.sparsity = "static", k.sparseBlock = 64, k.sparseRows = t.rows, k.sparseCols = t.cols;
+  k.sparseHash = t.hash;
+  llvm::Expected<std::vector<uint8_t>> got = staticBlockTable(k, elfWithTable(t.table));
+  ASSERT_TRUE(bool(got)) << llvm::toString(got.takeError());
+  EXPECT_EQ(*got, t.table);
+
+  std::vector<uint8_t> other = t.table;
+  other[1] ^= 1;
+  llvm::Expected<std::vector<uint8_t>> wrong = staticBlockTable(k, elfWithTable(other));
+  ASSERT_FALSE(bool(wrong));
+  EXPECT_TRUE(contains(llvm::toString(wrong.takeError()), "manifest's sparse_hash is"));
+  llvm::Expected<std::vector<uint8_t>> notElf = staticBlockTable(k, "not a cubin");
+  ASSERT_FALSE(bool(notElf));
+  EXPECT_TRUE(contains(llvm::toString(notElf.takeError()), "not an ELF file"));
+  k.sparseRows += 1;
+  llvm::Expected<std::vector<uint8_t>> size = staticBlockTable(k, elfWithTable(t.table));
+  ASSERT_FALSE(bool(size));
+  EXPECT_TRUE(contains(llvm::toString(size.takeError()), "the manifest says"));
+}
