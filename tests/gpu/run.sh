@@ -5,7 +5,10 @@
 #   1. fagen check: every kernel of tests/gpu/check.yaml vs the float64 reference, full grid,
 #      writing golden outputs; then again comparing against them (bitwise repeatability).
 #   2. compute-sanitizer memcheck and racecheck on a reduced grid.
-#   3. bench/bench_fwd.py: fagen vs SDPA flash and cuDNN, same inputs, one process.
+#   3. bench/bench_fwd.py and bench/bench_bwd.py: fagen vs SDPA flash and cuDNN, forward and
+#      backward (with the deterministic kernels), same inputs, one process.
+#   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
+#   forward and backward, before the benches.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=${CARRY:-.carry}
@@ -35,9 +38,16 @@ if command -v compute-sanitizer >/dev/null; then
   step "racecheck (quick grid)" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/check.fab --quick --kernel hd128 >>$OUT/sanitizer.log 2>&1"
   tail -n 3 "$OUT/sanitizer.log"
 fi
+if [ -f "$C/variants.fab" ]; then
+  step "check variants fwd+bwd" bash -c "$C/fagen check $C/variants.fab >$OUT/check-variants.log 2>&1"
+  tail -n 1 "$OUT/check-variants.log"
+  grep -E "MISMATCH|FAIL|error" "$OUT/check-variants.log" | head -20
+fi
 if [ -f "$C/bench.fab" ] && [ -z "${SKIP_BENCH:-}" ]; then
-  step "bench" bash -c "python3 bench/bench_fwd.py --bundle $C/bench.fab --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
+  step "bench fwd" bash -c "python3 bench/bench_fwd.py --bundle $C/bench.fab --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench.log"
+  step "bench bwd" bash -c "python3 bench/bench_bwd.py --bundle $C/bench.fab --deterministic --out $OUT/bench-bwd.json ${BENCH_BWD_ARGS:-} >$OUT/bench-bwd.log 2>&1"
+  sed -n '/^hd  causal/,$p' "$OUT/bench-bwd.log"
 fi
 echo
 printf '%s\n' "${summary[@]}"

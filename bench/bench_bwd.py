@@ -1,0 +1,147 @@
+"""Backward attention benchmark: fagen vs PyTorch SDPA's flash (FlashAttention-2) and cuDNN
+backends, side by side in one process on the same random inputs, through fagen's runtime and a
+bundle (bench/bench.yaml builds forward and backward kernels).
+
+FlashAttention-3 protocol: bf16, batch x seqlen = 16k tokens, hidden 2048 (heads = 2048 /
+head_dim), causal and not. Backward FLOPs = 2.5x the forward's: 10*B*H*S^2*D (halved for
+causal). Timed: fagen's backward call (its three kernels: D = rowsum(dO*O), the main kernel,
+dQ conversion) against SDPA's backward (torch.autograd.grad of its output, the forward not
+timed). triton.testing.do_bench: CUDA events, warm-up, L2 cleared before each run, median.
+
+    python3 bench/bench_bwd.py --bundle bench.fab [--out results.json] [--deterministic]
+
+Before timing, fagen's dQ, dK, dV are compared with SDPA flash's on the same inputs (max |diff|
+relative to max |grad| must stay under 2e-2 in bf16, else the row is marked WRONG and the run
+fails). --deterministic times the bundle's deterministic kernels beside the default ones.
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fagen_rt  # noqa: E402
+
+SEQLENS = (2048, 4096, 8192, 16384)
+
+
+def bench_ms(fn):
+    return do_bench(fn, warmup=10, rep=60, return_mode="median")
+
+
+def rel_diff(a, b):
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
+
+
+def fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads):
+    """Runs fagen's forward then backward per deterministic mode; fills row[...] in place."""
+    o, lse = bundle.forward(q, k, v, causal=causal)
+    for det in det_modes:
+        label = "fagen_det" if det else "fagen"
+        try:
+            plan = bundle.plan_backward(q, k, v, deterministic=det, causal=causal)
+        except fagen_rt.FagenError as e:
+            print(f"{label}: {e}", flush=True)
+            continue
+        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+        ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+        run = lambda: plan.run_backward(q, k, v, o, lse, do, dq, dk, dv, ws)
+        for t in (dq, dk, dv):
+            t.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        row[label + "_kernel"] = plan.kernel.split(" ")[0]
+        diffs = [rel_diff(g, r) for g, r in zip((dq, dk, dv), ref_grads)]
+        row[label + "_rel_diff"] = max(diffs)
+        if not max(diffs) < 2e-2:  # NaN fails too
+            row["wrong"] = True
+        row[label + "_ms"] = bench_ms(run)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--bundle", required=True, help="a bundle with bf16 fwd + bwd kernels")
+    ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
+    ap.add_argument("--deterministic", action="store_true",
+                    help="also time the deterministic backward kernels")
+    args = ap.parse_args()
+
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(0)
+    bundle = fagen_rt.Bundle(args.bundle)
+    meta = {"gpu": props.name, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
+            "fagen": fagen_rt.version(), "bundle": os.path.basename(args.bundle), "rows": []}
+    print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
+    det_modes = (False, True) if args.deterministic else (False,)
+    torch.manual_seed(0)
+    failed = False
+    for d in [int(x) for x in args.head_dims.split(",")]:
+        for causal in (False, True):
+            for s in [int(x) for x in args.seqlens.split(",")]:
+                b, h = max(1, 16384 // s), 2048 // d
+                # fagen takes BSHD; SDPA gets the same memory as BHSD views.
+                q, k, v, do = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
+                               for _ in range(4))
+                flops = 10.0 * b * h * s * s * d * (0.5 if causal else 1.0)
+                row = dict(head_dim=d, causal=causal, seqlen=s, batch=b, heads=h)
+                ref_grads = None
+                for name, backend in (("flash", SDPBackend.FLASH_ATTENTION),
+                                      ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
+                        with sdpa_kernel([backend]):
+                            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                        dot = do.transpose(1, 2)
+                        grads = torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
+                        if name == "flash":
+                            ref_grads = [g.transpose(1, 2) for g in grads]
+                        row[name + "_ms"] = bench_ms(
+                            lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
+                        del out
+                    except Exception as e:  # a backend that does not support the shape
+                        print(f"{name} d={d} causal={causal} s={s}: {type(e).__name__}: "
+                              f"{str(e)[:100]}", flush=True)
+                if ref_grads is not None:
+                    fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads)
+                labels = ["fagen", "fagen_det", "flash", "cudnn"]
+                for name in labels:
+                    if row.get(name + "_ms"):
+                        row[name + "_tflops"] = flops / row[name + "_ms"] / 1e9
+                failed = failed or row.get("wrong", False)
+                meta["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                del q, k, v, do, ref_grads
+                torch.cuda.empty_cache()
+
+    def fmt(x):
+        return "%.1f" % x if x else "-"
+
+    def ratio(a, b):
+        return "%.2fx" % (a / b) if a and b else "-"
+
+    print("\n%-3s %-6s %6s %8s %8s %8s %8s %12s %12s %12s  kernel" % (
+        "hd", "causal", "seqlen", "fagen", "det", "flash", "cudnn", "fagen/flash", "fagen/cudnn",
+        "det/fagen"))
+    for r in meta["rows"]:
+        t = {n: r.get(n + "_tflops") for n in ("fagen", "fagen_det", "flash", "cudnn")}
+        print("%3d %-6s %6d %8s %8s %8s %8s %12s %12s %12s  %s%s" % (
+            r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"], fmt(t["fagen"]),
+            fmt(t["fagen_det"]), fmt(t["flash"]), fmt(t["cudnn"]), ratio(t["fagen"], t["flash"]),
+            ratio(t["fagen"], t["cudnn"]), ratio(t["fagen_det"], t["fagen"]),
+            r.get("fagen_kernel", "-").replace("fagen_bwd_bf16_", ""),
+            "  WRONG" if r.get("wrong") else ""))
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(meta, fh, indent=1)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
