@@ -84,6 +84,24 @@ Tile defaultTile(int headDim, const std::string &arch) {
   return {64, 64, 4, 1};
 }
 
+/// Whether a forward variant adds work per logit (a window mask's bounds, a score mod,
+/// dropout's keep bits), which costs registers beside the dense kernel's.
+bool hasElementwiseWork(const VariantSpec &v) {
+  return v.mask == "window" || v.scoreMod != "none" || v.dropout;
+}
+
+/// The dense default tile made to fit such a variant's registers: at 4 warps, hd 64 with 128
+/// keys per tile spilled 164-888 bytes (dropout, window, all features) and hd 128 16-316
+/// bytes (window, all); 64 keys (hd <= 64) and 8 warps (hd <= 128) spilled none with any
+/// feature (nvcc 13.0, sm_90, 2026-11-30; speed not measured).
+Tile elementwiseVariantTile(Tile t, int headDim) {
+  if (headDim <= 64)
+    return {t.blockM, 64, t.warps, t.stages};
+  if (headDim <= 128 && t.blockM == 128)
+    return {t.blockM, t.blockN, 8, t.stages};
+  return t;
+}
+
 /// The backward template's defaults per head dim (the padded max(qk, v)), in one table.
 /// Measured on the H200 (sm_90 build, bf16, 2k-16k, 2026-11-30, docs/perf/sm80-bwd.md): other
 /// tile shapes were slower or within noise; hd 256 with one stage is 3-4% slower. Archs with
@@ -606,11 +624,18 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   copyVariant(v, p);
   int headDim = paddedHeadDim(std::max(v.headDimQK, v.headDimV));
   Tile t = pass == "bwd" ? defaultBwdTile(headDim) : defaultTile(headDim, arch);
+  if (pass == "fwd" && hasElementwiseWork(v))
+    t = elementwiseVariantTile(t, headDim);
   t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, arch);
   // Head dims whose padded width is an odd multiple of 16 (48, 80, ...) do not split over
-  // 8 warps: fewer warps, each with a wider tile.
-  while (pass == "bwd" && t.warps > 1 && !bwdWarpSplitProblem(t, v.headDimQK, v.headDimV).empty())
+  // 8 warps: fewer warps, and a narrower key tile so that each warp's share stays in registers
+  // (hd 72 at 64x128 with 4 warps spilled 1264 bytes, at 64x64 none, nvcc 13.0, sm_90; so do
+  // 40-136). Padded 176, 208 and 240 still spill with 4 warps (hd 168: 200 bytes, 200: 1280,
+  // 232: 3572); 8 warps there need a 128-row tile that does not fit shared memory.
+  while (pass == "bwd" && t.warps > 1 && !bwdWarpSplitProblem(t, v.headDimQK, v.headDimV).empty()) {
     t.warps /= 2;
+    t.blockN = std::min(t.blockN, 64);
+  }
   p.blockM = t.blockM;
   p.blockN = t.blockN;
   p.warps = t.warps;
