@@ -26,8 +26,10 @@ extern "C" {
 /// variant field as in the forward call, which the backward must repeat exactly) plus the
 /// gradients. dO like O, dQ like Q, dK like K, dV like V (own strides, same layouts rules).
 /// Workspace (caller-allocated, size from the plan; see fagen_bwd_workspace_layout):
-///   dq_accum  float32, addressed dq_accum + b * dq_accum_batch_stride + h *
-///             dq_accum_head_stride + row * head_dim_qk + d (varlen: row = cu_seqlens_q[b] + i)
+///   dq_accum  float32, rows_q x head_dim_qk per head: dq_accum + b * dq_accum_batch_stride +
+///             h * dq_accum_head_stride + row * head_dim_qk (varlen: row = cu_seqlens_q[b] + i);
+///             the order inside one query tile's block is the kernel's own (sm80: the order of
+///             its dQ reductions, see BwdConfig::kDqAccumFragmentOrder), read back by _post.
 ///   d         float32, addressed like the LSE with d_batch_stride / d_head_stride
 ///   dq_semaphore  int32, one per (b, h, m_block), zeroed by _pre; deterministic kernels only.
 typedef struct fagen_bwd_params {

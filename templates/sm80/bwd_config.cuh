@@ -82,6 +82,17 @@ struct BwdConfig {
       GridQ::kTileRows * GridQ::kTileCols <= 2048 ? GridQ::kTileCols
       : GridQ::kTileCols % (2048 / GridQ::kTileRows) == 0 ? 2048 / GridQ::kTileRows
                                                           : 16;
+  // LSE and D of the next query tile loaded during this one (registers: 4 floats a row tile of
+  // the S warp tile). Measured +3-7% at hd <= 128 (H200); at hd 256 the registers are short
+  // (255 a thread without it) and it measured 2-4% slower (docs/perf/sm80-bwd.md).
+  static constexpr bool kPrefetchRowStats = kHeadDimQKPad + kHeadDimVPad <= 256;
+  // dq_accum of a full query tile (kBlockM rows, contiguous kBlockM x head_dim_qk floats) is
+  // kept in the order of the dQ reductions (see DqAccumOrder) rather than row-major, so that
+  // each warp-wide red.v2 covers 256 contiguous bytes (2 L2 lines, as FA2's MMA-order dQaccum)
+  // instead of 8 rows x 32 bytes (8 lines); _post reads it back in that order. Partial tiles
+  // stay row-major (their block would reach past the sequence), as do padded head dims.
+  // Measured +7-15% over row-major (H200; the LSU queue no longer throttles the reductions).
+  static constexpr bool kDqAccumFragmentOrder = kHeadDimQK == kHeadDimQKPad;
   static constexpr int kTileDK = kHeadDimQKPad / GridKV::kWarpsCols; // dK columns per warp
   static constexpr int kTileDV = kHeadDimVPad / GridKV::kWarpsCols;  // dV columns per warp
 

@@ -7,6 +7,8 @@
 //                    over every visible query tile of every query head of the group; dQ
 //                    accumulated in fp32 into dq_accum.
 //   bwd_postprocess  dQ = dq_accum (times the softmax scale) in the input dtype.
+// dq_accum is this file's own: the rows of a full query tile hold its dQ in the order of the
+// reductions (DqAccumOrder, kDqAccumFragmentOrder), other rows are row-major.
 // Semantics: docs/design/variants-and-backward.md. With the identity score mod, dS is kept
 // unscaled and the softmax scale is applied to dK in the epilogue and to dQ in _post.
 #ifndef FAGEN_TEMPLATES_SM80_BWD_KERNEL_CUH
@@ -105,18 +107,47 @@ __device__ __forceinline__ void load_query_tile(const fagen_bwd_params &params, 
       params.do_row_stride, rows);
 }
 
+/// LSE and D of the query rows a thread holds in the GridSdP accumulator layout (rows
+/// 16 (r / 2) + 8 (r % 2) + lane / 4 of the warp tile). With kPrefetchRowStats they are loaded
+/// one query tile ahead (as FA2 prefetches its LSE), so that their global-load latency hides
+/// behind a whole tile of MMAs. Rows past seqlen_q get LSE = +inf (P = 0) and D = 0.
+template <class Config> struct RowStats {
+  static constexpr int kRows = 2 * (Config::GridSdP::kTileRows / 16);
+  float lse[kRows], d[kRows];
+  __device__ __forceinline__ void load(const fagen_bwd_params &params, int batch, int head,
+                                       int m_block, int64_t q_row0, int seqlen_q) {
+    using G = typename Config::GridSdP;
+    constexpr bool kVarlen = Config::Variant::kVarlen;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row0 = m_block * Config::kBlockM + (warp / G::kWarpsCols) * G::kTileRows + lane / 4;
+    const float *lse_p = params.fwd.lse +
+                         batch_offset<kVarlen>(batch, params.fwd.lse_batch_stride) +
+                         head * params.fwd.lse_head_stride + q_row0;
+    const float *d_p = params.d + batch_offset<kVarlen>(batch, params.d_batch_stride) +
+                       head * params.d_head_stride + q_row0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int row = row0 + 16 * (r / 2) + 8 * (r % 2);
+      lse[r] = __int_as_float(0x7f800000);
+      d[r] = 0.f;
+      if (row < seqlen_q)
+        lse[r] = lse_p[row], d[r] = d_p[row];
+    }
+  }
+};
+
 /// S = Q K^T and dP = dO V^T on GridSdP, then P (with dropout: P o keep / (1 - p)) and
 /// dS = P o (dP o keep / (1 - p) - D) (times dlogit for non-identity score mods) into shared
 /// memory in the input dtype.
 template <class Config>
 __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, const BwdStep &st,
-                                             const BwdSmem<Config> &sm, int stage) {
+                                             const BwdSmem<Config> &sm, int stage,
+                                             const RowStats<Config> &stats) {
   using Element = typename Config::Element;
   using Mask = typename Config::Mask;
   using ScoreMod = typename Config::ScoreMod;
   using Dropout = typename Config::Dropout;
   using G = typename Config::GridSdP;
-  constexpr bool kVarlen = Config::Variant::kVarlen;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   constexpr int kRowTiles = G::kTileRows / 16, kColTiles = G::kTileCols / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -126,18 +157,12 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
   const float kInf = __int_as_float(0x7f800000);
 
   // LSE in log2 units (+inf for rows past seqlen_q or without a visible key: P = 0 there) and D.
-  const float *lse = params.fwd.lse + batch_offset<kVarlen>(st.batch, params.fwd.lse_batch_stride) +
-                     st.head * params.fwd.lse_head_stride + st.q_row0;
-  const float *dsum = params.d + batch_offset<kVarlen>(st.batch, params.d_batch_stride) +
-                      st.head * params.d_head_stride + st.q_row0;
   float lse2[2 * kRowTiles], d_row[2 * kRowTiles];
 #pragma unroll
   for (int r = 0; r < 2 * kRowTiles; ++r) {
-    const int row = row0 + 16 * (r / 2) + 8 * (r % 2) + lane / 4;
-    const bool valid = row < st.shape.seqlen_q;
-    const float l = valid ? lse[row] : kInf;
+    const float l = stats.lse[r];
     lse2[r] = l == -kInf ? kInf : l * kLog2e;
-    d_row[r] = valid ? dsum[row] : 0.f;
+    d_row[r] = stats.d[r];
   }
 
   float s[kRowTiles][kColTiles][4] = {}; // (tile rows, tile cols): S, then P
@@ -149,31 +174,56 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
   const bool masked = (st.n_block + 1) * kBlockN > st.shape.seqlen_k ||
                       Mask::template needs_mask<kBlockM, kBlockN>(st.m_block, st.n_block, st.shape);
   float dlogit[kRowTiles][kColTiles][4]; // unused (and removed) for the identity score mod
-#pragma unroll
-  for (int t = 0; t < kRowTiles; ++t)
-#pragma unroll
-    for (int j = 0; j < kColTiles; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = 2 * t + e / 2;
-        const int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
-        const int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
-        float x;
-        if constexpr (ScoreMod::kIdentity) {
-          x = fmaf(s[t][j][e], params.fwd.scale_log2, -lse2[r]);
-        } else {
-          dlogit[t][j][e] = mod.dlogit(s[t][j][e], row, col);
-          x = fmaf(mod.logit(s[t][j][e], row, col), kLog2e, -lse2[r]);
-        }
-        if (masked && (col >= st.shape.seqlen_k || !Mask::is_visible(row, col, st.shape)))
-          x = -kInf;
-        s[t][j][e] = exp2_approx(x);
-      }
-
   float dp[kRowTiles][kColTiles][4] = {}; // (tile rows, tile cols): dP, then dS
-  gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimVPad / 16, false, false, Config::kRowV,
-            Config::kRowV>(dp, sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,
-                           sm.v + wn * G::kTileCols * Config::kRowV);
+  if constexpr (ScoreMod::kIdentity) {
+    // The mask goes on S in its own short branch, so that the exponentials share one basic
+    // block with the dP MMAs and the scheduler can interleave the two (MUFU beside HMMA).
+    // S = -inf gives x = -inf whatever the LSE (+inf included), hence P = 0, as before.
+    if (masked) {
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+        for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
+            const int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
+            if (col >= st.shape.seqlen_k || !Mask::is_visible(row, col, st.shape))
+              s[t][j][e] = -kInf;
+          }
+    }
+    gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimVPad / 16, false, false,
+              Config::kRowV, Config::kRowV>(dp,
+                                            sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,
+                                            sm.v + wn * G::kTileCols * Config::kRowV);
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[t][j][e] = exp2_approx(fmaf(s[t][j][e], params.fwd.scale_log2, -lse2[2 * t + e / 2]));
+  } else {
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int r = 2 * t + e / 2;
+          const int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
+          const int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
+          dlogit[t][j][e] = mod.dlogit(s[t][j][e], row, col);
+          float x = fmaf(mod.logit(s[t][j][e], row, col), kLog2e, -lse2[r]);
+          if (masked && (col >= st.shape.seqlen_k || !Mask::is_visible(row, col, st.shape)))
+            x = -kInf;
+          s[t][j][e] = exp2_approx(x);
+        }
+    gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimVPad / 16, false, false,
+              Config::kRowV, Config::kRowV>(dp,
+                                            sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,
+                                            sm.v + wn * G::kTileCols * Config::kRowV);
+  }
 
   const Dropout drop(params.fwd, st.batch, st.head);
 #pragma unroll
@@ -258,6 +308,29 @@ __device__ __forceinline__ int dq_rank(const fagen_bwd_params &params, const Bwd
   return rank;
 }
 
+/// Where the dQ element (row, col) of a full query tile lies in its kBlockM x head_dim_qk fp32
+/// block of dq_accum under kDqAccumFragmentOrder: warp tiles of GridQ one after the other; in a
+/// warp tile, one 64-float run per reduction instruction (column chunk c, row tile t, half h,
+/// column tile j), lane l's two floats at 2 l. An aligned group of 8 columns of one row is 8
+/// contiguous floats (lanes 4 g .. 4 g + 3).
+template <class Config> struct DqAccumOrder {
+  using G = typename Config::GridQ;
+  static constexpr int kChunk = Config::kDqChunkCols, kRowTiles = G::kTileRows / 16;
+  static constexpr int kWarpFloats = G::kTileRows * G::kTileCols; // one warp tile's block
+  /// Offset of the reduction (c, t, h, j), lane 0, in its warp's block.
+  static constexpr __host__ __device__ int run(int c, int t, int h, int j) {
+    return (((c * kRowTiles + t) * 2 + h) * (kChunk / 8) + j) * 64;
+  }
+  /// Offset of (row, col) in the tile.
+  static __device__ __forceinline__ int offset(int row, int col) {
+    const int warp = (row / G::kTileRows) * G::kWarpsCols + col / G::kTileCols;
+    const int r = row % G::kTileRows, cc = col % G::kTileCols;
+    const int lane = 4 * (r % 8) + (cc % 8) / 2;
+    return warp * kWarpFloats + run(cc / kChunk, r / 16, r % 16 / 8, cc % kChunk / 8) + 2 * lane +
+           col % 2;
+  }
+};
+
 /// dQ (kBlockM, head_dim_qk) = dS K on GridQ, added to dq_accum kDqChunkCols columns of the
 /// warp tile at a time (bounds the registers of wide tiles).
 template <class Config>
@@ -282,17 +355,24 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
               Config::kRowQK>(dq, sm.ds + wm * G::kTileRows * Config::kRowP, sm.k + col0 * 2);
     if (Config::kDeterministic && c == 0)
       semaphore_wait(sem, dq_rank<Config>(params, st));
+    // Full tiles in DqAccumOrder (one 256-byte run per instruction), partial ones row-major.
+    const bool fragment_order =
+        Config::kDqAccumFragmentOrder && (st.m_block + 1) * Config::kBlockM <= st.shape.seqlen_q;
+    float *mine = accum - (wm * G::kTileRows + lane / 4) * Config::kHeadDimQK +
+                  warp * DqAccumOrder<Config>::kWarpFloats + 2 * lane;
 #pragma unroll
     for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        if (row0 + 16 * t + 8 * h >= st.shape.seqlen_q)
+        if (!fragment_order && row0 + 16 * t + 8 * h >= st.shape.seqlen_q)
           continue;
 #pragma unroll
         for (int j = 0; j < kChunk / 8; ++j)
           if (Config::kHeadDimQK == Config::kHeadDimQKPad || col0 + 8 * j < Config::kHeadDimQK)
-            red_add_f32x2(accum + (16 * t + 8 * h) * Config::kHeadDimQK + col0 + 8 * j +
-                              2 * (lane % 4),
+            red_add_f32x2(fragment_order
+                              ? mine + DqAccumOrder<Config>::run(c, t, h, j)
+                              : accum + (16 * t + 8 * h) * Config::kHeadDimQK + col0 + 8 * j +
+                                    2 * (lane % 4),
                           dq[t][j][2 * h], dq[t][j][2 * h + 1]);
       }
   }
@@ -374,6 +454,9 @@ template <class Config> __device__ __forceinline__ void bwd_kernel(const fagen_b
                             sm, 0);
     cp_async_commit();
   }
+  RowStats<Config> stats;
+  if (Config::kPrefetchRowStats && cursor.valid())
+    stats.load(params, batch, cursor.head, cursor.m_block, span.q_row0, span.shape.seqlen_q);
 
   int stage = 0;
   while (cursor.valid()) {
@@ -388,7 +471,11 @@ template <class Config> __device__ __forceinline__ void bwd_kernel(const fagen_b
       load_query_tile<Config>(params, next, sm, stage ^ 1);
       cp_async_commit();
     }
-    compute_p_ds<Config>(params, st, sm, stage);
+    if (!Config::kPrefetchRowStats)
+      stats.load(params, batch, st.head, st.m_block, span.q_row0, span.shape.seqlen_q);
+    compute_p_ds<Config>(params, st, sm, stage, stats);
+    if (Config::kPrefetchRowStats && cursor.valid()) // the next tile's LSE and D, a tile ahead
+      stats.load(params, batch, next.head, next.m_block, span.q_row0, span.shape.seqlen_q);
     __syncthreads();
     accumulate_dk_dv<Config>(acc_dk, acc_dv, sm, stage);
     if (Config::kStages == 1) {
@@ -483,9 +570,11 @@ __device__ __forceinline__ void bwd_postprocess(const fagen_bwd_params &params) 
   Element *dq = static_cast<Element *>(params.dq) +
                 batch_offset<kVarlen>(batch, params.dq_batch_stride) +
                 head * params.dq_head_stride + row0 * params.dq_row_stride;
+  const bool fragment_order = Config::kDqAccumFragmentOrder && rows == kBlockM;
   for (int c = threadIdx.x; c < rows * kChunksPerRow; c += Config::kPrePostThreads) {
     const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const float4 a = accum[2 * c], b = accum[2 * c + 1];
+    const int at = fragment_order ? DqAccumOrder<Config>::offset(r, 8 * chunk) / 4 : 2 * c;
+    const float4 a = accum[at], b = accum[at + 1];
     const u32 v[4] = {pack2<Element>(a.x * scale, a.y * scale), pack2<Element>(a.z * scale, a.w * scale),
                       pack2<Element>(b.x * scale, b.y * scale), pack2<Element>(b.z * scale, b.w * scale)};
     st_global_v4(dq + r * params.dq_row_stride + chunk * 8, v);

@@ -1,6 +1,8 @@
 """Times torch SDPA's flash backend (FlashAttention-2) backward on the bwd harness's benchmark
 shapes and prints it beside fagen's backward from the harness's CSV.
 Usage: bwd_bench.py FAGEN_CSV [OUT_TABLE_CSV]
+       bwd_bench.py --profile HD SEQLEN CAUSAL   (SDPA flash forward, then 3 backward calls: a
+                                                 target for ncu, e.g. -k regex:dq_dk_dv)
 Backward FLOPs = 2.5 x forward = 10 * batch * heads * seqlen^2 * head_dim (halved for causal);
 both sides are timed whole (fagen: _pre + main + _post; SDPA: autograd.grad of the output,
 which runs FA2's own dot(dO, O) preprocess, main kernel and dQ conversion)."""
@@ -27,7 +29,21 @@ def time_ms(fn, warmup=3, reps=20):
     return statistics.median(times)
 
 
+def profile(hd, seqlen, causal):
+    batch, heads = 16384 // seqlen, 2048 // hd
+    q, k, v = (torch.randn(batch, heads, seqlen, hd, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for _ in range(3))
+    dout = torch.randn(batch, heads, seqlen, hd, device="cuda", dtype=torch.bfloat16)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        for _ in range(3):
+            torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    torch.cuda.synchronize()
+
+
 def main():
+    if sys.argv[1] == "--profile":
+        return profile(*(int(a) for a in sys.argv[2:5]))
     fagen = {}
     with open(sys.argv[1]) as f:
         for row in csv.DictReader(f):

@@ -5,6 +5,7 @@
 // entry points per config). Build and run: tests/gpu/run_bwd.sh.
 //
 //   bwd_harness [--check] [--bench] [--csv FILE] [--filter SUBSTRING[,SUBSTRING...]]
+//               [--cases N] [--seqlen N]
 //
 // Tolerance rule (as harness_common.cuh for the forward): per gradient, the kernel's max
 // abs error against the float64 reference <= 2 x that of a same-precision reference (fp32
@@ -746,6 +747,7 @@ struct Options {
   bool check = false, bench = false, ref_only = false; // --ref-only: references only (no GPU)
   const char *csv = nullptr, *filter = nullptr;
   int cases = 1 << 30; // --cases N: only the first N cases per kernel (compute-sanitizer)
+  int seqlen = 0;      // --seqlen N: time only that sequence length (ncu on one launch)
 };
 
 static bool selected(const char *name, const char *filter) {
@@ -850,6 +852,8 @@ static void run_bench(const Options &opt) {
   for (int hd : hds)
     for (int seqlen : seqlens)
       for (int causal = 0; causal < 2; ++causal) {
+        if (opt.seqlen && seqlen != opt.seqlen)
+          continue;
         const int batch = 16384 / seqlen, heads = 2048 / hd;
         const size_t elems = size_t(batch) * heads * seqlen * hd;
         DeviceBuffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2), dout(elems * 2),
@@ -967,6 +971,8 @@ int main(int argc, char **argv) {
       opt.filter = argv[++i];
     else if (!std::strcmp(argv[i], "--cases") && i + 1 < argc)
       opt.cases = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--seqlen") && i + 1 < argc)
+      opt.seqlen = std::atoi(argv[++i]);
   }
   if (!opt.check && !opt.bench)
     opt.check = opt.bench = true;

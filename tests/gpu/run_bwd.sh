@@ -14,6 +14,13 @@
 #                                     built with FAGEN_TEMPLATES=.. NAME=bwd_harness_a): check a and
 #                                     b, time the defaults of each in turn (DET: with the
 #                                     deterministic ones), sanitize DET, SDPA beside them
+#                                     (SANITIZE=0: no sanitizers, SANITIZE_LABELS="a b": these
+#                                     instead of DET; SEQLEN=N: time only N)
+#   tests/gpu/run_bwd.sh prof [HD SEQLEN CAUSAL]
+#                                     ncu (full set, clocks left alone) on one main-kernel launch of
+#                                     build-bwd/bwd_harness_${PROF:-base} (default tiles) and on
+#                                     SDPA flash's (FA2's) backward kernel at the same shape
+#                                     (default hd 128, 16k, not causal): details + SASS source pages
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fagen-bwd}
@@ -54,20 +61,56 @@ ab)
   status=0
   defaults="hd64_none_sm80_m128n128w8s2,hd64_causal_sm80_m128n128w8s2,hd128_none_sm80_m64n128w8s2"
   defaults="$defaults,hd128_causal_sm80_m64n128w8s2,hd256_none_sm80_m64n64w8s2,hd256_causal_sm80_m64n64w8s2"
+  # The checks run side by side (the CPU references are most of their time), then the timing.
   for label in $CHECK; do
-    timeout 60 build-bwd/bwd_harness_$label --check >"$OUT/check_$label.log" 2>&1 || status=1
-    echo "$label: $(grep -c FAIL "$OUT/check_$label.log") FAIL, $(grep SUMMARY "$OUT/check_$label.log")"
+    (rc=0
+     timeout ${CHECK_S:-120} build-bwd/bwd_harness_$label --check >"$OUT/check_$label.log" 2>&1 || rc=$?
+     echo $rc >"$OUT/check_$label.rc") &
+  done
+  wait
+  for label in $CHECK; do
+    [ "$(cat "$OUT/check_$label.rc")" = 0 ] || status=1
+    echo "$label: rc $(cat "$OUT/check_$label.rc"), $(grep -c FAIL "$OUT/check_$label.log") FAIL, $(grep SUMMARY "$OUT/check_$label.log")"
   done
   echo "head_dim,causal,seqlen,kernel,ms,tflops,main_ms" >"$OUT/ab.csv"
   for label in "$@"; do
     f="$defaults"
     [ "$label" = "${DET:-}" ] && f="$f,_det_"
     timeout 60 build-bwd/bwd_harness_$label --bench --filter "$f" --csv "$OUT/b_$label.csv" \
-      >"$OUT/bench_$label.log" 2>&1 || status=1
+      ${SEQLEN:+--seqlen $SEQLEN} >"$OUT/bench_$label.log" 2>&1 || status=1
     [ -f "$OUT/b_$label.csv" ] && tail -n +2 "$OUT/b_$label.csv" | sed "s/,fagen_bwd_/,$label:/" >>"$OUT/ab.csv"
   done
-  BIN=build-bwd/bwd_harness_${DET:-v4} tests/gpu/run_bwd.sh sanitize || status=1
+  if [ "${SANITIZE:-1}" = 1 ]; then
+    for label in ${SANITIZE_LABELS:-${DET:-v4}}; do
+      echo "sanitize $label"
+      BIN=build-bwd/bwd_harness_$label tests/gpu/run_bwd.sh sanitize || status=1
+    done
+  fi
   timeout 60 python3 tests/gpu/bwd_bench.py "$OUT/ab.csv" "$OUT/table.csv" 2>&1 | tee "$OUT/table.txt"
+  exit $status
+  ;;
+prof)
+  hd=${2:-128} seqlen=${3:-16384} causal=${4:-0}
+  mask=none
+  [ "$causal" = 1 ] && mask=causal
+  case $hd in 64) tile=m128n128w8s2 ;; 128) tile=m64n128w8s2 ;; *) tile=m64n64w8s2 ;; esac
+  kern=fagen_bwd_bf16_hd${hd}_${mask}_sm80_$tile
+  rep=/tmp/fagen-prof
+  mkdir -p $rep
+  status=0
+  timeout ${PROF_S:-120} ncu --clock-control none --set full -k "regex:^$kern\$" --launch-skip 2 \
+    --launch-count 1 -f -o $rep/ours build-bwd/bwd_harness_${PROF:-base} --bench \
+    --filter "$kern" --seqlen "$seqlen" >$rep/ncu_ours.log 2>&1 || status=1
+  timeout ${PROF_S:-120} ncu --clock-control none --set full -k "regex:dq_dk_dv" --launch-skip 1 \
+    --launch-count 1 -f -o $rep/fa2 python3 tests/gpu/bwd_bench.py --profile "$hd" "$seqlen" \
+    "$causal" >$rep/ncu_fa2.log 2>&1 || status=1
+  for r in ours fa2; do
+    [ -f $rep/$r.ncu-rep ] || continue
+    ncu --import $rep/$r.ncu-rep --page details >"$OUT/${r}_details.txt" 2>&1 || status=1
+    ncu --import $rep/$r.ncu-rep --page source --print-source sass --csv \
+      >"$OUT/${r}_source.csv" 2>&1 || status=1
+  done
+  tail -n 3 $rep/ncu_ours.log $rep/ncu_fa2.log
   exit $status
   ;;
 sanitize)
@@ -82,7 +125,7 @@ sanitize)
   exit $status
   ;;
 *)
-  echo "usage: $0 build|run [ARGS]|sanitize" >&2
+  echo "usage: $0 build|run [ARGS]|ab LABELS|prof [HD SEQLEN CAUSAL]|sanitize" >&2
   exit 2
   ;;
 esac
