@@ -222,6 +222,12 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
   }
   if (std::string notes = variantNotes(k); !notes.empty())
     llvm::outs() << "  " << k.name << ": " << notes << "\n";
+  if (opt.nonFinite) {
+    const int failed = checkNonFiniteKernel(*session.api, session.bundle, index, k, table,
+                                            opt.seed * 1000003u + 99u);
+    failed == 0 ? ++tally.passed : ++tally.failed;
+    return failed >= 0;
+  }
   std::vector<CheckShape> shapes = checkShapesFor(k, opt.quick);
   std::string lastSource;
   for (size_t si = 0; si < shapes.size(); ++si)
@@ -288,7 +294,8 @@ int runCheck(const CheckOptions &opt) {
     fagen_bundle_destroy(session.bundle);
     return code;
   }
-  printHeader();
+  if (!opt.nonFinite)
+    printHeader();
   Tally tally;
   bool usable = true;
   for (size_t i = 0; i < session.records.kernels.size() && usable; ++i) {

@@ -161,6 +161,79 @@ BwdCaseOutcome checkBackwardCase(const DriverApi &api, const fagen_bundle *bundl
                                  const CheckShape &shape, unsigned seed,
                                  const std::vector<uint8_t> &staticTable = {});
 
+//===--- Non-finite inputs: `fagen check --nonfinite` (CheckNonFinite.cpp) -===//
+
+/// Which input element a non-finite case poisons.
+enum class NonFiniteKind { NanInK, NanInV, NanInQ, InfInQ, NanInDOut };
+
+/// One non-finite input: `kind` at element (batch, head, row, dim) of its tensor. head is a kv
+/// head for K and V, a query head for Q and dO; row counts within the batch entry's sequence.
+struct NonFiniteCase {
+  NonFiniteKind kind;
+  int batch, head, row, dim;
+};
+
+/// What the guarantee (docs/numerics.md) allows one output element to be.
+enum class NonFiniteExpect : uint8_t {
+  Finite,    ///< finite (or the reference's -inf) and within tolerance
+  NaN,       ///< NaN
+  NotFinite, ///< NaN or +-inf (LSE of a row whose every visible logit is NaN)
+  MayBeNaN,  ///< NaN, or finite and within tolerance: the same tile pair as a NaN element
+};
+
+/// Per output element, in the reference's result layouts: O and LSE (forward), dQ, dK and dV
+/// (backward); the other pass's vectors are empty.
+struct NonFiniteExpectation {
+  std::vector<NonFiniteExpect> O, Lse, DQ, DK, DV;
+};
+
+/// The shape kernel `k`'s non-finite cases run on: 2x4/2 127x577 BSHD where the kernel serves
+/// it, else the shape of checkShapesFor(k) with the most keys.
+CheckShape nonFiniteShape(const KernelRecord &k);
+
+/// The cases of kernel `k` on inputs `in`: forward, a NaN in K and in V (last batch entry, last
+/// kv head, key Sk - 64 of that sequence: column 1 of a key tile), a NaN and a +Inf in Q (batch
+/// entry 0, head 0, query Sq / 2); backward, a NaN in dO (last batch entry, last head, query
+/// 3 Sq / 4). Where no query sees that key, or that query sees no key (a runtime block mask
+/// hides whole heads), the next (batch, head) inward.
+std::vector<NonFiniteCase> nonFiniteCases(const KernelRecord &k, const CaseInputs &in);
+
+/// Writes the case's NaN or +Inf into its tensor of `in`.
+void injectNonFinite(CaseInputs &in, const NonFiniteCase &c);
+
+/// The guarantee for case `c` on problem `pb`, for a kernel of blockM x blockN tiles. A NaN in K
+/// reaches only the rows that see the key (through S, where masked logits are -inf); a NaN in V
+/// or dO also reaches, through 0 * NaN in an MMA, rows or keys of the tile pairs the kernel
+/// visits (MayBeNaN). InfInQ has no rule of its own: NaN where `exact` (the float64 reference
+/// on the same inputs, required then) is NaN.
+NonFiniteExpectation expectNonFinite(const reference::FwdProblem &pb, const NonFiniteCase &c,
+                                     int blockM, int blockN,
+                                     const reference::FwdResult *exact = nullptr);
+
+/// One output tensor of a non-finite case against its expectation.
+struct NonFiniteCount {
+  int64_t expectedNan = 0; ///< elements that must be NaN (or not finite)
+  int64_t missing = 0;     ///< of those, finite in the kernel's output
+  int64_t unexpected = 0;  ///< NaN (or a wrong infinity) where the output must be finite
+  int64_t leaked = 0;      ///< NaN where MayBeNaN allows it
+  int64_t negInf = 0;      ///< -inf where NotFinite allows NaN or +-inf
+  double error = 0, limit = 0; ///< max |kernel - float64| over the rest, and its tolerance
+  bool passed() const { return missing == 0 && unexpected == 0 && error <= limit; }
+};
+
+/// Judges `got` against `expect`; the rest is compared with the float64 reference `exact` by
+/// the tolerance rule (twice the same-precision reference's error `same`, plus `eps`).
+NonFiniteCount judgeNonFinite(const std::vector<NonFiniteExpect> &expect,
+                              const std::vector<double> &exact, const std::vector<double> &same,
+                              const std::vector<double> &got, double eps);
+
+/// Runs the non-finite cases of kernel `kernelIndex` on nonFiniteShape(kernel) and prints one
+/// PASS/FAIL line per case. Returns the failed cases, or -1 after a CUDA failure (the context
+/// may be unusable then).
+int checkNonFiniteKernel(const DriverApi &api, const fagen_bundle *bundle, int kernelIndex,
+                         const KernelRecord &kernel, const std::vector<uint8_t> &staticTable,
+                         unsigned seed);
+
 /// "B x Hq/Hkv Sq x Sk layout", as the check table prints a shape.
 std::string checkShapeText(const CheckShape &shape);
 
@@ -171,6 +244,7 @@ struct CheckOptions {
   unsigned seed = 1234;
   bool quick = false;         ///< a reduced grid (for compute-sanitizer runs)
   std::string kernelFilter;   ///< only kernels whose name contains this
+  bool nonFinite = false;     ///< the non-finite input cases instead of the shape grid
 };
 
 /// Exit codes: 0 all passed, 1 a mismatch, 4 no GPU / driver, 3 other errors.

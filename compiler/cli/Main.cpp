@@ -284,6 +284,11 @@ int main(int argc, char **argv) {
   check->add_flag("--quick", checkOptions.quick, "a reduced shape grid (for compute-sanitizer)");
   check->add_option("--kernel", checkOptions.kernelFilter,
                     "only kernels whose name contains this text");
+  check->add_flag("--nonfinite", checkOptions.nonFinite,
+                  "instead of the shape grid, one shape per kernel with one NaN or +Inf input "
+                  "element per case (forward: NaN in K, V, Q, +Inf in Q; backward: NaN in dO), "
+                  "each output element checked against docs/numerics.md's guarantee; one "
+                  "PASS/FAIL line per case");
   check->footer(checkDetails + kExitCodesHelp);
 
   TuneOptions tuneOptions;

@@ -89,19 +89,22 @@ template <int kDegree, int kI> FAGEN_HD inline float exp2_horner(float f) {
 
 } // namespace detail
 
-/// 2^x for x < 128 with relative error as tabled above; x <= -126 (and NaN) give 2^-126, so
-/// 2^-inf is NOT 0: a caller that needs 0 there tests for it (the forward templates' softmax
-/// detects rows that saw no key by their max, not by their sum). On the GPU: 1 FMNMX, 3 FADD and
-/// kDegree FFMA, one shift and one integer add; no MUFU.
+/// 2^x for x < 128 with relative error as tabled above; x <= -126 gives 2^-126, so 2^-inf is
+/// NOT 0: a caller that needs 0 there tests for it (the forward templates' softmax detects rows
+/// that saw no key by their max, not by their sum). NaN gives NaN, as exp2 does (clamped, a NaN
+/// logit would pass for a masked one: docs/numerics.md). On the GPU: 1 FMNMX, 3 FADD and kDegree
+/// FFMA, one shift and one integer add, and a compare and select for NaN; no MUFU.
 template <int kDegree> FAGEN_HD inline float exp2_poly(float x) {
   static_assert(kDegree >= 1 && kDegree <= 5, "exp2_poly: kDegree must be in [1, 5]");
   // 1.5 * 2^23: adding it with round-down leaves floor(x) in the low mantissa bits (|x| < 2^22),
   // as two's complement on top of 0x4b400000.
   constexpr float kShift = 12582912.0f;
 #ifdef __CUDA_ARCH__
+  const float x_in = x;
   x = fmaxf(x, -126.0f);
   const float shifted = __fadd_rd(x, kShift);
 #else
+  const float x_in = x;
   x = std::fmax(x, -126.0f);
   const float shifted = std::floor(x) + kShift; // exact: the device's round-down add, bit for bit
 #endif
@@ -109,8 +112,9 @@ template <int kDegree> FAGEN_HD inline float exp2_poly(float x) {
   const float f = x - j;            // [0, 1), exact
   const float p = detail::exp2_fma(detail::exp2_horner<kDegree, 1>(f), f, 1.0f); // 2^f in [1, 2]
   // (bits(shifted) << 23) == j << 23 modulo 2^32: the low 9 bits of 0x4b400000 are zero.
-  return detail::exp2_bits_float(detail::exp2_float_bits(p) +
-                                 (detail::exp2_float_bits(shifted) << 23));
+  const float y = detail::exp2_bits_float(detail::exp2_float_bits(p) +
+                                          (detail::exp2_float_bits(shifted) << 23));
+  return x_in == x_in ? y : x_in; // fmax turned a NaN into -126 above
 }
 
 } // namespace fagen

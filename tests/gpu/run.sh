@@ -8,7 +8,8 @@
 #   3. bench/bench_fwd.py and bench/bench_bwd.py: fagen vs SDPA flash and cuDNN, forward and
 #      backward (with the deterministic kernels), same inputs, one process.
 #   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
-#   forward and backward, before the benches.
+#   forward and backward, and the sanitizers on it; with .carry/nonfinite.fab
+#   (tests/gpu/check-nonfinite.yaml): fagen check --nonfinite (docs/numerics.md).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=${CARRY:-.carry}
@@ -42,6 +43,15 @@ if [ -f "$C/variants.fab" ]; then
   step "check variants fwd+bwd" bash -c "$C/fagen check $C/variants.fab >$OUT/check-variants.log 2>&1"
   tail -n 1 "$OUT/check-variants.log"
   grep -E "MISMATCH|FAIL|error" "$OUT/check-variants.log" | head -20
+fi
+if [ -f "$C/nonfinite.fab" ]; then
+  step "check NaN/Inf inputs" bash -c "$C/fagen check $C/nonfinite.fab --nonfinite >$OUT/check-nonfinite.log 2>&1 && $C/fagen check $C/check.fab --nonfinite >>$OUT/check-nonfinite.log 2>&1"
+  grep -cE "PASS" "$OUT/check-nonfinite.log"; grep -E "FAIL" "$OUT/check-nonfinite.log" | head
+fi
+if [ -f "$C/variants.fab" ] && command -v compute-sanitizer >/dev/null; then
+  step "memcheck window fwd+bwd" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/variants.fab --quick --kernel window >$OUT/sanitizer-variants.log 2>&1"
+  step "racecheck bwd det (quick)" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/variants.fab --quick --kernel _det_ >>$OUT/sanitizer-variants.log 2>&1"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-variants.log" | tail -4
 fi
 if [ -f "$C/bench.fab" ] && [ -z "${SKIP_BENCH:-}" ]; then
   step "bench fwd" bash -c "python3 bench/bench_fwd.py --bundle $C/bench.fab --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"

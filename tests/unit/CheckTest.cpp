@@ -19,8 +19,10 @@
 
 #include <elf.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 using namespace fagen;
 namespace ref = fagen::reference;
@@ -324,4 +326,192 @@ TEST(CheckStaticLayout, ReadsAndVerifiesTheTable) {
   llvm::Expected<std::vector<uint8_t>> size = staticBlockTable(k, elfWithTable(t.table));
   ASSERT_FALSE(bool(size));
   EXPECT_TRUE(contains(llvm::toString(size.takeError()), "the manifest says"));
+}
+
+//===--- Non-finite inputs: where a NaN may go ------------------------------===//
+
+namespace {
+
+using Expect = NonFiniteExpect;
+
+/// A causal kernel's case `kind` on its non-finite shape, injected; `in` keeps the tensors.
+NonFiniteCase injectCase(const KernelRecord &k, NonFiniteKind kind, CaseInputs &in) {
+  in = makeCaseInputs(k, nonFiniteShape(k), 3);
+  for (const NonFiniteCase &c : nonFiniteCases(k, in))
+    if (c.kind == kind) {
+      injectNonFinite(in, c);
+      return c;
+    }
+  ADD_FAILURE() << "no case of this kind";
+  return {};
+}
+
+int64_t countOf(const std::vector<Expect> &v, Expect e) {
+  return std::count(v.begin(), v.end(), e);
+}
+
+} // namespace
+
+TEST(CheckNonFinite, CasesSitAtOddPositions) {
+  KernelRecord fwd = record("fwd", "causal"), bwd = record("bwd", "causal");
+  const CheckShape s = nonFiniteShape(fwd);
+  EXPECT_EQ(checkShapeText(s), "2x4/2 127x577 bshd");
+  std::vector<NonFiniteCase> cases = nonFiniteCases(fwd, makeCaseInputs(fwd, s, 1));
+  ASSERT_EQ(cases.size(), 4u);
+  EXPECT_EQ(cases[0].kind, NonFiniteKind::NanInK);
+  EXPECT_EQ(cases[0].batch, 1);
+  EXPECT_EQ(cases[0].head, 1);
+  EXPECT_EQ(cases[0].row, 513); // column 1 of a key tile of 64 or 128: exp2_poly's columns
+  std::vector<NonFiniteCase> back = nonFiniteCases(bwd, makeCaseInputs(bwd, s, 1));
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0].kind, NonFiniteKind::NanInDOut);
+  EXPECT_EQ(back[0].row, 95);
+  fwd.seqlenMin = 2000, fwd.seqlenMax = 4000; // tuned: a shape of its own range
+  EXPECT_GE(nonFiniteShape(fwd).seqlenK, 2000);
+}
+
+TEST(CheckNonFinite, CasesAvoidHeadsABlockMaskHides) {
+  KernelRecord k = variantRecords("fwd")[7]; // runtime block mask of 128
+  CaseInputs in = makeCaseInputs(k, nonFiniteShape(k), 3);
+  std::vector<NonFiniteCase> cases = nonFiniteCases(k, in);
+  // 127 queries: one block row, and that of (batch 0, head 0) computes no block.
+  EXPECT_EQ(cases[2].batch * 4 + cases[2].head, 1);
+  for (const NonFiniteCase &c : cases) {
+    CaseInputs poisoned = in;
+    injectNonFinite(poisoned, c);
+    const ref::FwdProblem pb = referenceProblem(k, poisoned);
+    const ref::FwdResult r = ref::forwardFloat64(pb);
+    const NonFiniteExpectation e = expectNonFinite(pb, c, k.blockM, k.blockN, &r);
+    EXPECT_GT(countOf(e.O, Expect::NaN), 0) << int(c.kind);
+  }
+}
+
+TEST(CheckNonFinite, InjectWritesTheElementTheReferenceReads) {
+  KernelRecord k = record("fwd", "causal");
+  k.varlen = true; // rows start at cu_seqlens: keys and queries from different offsets
+  CaseInputs in;
+  const NonFiniteCase c = injectCase(k, NonFiniteKind::NanInV, in);
+  const ref::FwdProblem pb = referenceProblem(k, in);
+  const ref::Span s = ref::spanOf(pb, c.batch);
+  EXPECT_TRUE(std::isnan(ref::loadElement(pb, ref::tensorV(pb.Params), c.batch, c.head, s.K0,
+                                          c.row, c.dim)));
+  size_t nans = 0;
+  for (uint16_t x : in.v)
+    nans += std::isnan(ref::toFloat(x, in.type));
+  EXPECT_EQ(nans, 1u);
+  CaseInputs inf;
+  const NonFiniteCase q = injectCase(k, NonFiniteKind::InfInQ, inf);
+  const ref::FwdProblem qb = referenceProblem(k, inf);
+  EXPECT_EQ(ref::loadElement(qb, ref::tensorQ(qb.Params), q.batch, q.head,
+                             ref::spanOf(qb, q.batch).Q0, q.row, q.dim),
+            std::numeric_limits<double>::infinity());
+}
+
+TEST(CheckNonFinite, KeyNaNReachesExactlyTheRowsThatSeeIt) {
+  KernelRecord k = record("fwd", "causal");
+  CaseInputs in;
+  const NonFiniteCase c = injectCase(k, NonFiniteKind::NanInK, in);
+  const ref::FwdProblem pb = referenceProblem(k, in);
+  const NonFiniteExpectation e = expectNonFinite(pb, c, k.blockM, k.blockN);
+  // Heads 2 and 3 (kv head 1) of batch entry 1; bottom-right causal 127 x 577: query i sees
+  // key 513 iff i >= 63.
+  EXPECT_EQ(countOf(e.Lse, Expect::NaN), 2 * 64);
+  EXPECT_EQ(countOf(e.O, Expect::NaN), 2 * 64 * 64);
+  EXPECT_EQ(e.Lse[ref::resultRowQ(pb, 1, 2, 63)], Expect::NaN);
+  EXPECT_EQ(e.Lse[ref::resultRowQ(pb, 1, 2, 62)], Expect::Finite);
+  EXPECT_EQ(e.Lse[ref::resultRowQ(pb, 1, 1, 100)], Expect::Finite); // kv head 0
+  // The float64 reference on the same inputs agrees: NaN exactly there.
+  const ref::FwdResult r = ref::forwardFloat64(pb);
+  for (size_t row = 0; row < e.Lse.size(); ++row)
+    ASSERT_EQ(std::isnan(r.Lse[row]), e.Lse[row] == Expect::NaN) << "row " << row;
+}
+
+TEST(CheckNonFinite, ValueNaNMayReachItsColumnWithinAQueryTile) {
+  KernelRecord k = record("fwd", "causal");
+  CaseInputs in;
+  const NonFiniteCase c = injectCase(k, NonFiniteKind::NanInV, in);
+  const ref::FwdProblem pb = referenceProblem(k, in);
+  const int dv = 64;
+  auto at = [&](const NonFiniteExpectation &e, int h, int i, int x) {
+    return e.O[ref::resultRowQ(pb, 1, h, i) * dv + x];
+  };
+  const NonFiniteExpectation wide = expectNonFinite(pb, c, 128, 64);
+  EXPECT_EQ(countOf(wide.O, Expect::NaN), 2 * 64); // column 3 of rows 63..126, heads 2, 3
+  EXPECT_EQ(countOf(wide.O, Expect::MayBeNaN), 2 * 63); // rows 0..62 share query tile 0
+  EXPECT_EQ(at(wide, 3, 63, c.dim), Expect::NaN);
+  EXPECT_EQ(at(wide, 3, 63, c.dim + 1), Expect::Finite);
+  EXPECT_EQ(countOf(wide.Lse, Expect::Finite), int64_t(wide.Lse.size()));
+  // Query tiles of 32: tile 0 (rows 0..31) sees keys up to 481, not key tile 512..575.
+  const NonFiniteExpectation narrow = expectNonFinite(pb, c, 32, 64);
+  EXPECT_EQ(at(narrow, 2, 31, c.dim), Expect::Finite);
+  EXPECT_EQ(at(narrow, 2, 32, c.dim), Expect::MayBeNaN);
+  EXPECT_EQ(countOf(narrow.O, Expect::MayBeNaN), 2 * 31);
+}
+
+TEST(CheckNonFinite, QueryNaNAndInf) {
+  KernelRecord k = record("fwd", "none");
+  CaseInputs nan;
+  const NonFiniteCase c = injectCase(k, NonFiniteKind::NanInQ, nan);
+  const ref::FwdProblem pb = referenceProblem(k, nan);
+  const NonFiniteExpectation e = expectNonFinite(pb, c, k.blockM, k.blockN);
+  EXPECT_EQ(countOf(e.O, Expect::NaN), 64);
+  EXPECT_EQ(e.Lse[ref::resultRowQ(pb, 0, 0, 63)], Expect::NotFinite);
+  // +Inf: +-inf logits, inf - inf in the softmax: the reference's row is NaN.
+  CaseInputs inf;
+  const NonFiniteCase q = injectCase(k, NonFiniteKind::InfInQ, inf);
+  const ref::FwdProblem qb = referenceProblem(k, inf);
+  const ref::FwdResult r = ref::forwardFloat64(qb);
+  const NonFiniteExpectation ei = expectNonFinite(qb, q, k.blockM, k.blockN, &r);
+  EXPECT_EQ(countOf(ei.O, Expect::NaN), 64);
+  EXPECT_EQ(ei.Lse[ref::resultRowQ(qb, 0, 0, 63)], Expect::NaN);
+  EXPECT_EQ(countOf(ei.Lse, Expect::NaN), 1);
+}
+
+TEST(CheckNonFinite, DOutNaNReachesItsRowAndTheKeysItSees) {
+  KernelRecord k = record("bwd", "causal"); // tiles 64 x 128
+  CaseInputs in;
+  const NonFiniteCase c = injectCase(k, NonFiniteKind::NanInDOut, in);
+  ref::BwdProblem bp;
+  bp.Fwd = referenceProblem(k, in);
+  const int64_t *s = in.problem.do_strides;
+  bp.DOut = {in.dout.data(), s[0], s[1], s[2]};
+  const NonFiniteExpectation e = expectNonFinite(bp.Fwd, c, k.blockM, k.blockN);
+  EXPECT_EQ(countOf(e.DQ, Expect::NaN), 64);
+  // Query 95 sees keys 0..545; its tile (64..126) sees up to 576: keys 546..576 may be NaN.
+  EXPECT_EQ(countOf(e.DK, Expect::NaN), 546 * 64);
+  EXPECT_EQ(countOf(e.DK, Expect::MayBeNaN), 31 * 64);
+  EXPECT_EQ(countOf(e.DV, Expect::NaN), 546);
+  EXPECT_TRUE(e.O.empty());
+  // The float64 reference agrees on what must be NaN, and is finite where nothing may be.
+  const ref::BwdResult r = ref::backwardFloat64(bp);
+  for (auto [want, got] : {std::pair{&e.DQ, &r.DQ}, {&e.DK, &r.DK}, {&e.DV, &r.DV}})
+    for (size_t x = 0; x < want->size(); ++x) {
+      if ((*want)[x] == Expect::NaN)
+        ASSERT_TRUE(std::isnan((*got)[x])) << x;
+      if ((*want)[x] == Expect::Finite)
+        ASSERT_TRUE(std::isfinite((*got)[x])) << x;
+    }
+}
+
+TEST(CheckNonFinite, JudgeCountsAndCompares) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  const std::vector<Expect> expect = {Expect::NaN, Expect::NotFinite, Expect::MayBeNaN,
+                                      Expect::MayBeNaN, Expect::Finite, Expect::Finite};
+  const std::vector<double> exact = {nan, nan, 1.0, 2.0, 3.0, -inf};
+  const std::vector<double> same = {nan, nan, 1.0, 2.0, 3.01, -inf};
+  NonFiniteCount n =
+      judgeNonFinite(expect, exact, same, {nan, -inf, nan, 2.0, 3.02, -inf}, 1e-9);
+  EXPECT_EQ(n.expectedNan, 2);
+  EXPECT_EQ(n.missing, 0);
+  EXPECT_EQ(n.leaked, 1);
+  EXPECT_EQ(n.unexpected, 0);
+  EXPECT_EQ(n.negInf, 1);
+  EXPECT_NEAR(n.error, 0.02, 1e-12);
+  EXPECT_NEAR(n.limit, 0.02, 1e-8);
+  EXPECT_TRUE(n.passed());
+  n = judgeNonFinite(expect, exact, same, {1.0, 0.0, 1.0, 2.0, nan, inf}, 0);
+  EXPECT_EQ(n.missing, 2);
+  EXPECT_EQ(n.unexpected, 2);
+  EXPECT_FALSE(n.passed());
 }

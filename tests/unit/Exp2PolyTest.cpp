@@ -102,6 +102,12 @@ TEST(Exp2PolyTest, ClampsBelowMinus126) {
   EXPECT_EQ(fagen::exp2_poly<3>(-INFINITY), std::ldexp(1.0f, -126));
 }
 
+TEST(Exp2PolyTest, NaNStaysNaN) {
+  // A NaN logit must not pass for a masked one (docs/numerics.md).
+  EXPECT_TRUE(std::isnan(fagen::exp2_poly<3>(std::nanf(""))));
+  EXPECT_TRUE(std::isnan(fagen::exp2_poly<5>(-std::nanf(""))));
+}
+
 TEST(Exp2PolyTest, Degree3WithinOneBfloat16UlpOn99Percent) {
   EXPECT_GE(shareWithinOneBfloat16Ulp(3), 0.99);
   // The check discriminates: degree 1 (3.9e-2, ~10 bf16 ulps) falls well short of it.
