@@ -159,8 +159,26 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const float kLog2e = 1.4426950408889634f;
   const float softmax_scale_log2 = ScoreMod::kIdentity ? params.scale_log2 : kLog2e;
 
+  // Dropout's keep flags of a key tile: drawn during the P @ V of the tile before it (the first
+  // tile's before the loop) when O is small (at most 64 registers a thread: hd <= 64), where
+  // the Philox rounds fill issue slots between mma.sync with S dead (hd64 causal 128x128, 16k:
+  // +36 % -> +27 % dropout cost); otherwise before the QK^T MMAs, while S is not live (drawn
+  // during P @ V, hd128 128x64 spilled 32 B and gained nothing; H200, 2026-11-30).
+  constexpr bool kDrawDuringPv = Dropout::kEnabled && kRowTiles * kDimV / 2 <= 64;
+  const int row0 = row_begin + warp_row;
+  u32 keep_bits[ceil_div(kRowTiles * kColTiles, 8)];
+  auto draw_keep_bits = [&](int n_block) {
+    if constexpr (Dropout::kEnabled) {
+      Dropout dropout(params, batch, head);
+      dropout.seed = value_rematerialized(dropout.seed); // round keys: recomputed per tile
+      dropout_keep_bits<kRowTiles, kColTiles>(keep_bits, dropout, row0, n_block * kBlockN);
+    }
+  };
+  if constexpr (kDrawDuringPv)
+    draw_keep_bits(n_first);
+
   int stage = 0;
-  for (int n_block = n_first; n_block < n_end; n_block = next(n_block + 1)) {
+  for (int n_block = n_first, n_next; n_block < n_end; n_block = n_next) {
     const int prev_stage = stage == 0 ? kStages - 1 : stage - 1;
     const int v_prefetch = Sparsity::kSparse ? n_v : n_block + kStages - 1;
 
@@ -171,13 +189,9 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
       load_v(v_prefetch, prev_stage);
     cp_async_commit();
 
-    const int row0 = row_begin + warp_row, col0 = n_block * kBlockN;
-    u32 keep_bits[ceil_div(kRowTiles * kColTiles, 8)];
-    if constexpr (Dropout::kEnabled) {
-      Dropout dropout(params, batch, head);
-      dropout.seed = value_rematerialized(dropout.seed); // round keys: recomputed per tile
-      dropout_keep_bits<kRowTiles, kColTiles>(keep_bits, dropout, row0, col0);
-    }
+    if constexpr (Dropout::kEnabled && !kDrawDuringPv)
+      draw_keep_bits(n_block);
+    const int col0 = n_block * kBlockN;
     float acc_s[kRowTiles][kColTiles][4];
     gemm_qk<Element, kDimQK>(acc_s, q_warp, k_smem + stage * Config::kSmemKTileBytes);
     if constexpr (!ScoreMod::kIdentity)
@@ -185,21 +199,37 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
     if ((n_block + 1) * kBlockN > shape.seqlen_k ||
         Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape))
       apply_mask<Mask>(acc_s, row0, col0, shape);
+    // V_n has landed and every warp is done with K_n: refill that buffer with K_{n+S}. One
+    // stage and one 16-row tile per warp (hd256 64x64): before the softmax, FlashAttention-2's
+    // order, so that K_{n+1} also loads during the softmax (+1-3 %, H200, 2026-11-30);
+    // otherwise after it (the earlier barrier spilled 8-64 B at 32 rows a warp).
+    constexpr bool kRefillBeforeSoftmax = kStages == 1 && kRowTiles == 1;
+    auto refill_k = [&](int k_prefetch) {
+      cp_async_wait<2 * kStages - 2>();
+      __syncthreads();
+      if (k_prefetch < n_end)
+        load_k(k_prefetch, stage);
+      cp_async_commit();
+    };
+    int k_prefetch; // the key tile of this K refill
+    if constexpr (kRefillBeforeSoftmax) {
+      k_prefetch = Sparsity::kSparse ? next(n_v + 1) : n_block + kStages;
+      refill_k(k_prefetch);
+    }
     softmax.update(acc_s, acc_o, softmax_scale_log2);
     u32 p[kRowTiles][kColTiles / 2][4];
     convert_p<Element>(p, acc_s);
     if constexpr (Dropout::kEnabled)
       apply_dropout_packed(p, keep_bits);
+    if constexpr (!kRefillBeforeSoftmax) {
+      k_prefetch = Sparsity::kSparse ? next(n_v + 1) : n_block + kStages;
+      refill_k(k_prefetch);
+    }
 
-    // V_n has landed and every warp is done with K_n: refill that buffer with K_{n+S}.
-    const int k_prefetch = Sparsity::kSparse ? next(n_v + 1) : n_block + kStages;
-    cp_async_wait<2 * kStages - 2>();
-    __syncthreads();
-    if (k_prefetch < n_end)
-      load_k(k_prefetch, stage);
-    cp_async_commit();
-
+    n_next = next(n_block + 1);
     gemm_pv<Element, kDimV>(acc_o, p, v_smem + stage * Config::kSmemVTileBytes);
+    if (kDrawDuringPv && n_next < n_end)
+      draw_keep_bits(n_next);
     stage = stage == kStages - 1 ? 0 : stage + 1;
     n_v = k_prefetch;
   }

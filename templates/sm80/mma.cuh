@@ -124,6 +124,15 @@ template <int kPending> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
+// --- integer ------------------------------------------------------------------------------
+/// Byte permute (prmt.b32, default mode): byte i of the result is byte (kSel >> 4 i) & 7 of
+/// {b, a} (a: bytes 0-3), or, when bit 3 of that nibble is set, that byte's bit 7 replicated.
+template <u32 kSel> __device__ __forceinline__ u32 prmt(u32 a, u32 b) {
+  u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "n"(kSel));
+  return d;
+}
+
 // --- conversions ---------------------------------------------------------------------------
 /// Rounds (lo, hi) to nearest even and packs them, lo in the low half.
 template <class Element> __device__ __forceinline__ u32 pack2(float lo, float hi);

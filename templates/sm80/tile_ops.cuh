@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 
+#include "common/philox.h"
 #include "sm80/mma.cuh"
 
 namespace fagen {
@@ -158,11 +159,27 @@ __device__ __forceinline__ void convert_p(u32 (&p)[kRowTiles][kColTiles / 2][4],
     }
 }
 
-/// Dropout's keep bits of this thread's (16 * kRowTiles, 8 * kColTiles) fragment elements:
-/// element (t, j, e) is bit 4 * (t * kColTiles + j) + e. One Philox call per 16-row tile and
-/// 8-column tile gives the thread's 2x2 patch (common/philox.h). Called before the QK^T MMAs,
-/// while S is not live: the Philox rounds then find registers. row0 % 16 == 0; (row0, col0) as
-/// apply_mask.
+/// Bit 7 of each byte of the result: whether that byte of r is >= the byte of the threshold
+/// (t_low7 = threshold & 0x7f in every byte, t_not = ~threshold in every byte); other bits are
+/// garbage. SWAR: (r | 0x80) - (t & 0x7f) borrows nothing across bytes, and its bit 7 is the
+/// borrow into bit 7; the borrow out of a byte of r - t is then a majority. 3 instructions for 4
+/// bytes (__vcmpgeu4 and the bit gathering that followed it took ~30 on sm_90).
+__device__ __forceinline__ u32 bytes_ge_msb(u32 r, u32 t_low7, u32 t_not) {
+  const u32 low = (r | 0x80808080u) - t_low7;
+  return (r & t_not) | (low & (r | t_not)); // majority(r, ~t, low): one LOP3
+}
+
+/// (a & mask) | (b & ~mask): one LOP3.
+__device__ __forceinline__ u32 bit_mux(u32 a, u32 b, u32 mask) { return (a & mask) | (b & ~mask); }
+
+/// Dropout's keep flags of this thread's (16 * kRowTiles, 8 * kColTiles) fragment elements.
+/// kColTiles % 4 == 0: one Philox call per 16-row tile and four 8-column tiles (philox.h's
+/// patch): call c = t * kColTiles / 4 + g keeps its 16 flags in register c / 2, bits 7 - 4 (c
+/// even) or 3 - 0 (c odd) of each byte b: the flags of byte b of the patch's words x, y, z, w in
+/// that order (apply_dropout_packed turns them into masks with prmt). Otherwise element (t, j,
+/// e) is bit 4 * (t * kColTiles + j) + e (one draw per 8-column tile). Called where its Philox
+/// rounds find registers (fwd_kernel: before QK^T, or during the previous tile's P @ V when O is
+/// small). row0 % 16 == 0; (row0, col0) as apply_mask.
 template <int kRowTiles, int kColTiles, class Dropout>
 __device__ __forceinline__ void dropout_keep_bits(u32 (&bits)[ceil_div(kRowTiles * kColTiles, 8)],
                                                   const Dropout &dropout, int row0, int col0) {
@@ -171,14 +188,25 @@ __device__ __forceinline__ void dropout_keep_bits(u32 (&bits)[ceil_div(kRowTiles
   for (int w = 0; w < ceil_div(kRowTiles * kColTiles, 8); ++w)
     bits[w] = 0;
   if constexpr (kColTiles % 4 == 0) {
-    // One Philox draw per four 8-column tiles (philox.h's patch); col0 is a multiple of 32.
+    const u32 t4 = dropout.threshold * 0x01010101u;
+    const u32 t_low7 = t4 & 0x7f7f7f7fu, t_not = ~t4;
 #pragma unroll
     for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
-      for (int j = 0; j < kColTiles; j += 4) {
-        const int i = t * kColTiles + j;
-        const int row = row0 + 16 * t + lane / 4, col = col0 + 8 * j + 2 * (lane % 4);
-        bits[i / 8] |= dropout.keep16(row, col) << 4 * (i % 8);
+      for (int g = 0; g < kColTiles / 4; ++g) {
+        const int c = t * (kColTiles / 4) + g;
+        const int row = row0 + 16 * t + lane / 4, col = col0 + 32 * g + 2 * (lane % 4);
+        const Philox4 r = dropout_patch(dropout.seed, dropout.offset, dropout.bh, row, col);
+        const u32 kx = bytes_ge_msb(r.x, t_low7, t_not), ky = bytes_ge_msb(r.y, t_low7, t_not);
+        const u32 kz = bytes_ge_msb(r.z, t_low7, t_not), kw = bytes_ge_msb(r.w, t_low7, t_not);
+        if (c % 2 == 0)
+          bits[c / 2] = bit_mux(bit_mux(kx, ky >> 1, 0x80808080u),
+                                bit_mux(kz >> 2, kw >> 3, 0x20202020u), 0xc0c0c0c0u);
+        else
+          bits[c / 2] = bit_mux(bits[c / 2],
+                                bit_mux(bit_mux(kx >> 4, ky >> 5, 0x08080808u),
+                                        bit_mux(kz >> 6, kw >> 7, 0x02020202u), 0x0c0c0c0cu),
+                                0xf0f0f0f0u);
       }
   } else {
 #pragma unroll
@@ -192,7 +220,7 @@ __device__ __forceinline__ void dropout_keep_bits(u32 (&bits)[ceil_div(kRowTiles
   }
 }
 
-/// Zeroes the probabilities that dropout drops (keep bits from dropout_keep_bits), on P as
+/// Zeroes the probabilities that dropout drops (keep flags from dropout_keep_bits), on P as
 /// convert_p packs it: p[t][k][0] = tile 2k, elements 0-1, [1] = tile 2k, 2-3, [2] and [3] =
 /// tile 2k + 1; the low half of each register is the even column. The kept values are scaled
 /// by 1 / (1 - p) later, with O.
@@ -200,17 +228,39 @@ template <int kRowTiles, int kKTiles>
 __device__ __forceinline__ void
 apply_dropout_packed(u32 (&p)[kRowTiles][kKTiles][4],
                      const u32 (&bits)[ceil_div(kRowTiles * 2 * kKTiles, 8)]) {
+  if constexpr (kKTiles % 2 == 0) {
+    // Call c's flags of word x / y / z / w at bit 7 of each byte after a left shift by
+    // 4 (c % 2) + 0 / 1 / 2 / 3; prmt replicates byte 0 / 1 (2 / 3) of the word's flags into
+    // the low / high half of the mask of an 8-column tile's even (odd) tile of the pair.
 #pragma unroll
-  for (int t = 0; t < kRowTiles; ++t)
+    for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
-    for (int j = 0; j < 2 * kKTiles; ++j) {
-      const int i = t * 2 * kKTiles + j;
-      const u32 keep = bits[i / 8] >> 4 * (i % 8);
-      const u32 upper = (keep & 1u ? 0x0000ffffu : 0u) | (keep & 2u ? 0xffff0000u : 0u);
-      const u32 lower = (keep & 4u ? 0x0000ffffu : 0u) | (keep & 8u ? 0xffff0000u : 0u);
-      p[t][j / 2][2 * (j % 2)] &= upper;
-      p[t][j / 2][2 * (j % 2) + 1] &= lower;
-    }
+      for (int g = 0; g < kKTiles / 2; ++g) {
+        const int c = t * (kKTiles / 2) + g, s = 4 * (c % 2);
+        const u32 fx = bits[c / 2] << s, fy = bits[c / 2] << (s + 1);
+        const u32 fz = bits[c / 2] << (s + 2), fw = bits[c / 2] << (s + 3);
+        p[t][2 * g][0] &= prmt<0x9988>(fx, 0);     // 8-column tile 4g, row lane / 4
+        p[t][2 * g][2] &= prmt<0xbbaa>(fx, 0);     // tile 4g + 1
+        p[t][2 * g][1] &= prmt<0x9988>(fz, 0);     // tile 4g, row lane / 4 + 8
+        p[t][2 * g][3] &= prmt<0xbbaa>(fz, 0);
+        p[t][2 * g + 1][0] &= prmt<0x9988>(fy, 0); // tile 4g + 2
+        p[t][2 * g + 1][2] &= prmt<0xbbaa>(fy, 0); // tile 4g + 3
+        p[t][2 * g + 1][1] &= prmt<0x9988>(fw, 0);
+        p[t][2 * g + 1][3] &= prmt<0xbbaa>(fw, 0);
+      }
+  } else {
+#pragma unroll
+    for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+      for (int j = 0; j < 2 * kKTiles; ++j) {
+        const int i = t * 2 * kKTiles + j;
+        const u32 keep = bits[i / 8] >> 4 * (i % 8);
+        const u32 upper = (keep & 1u ? 0x0000ffffu : 0u) | (keep & 2u ? 0xffff0000u : 0u);
+        const u32 lower = (keep & 4u ? 0x0000ffffu : 0u) | (keep & 8u ? 0xffff0000u : 0u);
+        p[t][j / 2][2 * (j % 2)] &= upper;
+        p[t][j / 2][2 * (j % 2) + 1] &= lower;
+      }
+  }
 }
 
 /// o (16 * kRowTiles, kHeadDim) += p (16 * kRowTiles, 16 * kKTiles) * v (16 * kKTiles, kHeadDim).

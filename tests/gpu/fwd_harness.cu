@@ -206,6 +206,8 @@ static const VariantInfo iCausalTL = vinfo(VM::CausalTopLeft), iWindow = vinfo(V
                            "fagen_fwd_sm80_bf16_hd128_causal_m128n64w4s2_t8"),
     iNoneDrop64 = vinfo(VM::None, VS::None, true, VP::None, false, 0,
                         "fagen_fwd_sm80_bf16_hd64_nomask_m128n128w4s2"),
+    iCausalDrop64 = vinfo(VM::Causal, VS::None, true, VP::None, false, 0,
+                          "fagen_fwd_sm80_bf16_hd64_causal_m128n128w4s2_ta"),
     iNoneBsr64 = vinfo(VM::None, VS::None, false, VP::Runtime, false, 0,
                        "fagen_fwd_sm80_bf16_hd64_nomask_m128n128w4s2");
 
@@ -231,7 +233,7 @@ FAGEN_VARIANT_(bf16_hd128_causaltl_softcap_drop_varlen_m128n64w4s2_t8, VBF16, 12
 FAGEN_VARIANT_(f16_hd128_window_softcap_drop_m128n64w4s2, VF16, 128, 128, 128, 64, 4, 2, VWindowSoftcapDrop, 0, iWindowSoftcapDrop)
 // hd64 (128x128) and hd256 (64x64, 1 stage) default tiles.
 FAGEN_VARIANT_(bf16_hd64_none_drop_m128n128w4s2, VBF16, 64, 64, 128, 128, 4, 2, VNoneDrop, 0, iNoneDrop64)
-FAGEN_VARIANT_(bf16_hd64_causal_drop_m128n128w4s2_ta, VBF16, 64, 64, 128, 128, 4, 2, VCausalDrop, -1, iCausalDrop)
+FAGEN_VARIANT_(bf16_hd64_causal_drop_m128n128w4s2_ta, VBF16, 64, 64, 128, 128, 4, 2, VCausalDrop, -1, iCausalDrop64)
 FAGEN_VARIANT_(bf16_hd64_window_varlen_m128n128w4s2, VBF16, 64, 64, 128, 128, 4, 2, VWindowVarlen, 0, iWindowVarlen)
 FAGEN_VARIANT_(bf16_hd64_none_bsr128_m128n128w4s2, VBF16, 64, 64, 128, 128, 4, 2, VNoneBsr128, 0, iNoneBsr64)
 FAGEN_VARIANT_(bf16_hd256_causal_softcap_m64n64w4s1, VBF16, 256, 256, 64, 64, 4, 1, VCausalSoftcap, 0, iCausalSoftcap)

@@ -819,8 +819,9 @@ static void run_bench(const Options &opt) {
   struct Shape {
     int hd, seqlen;
   };
-  const std::vector<Shape> all = {{64, 2048},  {64, 4096},  {64, 16384}, {128, 2048},
-                                  {128, 4096}, {128, 16384}, {256, 8192}};
+  const std::vector<Shape> all = {{64, 2048},  {64, 4096},   {64, 16384}, {128, 2048},
+                                  {128, 4096}, {128, 16384}, {256, 2048}, {256, 4096},
+                                  {256, 8192}, {256, 16384}};
   std::vector<Shape> shapes;
   for (const Shape &s : all) // --seqlens 2048,16384: only those
     if (!opt.seqlens || std::strstr(opt.seqlens, std::to_string(s.seqlen).c_str()))
