@@ -102,6 +102,18 @@ Tile elementwiseVariantTile(Tile t, int headDim) {
   return t;
 }
 
+/// The backward's default tile made to fit a score mod's registers (its dlogit per element):
+/// with 8 warps they spilled 40 bytes at hd 64 (128x128) and 156 at hd 128 (64x128); 64 query
+/// rows at hd 64 and 64 keys at hd 128 spilled none (nvcc 13.0, sm_90, 2026-11-30; speed not
+/// measured). Window masks and dropout did not spill at the dense tiles.
+Tile scoreModBwdTile(Tile t, int headDim) {
+  if (headDim <= 64)
+    return {64, t.blockN, t.warps, t.stages};
+  if (headDim <= 128)
+    return {t.blockM, 64, t.warps, t.stages};
+  return t;
+}
+
 /// The backward template's defaults per head dim (the padded max(qk, v)), in one table.
 /// Measured on the H200 (sm_90 build, bf16, 2k-16k, 2026-11-30, docs/perf/sm80-bwd.md): other
 /// tile shapes were slower or within noise; hd 256 with one stage is 3-4% slower. Archs with
@@ -626,6 +638,8 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   Tile t = pass == "bwd" ? defaultBwdTile(headDim) : defaultTile(headDim, arch);
   if (pass == "fwd" && hasElementwiseWork(v))
     t = elementwiseVariantTile(t, headDim);
+  if (pass == "bwd" && v.scoreMod != "none")
+    t = scoreModBwdTile(t, headDim);
   t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, arch);
   // Head dims whose padded width is an odd multiple of 16 (48, 80, ...) do not split over
   // 8 warps: fewer warps, and a narrower key tile so that each warp's share stays in registers
