@@ -38,17 +38,25 @@ def rel_diff(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
 
 
-def fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads):
-    """Runs fagen's forward then backward per deterministic mode; fills row[...] in place."""
-    o, lse = bundle.forward(q, k, v, causal=causal)
+def fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout):
+    """Runs fagen's forward then backward per deterministic mode; fills row[...] in place.
+    q, k, v, do: [B, S, H, D]-indexed views of `layout` memory; O, dQ, dK, dV alike."""
+    def empty_like_layout(t):
+        if layout == "bhsd":
+            return torch.empty(t.transpose(1, 2).shape, dtype=t.dtype, device=t.device).transpose(1, 2)
+        return torch.empty_like(t)
+    fplan = bundle.plan_forward(q, k, v, causal=causal, out_layout=layout)
+    o = empty_like_layout(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+    fplan.run(q, k, v, o, lse)
     for det in det_modes:
         label = "fagen_det" if det else "fagen"
         try:
-            plan = bundle.plan_backward(q, k, v, deterministic=det, causal=causal)
+            plan = bundle.plan_backward(q, k, v, deterministic=det, causal=causal, out_layout=layout)
         except fagen_rt.FagenError as e:
             print(f"{label}: {e}", flush=True)
             continue
-        dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+        dq, dk, dv = (empty_like_layout(t) for t in (q, k, v))
         ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
         run = lambda: plan.run_backward(q, k, v, o, lse, do, dq, dk, dv, ws)
         for t in (dq, dk, dv):
@@ -71,13 +79,17 @@ def main():
     ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     ap.add_argument("--deterministic", action="store_true",
                     help="also time the deterministic backward kernels")
+    ap.add_argument("--layout", default="bshd", choices=("bshd", "bhsd"),
+                    help="memory layout of every tensor (both sides see the same memory); "
+                         "bshd: FlashAttention-3's benchmark, bhsd: torch's default")
     args = ap.parse_args()
 
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(0)
     bundle = fagen_rt.Bundle(args.bundle)
     meta = {"gpu": props.name, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-            "fagen": fagen_rt.version(), "bundle": os.path.basename(args.bundle), "rows": []}
+            "fagen": fagen_rt.version(), "bundle": os.path.basename(args.bundle),
+            "layout": args.layout, "rows": []}
     print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
     det_modes = (False, True) if args.deterministic else (False,)
     torch.manual_seed(0)
@@ -86,9 +98,14 @@ def main():
         for causal in (False, True):
             for s in [int(x) for x in args.seqlens.split(",")]:
                 b, h = max(1, 16384 // s), 2048 // d
-                # fagen takes BSHD; SDPA gets the same memory as BHSD views.
-                q, k, v, do = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
-                               for _ in range(4))
+                # fagen takes [B, S, H, D]-indexed tensors, SDPA [B, H, S, D]: views of the same
+                # memory, laid out as --layout says.
+                if args.layout == "bhsd":
+                    q, k, v, do = (torch.randn(b, h, s, d, device=dev, dtype=torch.bfloat16)
+                                   .transpose(1, 2) for _ in range(4))
+                else:
+                    q, k, v, do = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
+                                   for _ in range(4))
                 flops = 10.0 * b * h * s * s * d * (0.5 if causal else 1.0)
                 row = dict(head_dim=d, causal=causal, seqlen=s, batch=b, heads=h)
                 ref_grads = None
@@ -109,7 +126,7 @@ def main():
                         print(f"{name} d={d} causal={causal} s={s}: {type(e).__name__}: "
                               f"{str(e)[:100]}", flush=True)
                 if ref_grads is not None:
-                    fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads)
+                    fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads, args.layout)
                 labels = ["fagen", "fagen_det", "flash", "cudnn"]
                 for name in labels:
                     if row.get(name + "_ms"):

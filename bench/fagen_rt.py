@@ -254,7 +254,7 @@ class Bundle:
     def _problem(q, k, v, causal=False, softmax_scale=0.0, head_dim_v=None, mask=None,
                  mask_align="bottom_right", window=(-1, -1), softcap=0.0, alibi=False,
                  dropout_p=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                 max_seqlen_k=None, block_sparse=None, sparse_hash=0):
+                 max_seqlen_k=None, block_sparse=None, sparse_hash=0, out_layout="bshd"):
         """fagen_fwd_problem for q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] (varlen:
         [total, H, D] with cu_seqlens_*, max_seqlen_*); O, dO, dQ, dK, dV contiguous like
         forward() and backward() allocate them. block_sparse: ("runtime", block) or
@@ -292,7 +292,10 @@ class Bundle:
         p.q_strides[:] = _strides("q", q, varlen)
         p.k_strides[:] = _strides("k", k, varlen)
         p.v_strides[:] = _strides("v", v, varlen)
-        # O, dO, dQ, dK, dV: contiguous BSHD (varlen: packed), as forward()/backward() allocate.
+        # O, dO, dQ, dK, dV: contiguous BSHD (varlen: packed), as forward()/backward() allocate,
+        # or (out_layout="bhsd", not varlen) contiguous [batch, heads, seq, dim].
+        if out_layout not in ("bshd", "bhsd") or (varlen and out_layout != "bshd"):
+            raise ValueError(f"out_layout is {out_layout!r}: use 'bshd' (or 'bhsd', not varlen)")
         rows_q = p.total_q if varlen else p.seqlen_q
         rows_k = p.total_k if varlen else p.seqlen_k
         for field, rows, heads, dim in (("o_strides", rows_q, p.heads_q, p.head_dim_v),
@@ -300,7 +303,10 @@ class Bundle:
                                         ("dq_strides", rows_q, p.heads_q, p.head_dim_qk),
                                         ("dk_strides", rows_k, p.heads_kv, p.head_dim_qk),
                                         ("dv_strides", rows_k, p.heads_kv, p.head_dim_v)):
-            getattr(p, field)[:] = (0 if varlen else rows * heads * dim, dim, heads * dim)
+            if out_layout == "bhsd":
+                getattr(p, field)[:] = (rows * heads * dim, rows * dim, dim)
+            else:
+                getattr(p, field)[:] = (0 if varlen else rows * heads * dim, dim, heads * dim)
         return p
 
     def plan_forward(self, q, k, v, kernel_index=None, **variant):
