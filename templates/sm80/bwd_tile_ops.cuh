@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "sm80/mma.cuh"
+#include "sm80/tile_ops.cuh"
 
 namespace fagen {
 namespace sm80 {
@@ -73,38 +74,8 @@ __device__ __forceinline__ void load_rows_async(u32 smem, const Element *gmem, i
                                                 int rows_valid) {
   static_assert(kCols % 8 == 0 && kColsPad % 8 == 0 && kCols <= kColsPad,
                 "columns come in 16-byte chunks");
-  constexpr int kChunksPerRow = kColsPad / 8, kValidChunks = kCols / 8;
-  if constexpr (kThreads % kChunksPerRow == 0) {
-    // Each thread keeps one column chunk and walks down the rows with one pointer (see
-    // load_tile_async: per-chunk 64-bit addresses cost registers the accumulators need).
-    constexpr int kRowsPerRound = kThreads / kChunksPerRow;
-    const int tid = thread_index_rematerialized();
-    const int row0 = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
-    const bool chunk_valid = chunk < kValidChunks;
-    const Element *src = gmem + row0 * row_stride + (chunk_valid ? chunk * 8 : 0);
-    const u32 dst = smem + row0 * kRowBytes + chunk * 16;
-    const int rows_left = rows_valid - row0;
-#pragma unroll
-    for (int i = 0; i < ceil_div(kRows, kRowsPerRound); ++i) {
-      if (kRows % kRowsPerRound == 0 || row0 + i * kRowsPerRound < kRows) {
-        const bool valid = chunk_valid && i * kRowsPerRound < rows_left;
-        cp_async_16(dst + i * kRowsPerRound * kRowBytes, valid ? src : gmem, valid);
-      }
-      src += kRowsPerRound * row_stride;
-    }
-  } else {
-    constexpr int kChunks = kRows * kChunksPerRow;
-#pragma unroll
-    for (int i = 0; i < ceil_div(kChunks, kThreads); ++i) {
-      const int c = threadIdx.x + i * kThreads;
-      if (kChunks % kThreads == 0 || c < kChunks) {
-        const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-        const bool valid = row < rows_valid && chunk < kValidChunks;
-        cp_async_16(smem + row * kRowBytes + chunk * 16,
-                    gmem + (valid ? row * row_stride + chunk * 8 : 0), valid);
-      }
-    }
-  }
+  load_chunks_async<kRows, kColsPad / 8, kCols / 8, kRowBytes, kThreads>(smem, gmem, row_stride,
+                                                                         rows_valid);
 }
 
 /// Copies a (kRows, kCols) tile from shared memory (rows kRowBytes apart) to global memory with
