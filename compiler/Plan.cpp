@@ -336,27 +336,36 @@ std::string sm90VariantProblem(const KernelPlan &p) {
     return "block sparsity";
   if (p.varlen)
     return "varlen";
-  if (p.headDimQK != p.headDimV || (p.headDimQK != 64 && p.headDimQK != 128))
-    return "head dims other than 64 and 128";
+  if (p.headDimQK != p.headDimV ||
+      (p.headDimQK != 64 && p.headDimQK != 128 && p.headDimQK != 256))
+    return "head dims other than 64, 128 and 256";
   return "";
 }
 
-/// Mirrors templates/sm90/fwd_config.cuh's static_asserts, restricted to what has run on the
-/// H200 (head dims 64 and 128).
+/// Mirrors templates/sm90/fwd_config.cuh's and sm90/tile_ops.cuh's static_asserts, restricted
+/// to what has run on the H200 (head dims 64, 128 and 256).
 std::string sm90ConfigProblem(const KernelPlan &p) {
   if (p.arch != "sm_90a")
     return "the sm90 template (wgmma) needs the sm_90a target";
   std::string variant = sm90VariantProblem(p);
   if (!variant.empty())
     return "the sm90 template does not serve " + variant +
-           " (dense none/causal attention at head dims 64 and 128 only)";
+           " (dense none/causal attention at head dims 64, 128 and 256 only)";
   if (p.blockM != 64 && p.blockM != 128)
     return llvm::formatv("block_m must be 64 or 128 (1 or 2 warpgroups), got {0}", p.blockM);
   if (p.warps != p.blockM / 16)
     return llvm::formatv("warps must be block_m / 16 = {0} (4 per warpgroup), got {1}",
                          p.blockM / 16, p.warps);
-  if (p.blockN != 64 && p.blockN != 128 && p.blockN != 256)
-    return llvm::formatv("block_n must be 64, 128 or 256, got {0}", p.blockN);
+  if (p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 256)
+    return llvm::formatv("block_n must be 64, 80, 128 or 256, got {0}", p.blockN);
+  // The loaders: 2 * block_m threads copy 16-byte chunks of whole rows, in rounds of whole
+  // 8-row swizzle atoms that divide both tiles.
+  int rowsPerRound = 2 * p.blockM / (p.headDimQK / 8);
+  if (rowsPerRound % 8 != 0 || p.blockM % rowsPerRound != 0 || p.blockN % rowsPerRound != 0)
+    return llvm::formatv("block_m {0} and block_n {1} do not load at head dim {2}: its {3} rows "
+                         "a round must be a multiple of 8 dividing both (head dim 256: block_m "
+                         "128)",
+                         p.blockM, p.blockN, p.headDimQK, rowsPerRound);
   if (p.stages < 2 || p.stages > 4)
     return llvm::formatv("stages must be in 2..4, got {0}", p.stages);
   if (p.rescaleTau != 0)
@@ -554,12 +563,14 @@ namespace {
 /// The sm90 template's default for `p`, measured on the H200 (bf16, 2026-11-30,
 /// docs/perf/sm90-fwd.md): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
 /// one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; two stages (three
-/// never helped). The planner picks it on sm_90a wherever it serves the variant: 1.28-1.50x
-/// the portable template's speed there.
+/// never helped). hd 256: two warpgroups, 128 x 64, 197632 bytes of shared memory (1.46-1.83x
+/// the portable template, 1.47-1.88x FlashAttention-2; 128 x 80 wins only causal 16k by 3-4%
+/// and spills 4 bytes). The planner picks it on sm_90a wherever it serves the variant: 1.28-1.50x
+/// the portable template's speed at hd 64 and 128.
 KernelPlan sm90Plan(KernelPlan p) {
   p.templ = "sm90";
   p.blockM = p.headDimQK == 64 ? 64 : 128;
-  p.blockN = 128;
+  p.blockN = p.headDimQK == 256 ? 64 : 128;
   p.warps = p.blockM / 16;
   p.stages = 2;
   p.rescaleTau = 0;
@@ -576,8 +587,8 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
     std::string variant = sm90VariantProblem(p);
     if (!variant.empty())
       return makeSpecError(tile.loc, "template sm90 does not serve " + variant +
-                                         " (dense none/causal attention at head dims 64 and "
-                                         "128 only): remove template: sm90");
+                                         " (dense none/causal attention at head dims 64, 128 "
+                                         "and 256 only): remove template: sm90");
     p = sm90Plan(p);
   }
   if (tile.blockM) p.blockM = tile.blockM;

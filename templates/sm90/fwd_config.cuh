@@ -23,8 +23,13 @@ namespace sm90 {
 ///
 /// Variant (common/variants.cuh): dense NoMask or CausalMask only, with no score mod, dropout,
 /// block sparsity or varlen (the sm80 template serves the other variants).
+///
+/// kRefillAfterIssue: each key step issues its cp.async refill after its wgmmas instead of
+/// before them, so the tensor cores do not wait for 16-20 cp.async a thread. Default at hd 256
+/// only: +2-7 % there, neutral to -6 % at hd 128 (H200, 2026-11-30, docs/perf/sm90-fwd.md run 3).
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
-          int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
+          int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3,
+          bool kRefillAfterIssue_ = (kHeadDim_ == 256)>
 struct FwdConfig {
   using Element = Element_;
   using Variant = Variant_;
@@ -35,6 +40,7 @@ struct FwdConfig {
   static constexpr int kStages = kStages_;
   static constexpr int kExp2EmuPercent = kExp2EmuPercent_;
   static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
+  static constexpr bool kRefillAfterIssue = kRefillAfterIssue_;
   static constexpr int kExp2EmuColumns = (kBlockN / 4 * kExp2EmuPercent + 50) / 100;
 
   static constexpr int kWarpgroups = kBlockM / 64;
@@ -66,8 +72,9 @@ struct FwdConfig {
                 "kHeadDim must be 64, 128 or 256 (whole 128-byte swizzle rows; wgmma N of O)");
   static_assert(kBlockM == 64 || kBlockM == 128,
                 "kBlockM must be 64 or 128 (1 or 2 warpgroups of 64 rows)");
-  static_assert(kBlockN == 64 || kBlockN == 128 || kBlockN == 256,
-                "kBlockN must be 64, 128 or 256 (the wgmma N of S; a multiple of 8 swizzle rows)");
+  static_assert(kBlockN == 64 || kBlockN == 80 || kBlockN == 128 || kBlockN == 256,
+                "kBlockN must be 64, 80, 128 or 256 (the wgmma N of S, with an atom in "
+                "sm90/wgmma.cuh; whole 8-row swizzle atoms; 16-key steps of P V)");
   static_assert(kStages >= 2 && kStages <= 4, "kStages must be in [2, 4]");
   static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
                 "kExp2EmuPercent must be in [0, 50]");

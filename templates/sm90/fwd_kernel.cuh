@@ -112,12 +112,19 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   softmax.init();
 
   // Step i: K_i and V_{i-1} have landed and every warpgroup is done with step i - 1, whose
-  // slots the next group refills.
+  // slots group i + kStages - 1 refills: before the step's wgmmas are issued, or (when
+  // kRefillAfterIssue) right after them, so that the tensor cores start without waiting for
+  // the cp.async issue.
   auto begin_step = [&](int i) {
     sm80::cp_async_wait<kStages - 2>();
     fence_proxy_async_smem();
     __syncthreads();
-    load_group(i + kStages - 1);
+    if constexpr (!Config::kRefillAfterIssue)
+      load_group(i + kStages - 1);
+  };
+  auto refill_after_issue = [&](int i) {
+    if constexpr (Config::kRefillAfterIssue)
+      load_group(i + kStages - 1);
   };
   auto issue_qk = [&](float(&acc_s)[kBlockN / 8][4], int i) {
     gemm_qk_issue<Element, kHeadDim, kBlockM, kBlockN>(
@@ -146,6 +153,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
     float acc_s[kBlockN / 8][4]; // (64, kBlockN) per warpgroup
     wgmma_fence();
     issue_qk(acc_s, 0);
+    refill_after_issue(0);
     wgmma_wait<0>();
     fence_operands(acc_s);
     float rescale[2];
@@ -158,6 +166,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
     wgmma_fence();
     issue_qk(acc_s, i);
     issue_pv(i);
+    refill_after_issue(i);
     // S_i is the older group: its softmax runs while P_{i-1} V_{i-1} is still in flight.
     wgmma_wait<1>();
     fence_operands(acc_s);
@@ -173,6 +182,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   begin_step(n_tiles);
   wgmma_fence();
   issue_pv(n_tiles);
+  refill_after_issue(n_tiles);
   wgmma_wait<0>();
   fence_operands(acc_o);
   fence_operands(p);

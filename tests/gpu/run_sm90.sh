@@ -6,6 +6,10 @@
 #                                 correctness grid, compute-sanitizer memcheck + racecheck on a
 #                                 reduced grid, timing, then torch SDPA flash/cuDNN on the same
 #                                 shapes in the same call; table last
+#   tests/gpu/run_sm90.sh hd256   on the H200, one call of at most ~135 s (issue 5): checks of the
+#                                 hd 256 kernels and the hd 64/128 defaults, timing of hd 256
+#                                 (2k, 8k, 16k) beside the portable template's default and SDPA
+#                                 flash/cuDNN, sanitizers on the hd 256 candidate; table last
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fagen-sm90}
@@ -58,8 +62,63 @@ run)
   grep SUMMARY "$OUT/check.log" || true
   exit $status
   ;;
+hd256)
+  # Logs under $work, packed into $OUT/hd256.tgz at the end (at most 8 files come back).
+  export PYTHONUNBUFFERED=1
+  t0=$(date +%s)
+  work=$(mktemp -d)
+  left() { echo $(( ${DEADLINE_S:-132} - ($(date +%s) - t0) )); }
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv || true
+  status=0
+  if command -v cuobjdump >/dev/null; then
+    # Per hd 256 kernel: wgmma count and local-memory traffic (spills).
+    cuobjdump --dump-sass "$bin" 2>&1 | awk '/Function : / { f = $3 } f ~ /hd256/ {
+        h[f] += /HGMMA/; l[f] += /LDL|STL/ }
+      END { for (f in h) printf "SASS %s HGMMA %d LDL+STL %d\n", f, h[f], l[f] }' |
+      sort | tee "$work/sass_hd256.txt"
+  fi
+  defaults='bf16_hd64_nomask_m64n128s2$,bf16_hd64_causal_m64n128s2$,bf16_hd128_nomask_m128n128s2$'
+  defaults="$defaults,bf16_hd128_causal_m128n128s2\$,bf16_hd128_causal_m64n64s2\$,f16_hd64_,f16_hd128_nomask_m128n128s2\$"
+  defaults="$defaults,f16_hd128_causal_m128n128s2\$"
+  timeout 60 "$bin" --check --filter "hd256,_ra$,$defaults" >"$work/check.log" 2>&1 || status=1
+  grep -E "FAIL|device" "$work/check.log" | head -n 20
+  grep SUMMARY "$work/check.log" || echo "CHECK did not finish (rc $status)"
+  bench_filter='hd256,bf16_hd128_nomask_m128n128s2,bf16_hd128_causal_m128n128s2'
+  timeout 20 "$bin" --bench --seqlens 2048,8192,16384 --filter "$bench_filter" \
+    --csv "$work/fagen_bench.csv" >"$work/bench.log" 2>&1 || status=1
+  timeout 20 "$bin" --bench --seqlens 2048,8192,16384 --filter "$bench_filter" \
+    --csv "$work/fagen_again.csv" >"$work/bench_again.log" 2>&1 || true
+  # sdpa_bench.py on the hd 256 shapes (its own list has hd 256 at 8k only).
+  timeout 40 python3 -c "import sys; sys.path.insert(0, 'tests/gpu'); import sdpa_bench as b
+b.SHAPES = [(128, 2048), (128, 16384), (256, 2048), (256, 8192), (256, 16384)]
+sys.argv = ['sdpa_bench.py', '$work/table.csv', 'new=$work/fagen_bench.csv', 'again=$work/fagen_again.csv']
+b.main()" >"$work/table.txt" 2>&1 || true
+  if command -v compute-sanitizer >/dev/null; then
+    n=0
+    for run in "racecheck bf16_hd256_causal_m128n80s2$" "memcheck bf16_hd256_causal_m128n80s2$" \
+               "racecheck bf16_hd256_nomask_m128n64s2$"; do
+      set -- $run
+      n=$((n + 1))
+      t=$(left)
+      if [ "$t" -lt 8 ]; then echo "sanitizer $1 $2: skipped (time)"; continue; fi
+      timeout $((t - 3)) compute-sanitizer --tool $1 --error-exitcode 3 "$bin" --check --reduced \
+        --filter "$2" >"$work/sanitizer_${n}_$1.log" 2>&1 || status=1
+      echo "sanitizer $1 $2: $(grep -E "ERROR SUMMARY|SUMMARY" "$work/sanitizer_${n}_$1.log" | tr '\n' ' ')"
+    done
+  fi
+  # Every timed kernel: TFLOP/s, then the same binary again.
+  awk '/^BENCH/ { sub(/seqlen= +/, "seqlen="); k = $2 " " $3 " " $4 " " $5; if (FILENAME ~ /again/) b[k] = $8; else a[k] = $8 }
+    END { for (k in a) print k, a[k], b[k] }' "$work/bench.log" "$work/bench_again.log" |
+    sed -e 's/fagen_fwd_//' -e 's/hd=//' -e 's/causal=//' -e 's/seqlen= *//' |
+    sort -k1,1n -k2,2n -k3,3n -k5,5nr | tee "$work/bench_all.txt"
+  tar czf "$OUT/hd256.tgz" -C "$work" .
+  cp "$work/table.txt" "$work/check.log" "$OUT/" 2>/dev/null || true
+  sed 's/fagen_fwd_sm90_//' "$work/table.txt"
+  grep SUMMARY "$work/check.log" || true
+  exit $status
+  ;;
 *)
-  echo "usage: $0 build|run" >&2
+  echo "usage: $0 build|run|hd256" >&2
   exit 2
   ;;
 esac

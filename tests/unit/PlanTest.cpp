@@ -125,6 +125,27 @@ TEST(Plan, Sm90ServesOnlyDenseVariants) {
     EXPECT_EQ(k.templ, k.variant == "dense" ? "sm90" : "sm80") << k.name;
 }
 
+TEST(Plan, Sm90AtHeadDim256) {
+  // The wgmma template's hd 256 default: two warpgroups of 64 rows, 64 keys (H200 measured).
+  std::vector<KernelPlan> p = planOf(
+      "variants: [{name: a, dtype: bf16, head_dim: 256, mask: causal}]", {"sm_90a"});
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].templ, "sm90");
+  EXPECT_EQ(configOf(p[0]).text(), "m128n64w8s2");
+  EXPECT_EQ(p[0].smemBytes, 197632);
+  // One warpgroup loads 4 rows of a 256-wide head a round: not a whole 8-row swizzle atom.
+  KernelConfig c = configOf(p[0]);
+  c.blockM = 64;
+  c.warps = 4;
+  llvm::Expected<KernelPlan> refused = applyConfig(p[0], c);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("rows a round"), std::string::npos);
+  // Head dims the template has not run at stay on the portable one.
+  std::vector<KernelPlan> q = planOf(
+      "variants: [{name: a, dtype: bf16, head_dim: 192, mask: causal}]", {"sm_90a"});
+  EXPECT_EQ(q[0].templ, "sm80");
+}
+
 TEST(Plan, SparseBlocksShrinkTheTiles) {
   std::vector<KernelPlan> p = planOf(R"(variants:
   - {name: a, dtype: bf16, head_dim: 64, block_sparse: {block: 64, layout: runtime}}
