@@ -277,6 +277,8 @@ private:
   void parsePasses(const Entries &entries, VariantSpec &variant);
   void parseSemantics(const Entries &entries, VariantSpec &variant);
   void parseBlockSparse(const Entry &entry, VariantSpec &variant);
+  bool readLayoutArguments(const Entry &entry, const Entries &keys, BlockSparseSpec &sparse);
+  bool readMaxSeqlen(const Entry &maxSeqlen, BlockSparseSpec &sparse);
   void readLayoutFile(const Entry &entry, BlockSparseSpec &sparse);
   void parseHeads(const Entry &entry, VariantSpec &variant);
   void parseTile(const Entry &entry, VariantSpec &variant);
@@ -851,6 +853,16 @@ void SpecParser::parseBlockSparse(const Entry &entry, VariantSpec &variant) {
     return;
   sparse.layout = *name;
 
+  ok &= readLayoutArguments(entry, keys, sparse);
+  if (ok)
+    variant.blockSparse = std::move(sparse);
+}
+
+/// The arguments of sparse.layout (local, global, stride, max_seqlen, file); an argument the
+/// layout does not take is an error naming the layouts it belongs to. False after an error.
+bool SpecParser::readLayoutArguments(const Entry &entry, const Entries &keys,
+                                     BlockSparseSpec &sparse) {
+  bool ok = true;
   // Which arguments each layout takes; the others are errors naming the layouts they belong to.
   static const std::map<std::string, std::vector<std::string>> arguments = {
       {"runtime", {}},
@@ -907,31 +919,34 @@ void SpecParser::parseBlockSparse(const Entry &entry, VariantSpec &variant) {
     }
     sparse.local = optionalInt("local", 1, 1);
   }
-  if (sparse.layout == "local_global" || sparse.layout == "strided") {
+  if (sparse.layout == "local_global" || sparse.layout == "strided")
     if (const Entry *maxSeqlen = require("max_seqlen", "the longest sequence the table must "
-                                                       "cover, in tokens")) {
-      std::optional<int> value = readRange(*maxSeqlen, "block_sparse.max_seqlen", 1, INT_MAX, 1);
-      ok &= value.has_value();
-      if (value && sparse.block) {
-        int64_t blocks = (int64_t(*value) + sparse.block - 1) / sparse.block;
-        if (blocks > kMaxLayoutBlocks) {
-          error(maxSeqlen->valueLoc,
-                llvm::formatv("block_sparse.max_seqlen {0} at block {1} makes a {2} x {2} block "
-                              "table; at most {3} x {3} fit: raise block or lower max_seqlen",
-                              *value, sparse.block, blocks, kMaxLayoutBlocks)
-                    .str());
-          ok = false;
-        }
-      }
-      sparse.maxSeqlen = value.value_or(0);
-    }
-  }
+                                                       "cover, in tokens"))
+      ok &= readMaxSeqlen(*maxSeqlen, sparse);
   if (sparse.layout == "file")
     if (const Entry *file = require("file", "the path of a file of 0/1 rows, relative to the spec"))
       readLayoutFile(*file, sparse);
-  if (ok)
-    variant.blockSparse = std::move(sparse);
+  return ok;
 }
+
+/// max_seqlen of a pattern layout: its table (max_seqlen / block blocks a side) must fit.
+bool SpecParser::readMaxSeqlen(const Entry &maxSeqlen, BlockSparseSpec &sparse) {
+  std::optional<int> value = readRange(maxSeqlen, "block_sparse.max_seqlen", 1, INT_MAX, 1);
+  sparse.maxSeqlen = value.value_or(0);
+  if (!value || !sparse.block)
+    return value.has_value();
+  int64_t blocks = (int64_t(*value) + sparse.block - 1) / sparse.block;
+  if (blocks <= kMaxLayoutBlocks)
+    return true;
+  error(maxSeqlen.valueLoc,
+        llvm::formatv("block_sparse.max_seqlen {0} at block {1} makes a {2} x {2} block table; "
+                      "at most {3} x {3} fit: raise block or lower max_seqlen",
+                      *value, sparse.block, blocks, kMaxLayoutBlocks)
+            .str());
+  return false;
+}
+
+
 
 /// Reads a layout file: one row of blocks per line, '0' (skipped) or '1' (computed) per block,
 /// spaces between them optional, '#' to the end of the line a comment, blank lines ignored.
