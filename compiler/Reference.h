@@ -333,6 +333,16 @@ template <class Acc> Acc dropoutFactor(const FwdProblem &Pb, int B, int H, int I
   return Acc(256) / (Acc(256) - Acc(P.dropout_threshold));
 }
 
+/// dQ, dK, dV of `Pb`'s shapes, all zero (dense [batch, rows, heads, dim]; varlen packed).
+inline BwdResult zeroGradients(const FwdProblem &Pb) {
+  const fagen_fwd_params &P = Pb.Params;
+  BwdResult R;
+  R.DQ.assign(size_t(rowsQ(Pb)) * P.heads_q * Pb.HeadDim, 0.0);
+  R.DK.assign(size_t(rowsK(Pb)) * P.heads_kv * Pb.HeadDim, 0.0);
+  R.DV.assign(size_t(rowsK(Pb)) * P.heads_kv * Pb.headDimV(), 0.0);
+  return R;
+}
+
 namespace detail {
 
 /// One (batch, head)'s Q, K, V (and dO) rows, loaded in Acc.
@@ -445,10 +455,7 @@ template <class Acc, bool SamePrecision> BwdResult backward(const BwdProblem &Bp
   const FwdProblem &Pb = Bp.Fwd;
   const fagen_fwd_params &P = Pb.Params;
   const int Dqk = Pb.HeadDim, Dv = Pb.headDimV();
-  BwdResult R;
-  R.DQ.assign(size_t(rowsQ(Pb)) * P.heads_q * Dqk, 0.0);
-  R.DK.assign(size_t(rowsK(Pb)) * P.heads_kv * Dqk, 0.0);
-  R.DV.assign(size_t(rowsK(Pb)) * P.heads_kv * Dv, 0.0);
+  BwdResult R = zeroGradients(Pb);
   auto Round = [&](Acc X) { return SamePrecision ? Acc(roundTo(float(X), Pb.Type)) : X; };
   parallelForHeads(P.batch, P.heads_kv, [&](int B, int Hk) {
     const Span S = spanOf(Pb, B);
@@ -553,10 +560,7 @@ inline BwdResult readKernelGradients(const BwdProblem &Bp, const StridedTensor &
   const FwdProblem &Pb = Bp.Fwd;
   const fagen_fwd_params &P = Pb.Params;
   const int Dqk = Pb.HeadDim, Dv = Pb.headDimV();
-  BwdResult R;
-  R.DQ.assign(size_t(rowsQ(Pb)) * P.heads_q * Dqk, 0.0);
-  R.DK.assign(size_t(rowsK(Pb)) * P.heads_kv * Dqk, 0.0);
-  R.DV.assign(size_t(rowsK(Pb)) * P.heads_kv * Dv, 0.0);
+  BwdResult R = zeroGradients(Pb);
   for (int B = 0; B < P.batch; ++B) {
     const Span S = spanOf(Pb, B);
     for (int H = 0; H < P.heads_q; ++H)

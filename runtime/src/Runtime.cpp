@@ -893,13 +893,18 @@ struct Pointer {
 };
 
 /// Null and alignment checks; messages start with `prefix` ("fagen_run_forward: ").
-fagen_status checkPointers(const std::string &prefix, std::initializer_list<Pointer> pointers) {
+/// Null and alignment checks of a run call's pointers; the message ("FUNCTION: PREFIXname is
+/// null") is built only on failure, so the run path does no string work.
+fagen_status checkPointers(const char *function, const char *prefix,
+                           std::initializer_list<Pointer> pointers) {
   for (Pointer p : pointers) {
     if (p.ptr == nullptr)
-      return fail(FAGEN_ERROR_INVALID_ARGUMENT, prefix + p.name + " is null");
-    if (reinterpret_cast<uintptr_t>(p.ptr) % p.align != 0)
       return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                  prefix + p.name + " is not " + str(int64_t(p.align)) + "-byte aligned");
+                  std::string(function) + ": " + prefix + p.name + " is null");
+    if (reinterpret_cast<uintptr_t>(p.ptr) % p.align != 0)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + prefix + p.name +
+                                                    " is not " + str(int64_t(p.align)) +
+                                                    "-byte aligned");
   }
   return FAGEN_OK;
 }
@@ -931,36 +936,41 @@ fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
   const uint32_t needed = plan.run_args;
   if (needed == 0)
     return FAGEN_OK;
-  std::string names;
-  for (auto [bit, name] :
-       {std::pair<uint32_t, const char *>{FAGEN_RUN_ARG_ALIBI_SLOPES, "alibi_slopes"},
-        {FAGEN_RUN_ARG_BLOCK_MASK, "block_mask"},
-        {FAGEN_RUN_ARG_CU_SEQLENS, "cu_seqlens_q/_k"},
-        {FAGEN_RUN_ARG_DROPOUT_SEED, "dropout_seed/_offset"}})
-    if (needed & bit)
-      names += (names.empty() ? "" : ", ") + std::string(name);
+  // Error texts only: built when a check fails.
+  auto names = [needed] {
+    std::string out;
+    for (auto [bit, name] :
+         {std::pair<uint32_t, const char *>{FAGEN_RUN_ARG_ALIBI_SLOPES, "alibi_slopes"},
+          {FAGEN_RUN_ARG_BLOCK_MASK, "block_mask"},
+          {FAGEN_RUN_ARG_CU_SEQLENS, "cu_seqlens_q/_k"},
+          {FAGEN_RUN_ARG_DROPOUT_SEED, "dropout_seed/_offset"}})
+      if (needed & bit)
+        out += (out.empty() ? "" : ", ") + std::string(name);
+    return out;
+  };
+  auto fn = [function] { return std::string(function) + ": args->"; };
   if (!argsAccepted)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                std::string(function) + ": the plan's variant reads run-time arguments (" + names +
-                    "): call fagen_run_forward_with_args with a fagen_run_args");
+                std::string(function) + ": the plan's variant reads run-time arguments (" +
+                    names() + "): call fagen_run_forward_with_args with a fagen_run_args");
   if (args == nullptr)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) +
                                                   ": args is null but the plan's variant reads " +
-                                                  names);
-  std::string fn = std::string(function) + ": args->";
+                                                  names());
   if (needed & FAGEN_RUN_ARG_ALIBI_SLOPES) {
-    if (fagen_status s = checkPointers(fn, {{"alibi_slopes", args->alibi_slopes, 4}});
+    if (fagen_status s =
+            checkPointers(function, "args->", {{"alibi_slopes", args->alibi_slopes, 4}});
         s != FAGEN_OK)
       return s;
     if (args->alibi_batch_stride < 0)
-      return fail(FAGEN_ERROR_INVALID_ARGUMENT, fn + "alibi_batch_stride (" +
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT, fn() + "alibi_batch_stride (" +
                                                     str(args->alibi_batch_stride) +
                                                     ") must be >= 0 (0: one slope per head)");
     fp.alibi_slopes = args->alibi_slopes;
     fp.alibi_batch_stride = args->alibi_batch_stride;
   }
   if (needed & FAGEN_RUN_ARG_BLOCK_MASK) {
-    if (fagen_status s = checkPointers(fn, {{"block_mask", args->block_mask, 1}});
+    if (fagen_status s = checkPointers(function, "args->", {{"block_mask", args->block_mask, 1}});
         s != FAGEN_OK)
       return s;
     for (auto [name, v] : {std::pair<const char *, int64_t>{"block_mask_batch_stride",
@@ -969,15 +979,16 @@ fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
                            {"block_mask_row_stride", args->block_mask_row_stride}})
       if (v < 0)
         return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                    fn + name + " (" + str(v) + ") must be >= 0 (0 broadcasts)");
+                    fn() + name + " (" + str(v) + ") must be >= 0 (0 broadcasts)");
     fp.block_mask = args->block_mask;
     fp.block_mask_batch_stride = args->block_mask_batch_stride;
     fp.block_mask_head_stride = args->block_mask_head_stride;
     fp.block_mask_row_stride = args->block_mask_row_stride;
   }
   if (needed & FAGEN_RUN_ARG_CU_SEQLENS) {
-    if (fagen_status s = checkPointers(fn, {{"cu_seqlens_q", args->cu_seqlens_q, 4},
-                                                    {"cu_seqlens_k", args->cu_seqlens_k, 4}});
+    if (fagen_status s = checkPointers(function, "args->",
+                                       {{"cu_seqlens_q", args->cu_seqlens_q, 4},
+                                        {"cu_seqlens_k", args->cu_seqlens_k, 4}});
         s != FAGEN_OK)
       return s;
     fp.cu_seqlens_q = args->cu_seqlens_q;
@@ -1014,7 +1025,7 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
   if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
     return s;
   if (fagen_status s =
-          checkPointers(std::string(function) + ": ",
+          checkPointers(function, "",
                         {{"q", q, 16}, {"k", k, 16}, {"v", v, 16}, {"o", o, 16}, {"lse", lse, 4}});
       s != FAGEN_OK)
     return s;
@@ -1220,20 +1231,21 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
   const char *function = "fagen_run_backward";
   if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_BACKWARD); s != FAGEN_OK)
     return s;
-  if (fagen_status s = checkPointers(std::string(function) + ": ", {{"q", q, 16},
-                                                                    {"k", k, 16},
-                                                                    {"v", v, 16},
-                                                                    {"o", o, 16},
-                                                                    {"lse", lse, 4},
-                                                                    {"dout", dout, 16},
-                                                                    {"dq", dq, 16},
-                                                                    {"dk", dk, 16},
-                                                                    {"dv", dv, 16}});
+  if (fagen_status s = checkPointers(function, "",
+                                     {{"q", q, 16},
+                                      {"k", k, 16},
+                                      {"v", v, 16},
+                                      {"o", o, 16},
+                                      {"lse", lse, 4},
+                                      {"dout", dout, 16},
+                                      {"dq", dq, 16},
+                                      {"dk", dk, 16},
+                                      {"dv", dv, 16}});
       s != FAGEN_OK)
     return s;
   if (plan->workspace_bytes > 0) {
     if (fagen_status s =
-            checkPointers(std::string(function) + ": ", {{"workspace", workspace, 256}});
+            checkPointers(function, "", {{"workspace", workspace, 256}});
         s != FAGEN_OK)
       return fail(s, fagen_last_error() + std::string(" (it must hold plan->workspace_bytes = ") +
                          str(int64_t(plan->workspace_bytes)) + " bytes of device memory)");

@@ -179,19 +179,8 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
     // The mask goes on S in its own short branch, so that the exponentials share one basic
     // block with the dP MMAs and the scheduler can interleave the two (MUFU beside HMMA).
     // S = -inf gives x = -inf whatever the LSE (+inf included), hence P = 0, as before.
-    if (masked) {
-#pragma unroll
-      for (int t = 0; t < kRowTiles; ++t)
-#pragma unroll
-        for (int j = 0; j < kColTiles; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
-            const int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
-            if (col >= st.shape.seqlen_k || !Mask::is_visible(row, col, st.shape))
-              s[t][j][e] = -kInf;
-          }
-    }
+    if (masked)
+      apply_mask<Mask>(s, row0, col0, st.shape);
     gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimVPad / 16, false, false,
               Config::kRowV, Config::kRowV>(dp,
                                             sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,

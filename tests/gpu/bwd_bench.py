@@ -7,26 +7,12 @@ Backward FLOPs = 2.5 x forward = 10 * batch * heads * seqlen^2 * head_dim (halve
 both sides are timed whole (fagen: _pre + main + _post; SDPA: autograd.grad of the output,
 which runs FA2's own dot(dO, O) preprocess, main kernel and dQ conversion)."""
 import csv
-import statistics
 import sys
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-
-def time_ms(fn, warmup=3, reps=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+from sdpa_bench import time_ms  # the same event timing as the forward's SDPA numbers
 
 
 def profile(hd, seqlen, causal):
@@ -60,7 +46,8 @@ def main():
             with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
                 out = torch.nn.functional.scaled_dot_product_attention(q, k, v,
                                                                        is_causal=bool(causal))
-                ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True))
+                ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
+                             warmup=3, reps=20)
             flash = flops / (ms * 1e-3) / 1e12
         except RuntimeError as e:
             print(f"flash hd={hd} seqlen={seqlen}: {str(e).splitlines()[0]}")
