@@ -326,18 +326,19 @@ __device__ __forceinline__ void store_o(Element *gmem, int64_t row_stride, int r
   store_o_cols<Element, kHeadDim, kHeadDim>(gmem, row_stride, rows_valid, smem, o);
 }
 
-/// Output of query rows that see no key: O = 0, LSE = -inf.
+/// Output of query rows that see no key: O = 0, LSE = -inf, by kThreads threads numbered tid;
+/// rows_valid <= kRows.
 template <int kRows, int kHeadDim, int kThreads, class Element>
 __device__ __forceinline__ void store_empty_rows(Element *o, int64_t row_stride, float *lse,
-                                                 int rows_valid) {
+                                                 int rows_valid, int tid = threadIdx.x) {
   constexpr int kChunksPerRow = kHeadDim / 8;
   const u32 zero[4] = {0u, 0u, 0u, 0u};
-  for (int c = threadIdx.x; c < kRows * kChunksPerRow; c += kThreads) {
+  for (int c = tid; c < kRows * kChunksPerRow; c += kThreads) {
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
     if (row < rows_valid)
       st_global_v4(o + row * row_stride + chunk * 8, zero);
   }
-  for (int row = threadIdx.x; row < rows_valid; row += kThreads)
+  for (int row = tid; row < rows_valid; row += kThreads)
     lse[row] = -__int_as_float(0x7f800000);
 }
 

@@ -29,7 +29,7 @@ namespace sm90 {
 /// only: +2-7 % there, neutral to -6 % at hd 128 (H200, 2026-11-30, docs/perf/sm90-fwd.md run 3).
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
           int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3,
-          bool kRefillAfterIssue_ = (kHeadDim_ == 256)>
+          bool kRefillAfterIssue_ = (kHeadDim_ == 256), int kAccumulatorRegs_ = 192>
 struct FwdConfig {
   using Element = Element_;
   using Variant = Variant_;
@@ -70,10 +70,11 @@ struct FwdConfig {
                 "score mod, dropout, block sparsity or varlen): use the sm80 template");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "kHeadDim must be 64, 128 or 256 (whole 128-byte swizzle rows; wgmma N of O)");
-  static_assert(kBlockM == 64 || kBlockM == 128,
-                "kBlockM must be 64 or 128 (1 or 2 warpgroups of 64 rows)");
-  static_assert(kBlockN == 64 || kBlockN == 80 || kBlockN == 128 || kBlockN == 256,
-                "kBlockN must be 64, 80, 128 or 256 (the wgmma N of S, with an atom in "
+  static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
+                "kBlockM must be 64, 128 or 192 (1 to 3 warpgroups of 64 rows)");
+  static_assert(kBlockN == 64 || kBlockN == 80 || kBlockN == 128 || kBlockN == 176 ||
+                    kBlockN == 256,
+                "kBlockN must be 64, 80, 128, 176 or 256 (the wgmma N of S, with an atom in "
                 "sm90/wgmma.cuh; whole 8-row swizzle atoms; 16-key steps of P V)");
   static_assert(kStages >= 2 && kStages <= 4, "kStages must be in [2, 4]");
   static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
@@ -84,10 +85,49 @@ struct FwdConfig {
   static_assert(kSmemBytes <= 227 * 1024,
                 "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
                 "kStages, kBlockN or kBlockM");
-  // Registers per thread of a warpgroup: S (kBlockN / 2) + O (kHeadDim / 2) + P (kBlockN / 4).
-  static_assert(kBlockN / 2 + kHeadDim / 2 + kBlockN / 4 <= 192,
-                "S + O + P accumulators need more than 192 of the 255 registers a thread may "
-                "have: lower kBlockN");
+  // Registers per thread of a warpgroup: S (kBlockN / 2) + O (kHeadDim / 2) + P (kBlockN / 4),
+  // at most kAccumulatorRegs_ (192 of the 255 a thread may have; WsFwdConfig: its consumers'
+  // share less 32).
+  static_assert(kBlockN / 2 + kHeadDim / 2 + kBlockN / 4 <= kAccumulatorRegs_,
+                "S + O + P accumulators need more registers than a thread has for them: lower "
+                "kBlockN (or kBlockM: three consumer warpgroups have 160 registers a thread)");
+};
+
+/// The warp-specialized forward (sm90/fwd_ws_kernel.cuh): FwdConfig's tiles and softmax, plus a
+/// producer warpgroup (one thread issues every TMA load; setmaxnreg lowers its registers to
+/// kProducerRegs) in front of kBlockM / 64 consumer warpgroups (raised to kConsumerRegs).
+/// K and V slots are handed over through mbarriers (full: TMA landed; empty: every consumer
+/// warp's wgmmas that read the slot completed), so no barrier spans the whole CTA.
+///
+/// kPingPong: the consumer warpgroups take turns to issue their wgmmas (named barriers, a
+/// ring), so that one warpgroup's softmax overlaps the others' tensor-core work
+/// (FlashAttention-3, section 3.1) instead of all of them exponentiating at once.
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
+          bool kPingPong_, int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
+struct WsFwdConfig
+    : FwdConfig<Element_, kHeadDim_, kBlockM_, kBlockN_, kStages_, Variant_, kExp2EmuPercent_,
+                kExp2PolyDegree_, false, (kBlockM_ == 128 ? 240 : 160) - 32> {
+  using Base = FwdConfig<Element_, kHeadDim_, kBlockM_, kBlockN_, kStages_, Variant_,
+                         kExp2EmuPercent_, kExp2PolyDegree_, false,
+                         (kBlockM_ == 128 ? 240 : 160) - 32>;
+  static constexpr bool kPingPong = kPingPong_;
+  static constexpr int kConsumers = kBlockM_ / 64;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // Registers a thread, 64 K per SM for one CTA: 2 consumers 24 + 2 x 240 (x 128 threads),
+  // 3 consumers 32 + 3 x 160, FlashAttention-3's split; the base's accumulator bound is the
+  // consumers' share less 32.
+  static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  // mbarriers after the tiles: Q full, then K full, V full, K empty, V empty per stage.
+  static constexpr int kBarrierOffset = Base::kSmemBytes - Base::kSmemAlignBytes;
+  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * (1 + 4 * kStages_);
+
+  static_assert(kConsumers == 2 || kConsumers == 3,
+                "the warp-specialized kernel needs kBlockM 128 or 192 (2 or 3 consumer "
+                "warpgroups; registers are split for those)");
+  static_assert(kSmemBytes <= 227 * 1024,
+                "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
+                "kStages, kBlockN or kBlockM");
 };
 
 } // namespace sm90

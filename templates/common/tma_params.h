@@ -1,0 +1,41 @@
+// fagen: the tensor maps of the TMA kernels (sm90 warp-specialized forward).
+//
+// Shared verbatim by device code (templates/) and host code (runtime/), plain C layout, no CUDA
+// headers. A TMA kernel takes two arguments: `const __grid_constant__ fagen_fwd_params` and
+// `const __grid_constant__ fagen_fwd_tma_maps`; the runtime encodes the maps for each call
+// (cuTensorMapEncodeTiled) from the call's pointers and strides, as described below.
+#ifndef FAGEN_TEMPLATES_COMMON_TMA_PARAMS_H
+#define FAGEN_TEMPLATES_COMMON_TMA_PARAMS_H
+
+#include <stdint.h>
+
+#define FAGEN_FWD_TMA_MAPS_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/// An encoded CUtensorMap (cuda.h): 128 opaque bytes, 64-byte aligned.
+typedef struct __attribute__((aligned(64))) fagen_tensor_map {
+  uint64_t opaque[16];
+} fagen_tensor_map;
+
+/// Q, K and V of a forward call, each a rank-4 tiled map of 16-bit elements
+/// (CU_TENSOR_MAP_DATA_TYPE_UINT16), innermost dimension first:
+///   dims    {head_dim, seqlen, heads, batch}            (seqlen_q / heads_q for Q, _k / _kv else)
+///   strides {row_stride, head_stride, batch_stride} * 2 bytes (fagen_fwd_params' strides)
+///   box     {64, rows, 1, 1}: rows = the kernel's block_m for Q, block_n for K and V
+/// with 128-byte swizzle, no interleave, L2 promotion 256 B and out-of-bounds elements read as
+/// zero (CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE). A kernel loads a (rows, head_dim) tile as
+/// head_dim / 64 boxes, into its 64-column blocks (templates/sm90/tile_ops.cuh).
+typedef struct fagen_fwd_tma_maps {
+  fagen_tensor_map q;
+  fagen_tensor_map k;
+  fagen_tensor_map v;
+} fagen_fwd_tma_maps;
+
+#ifdef __cplusplus
+} // extern "C"
+#endif
+
+#endif // FAGEN_TEMPLATES_COMMON_TMA_PARAMS_H

@@ -1,0 +1,331 @@
+// fagen sm90: warp-specialized attention forward (sm_90a), FlashAttention-3's structure: a
+// producer warpgroup loads Q, K and V with TMA into a ring of slots handed over by mbarriers;
+// kBlockM / 64 consumer warpgroups each own 64 query rows and run the wgmma / online-softmax
+// loop of fwd_kernel.cuh (the next S = Q K^T and the current O += P V in flight while the
+// softmax of S runs), taking turns at the tensor cores (ping-pong). Persistent: each CTA walks
+// the work tiles of WsTileScheduler, and the producer loads the next tile while the consumers
+// finish the current one.
+#ifndef FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
+#define FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
+
+#include "common/fwd_params.h"
+#include "common/softmax.cuh"
+#include "common/tma_params.h"
+#include "sm80/tile_ops.cuh"
+#include "sm90/fwd_config.cuh"
+#include "sm90/tile_ops.cuh"
+#include "sm90/tma.cuh"
+
+namespace fagen {
+namespace sm90 {
+
+/// The CTA's shared memory: tiles (sm90/tile_ops.cuh layout) and mbarriers. K/V tiles are
+/// numbered across the CTA's work tiles (i), so slots and phases continue from one to the next.
+template <class Config> struct WsSmem {
+  u32 q, k, v, bars; // Q (kBlockM, d); K, V (kStages, kBlockN, d); mbarriers
+  __device__ explicit WsSmem(u32 base) {
+    q = (base + 1023) & ~1023u;
+    k = q + Config::kSmemQBytes;
+    v = k + Config::kStages * Config::kSmemKvTileBytes;
+    bars = q + Config::kBarrierOffset;
+  }
+  __device__ u32 k_slot(int i) const { return k + (i % Config::kStages) * Config::kSmemKvTileBytes; }
+  __device__ u32 v_slot(int i) const { return v + (i % Config::kStages) * Config::kSmemKvTileBytes; }
+  __device__ u32 q_full() const { return bars; }
+  __device__ u32 q_empty() const { return bars + 8; }
+  __device__ u32 k_full(int i) const { return bars + 8 * (2 + i % Config::kStages); }
+  __device__ u32 v_full(int i) const { return k_full(i) + 8 * Config::kStages; }
+  __device__ u32 k_empty(int i) const { return v_full(i) + 8 * Config::kStages; }
+  __device__ u32 v_empty(int i) const { return k_empty(i) + 8 * Config::kStages; }
+  /// Parity of the phase in which the slot of round r fills (the consumers' wait) and of the
+  /// phase that frees it (the producer's; 1 on round 0, which returns at once on a fresh
+  /// barrier). Round of K/V tile i: i / kStages; of the Q buffer: the work tile's ordinal.
+  __device__ static u32 full_parity(int round) { return round & 1; }
+  __device__ static u32 empty_parity(int round) { return (round & 1) ^ 1; }
+};
+
+/// Work tiles: (m_block, head, batch) for tile t of ceil(seqlen_q / kBlockM) * heads_q * batch,
+/// in groups of heads whose K and V fit in kL2Bytes (batch outermost), so that the CTAs running
+/// at once share K/V in L2. Within a group, causal tiles go heaviest first (m_block from the
+/// last; longest-processing-time first, FlashAttention-4 section 3.3), others m_block first.
+/// CTA b takes tile b of each round of gridDim.x tiles; for causal, every other round runs
+/// backwards (b takes gridDim.x - 1 - b), so that the CTA with the heaviest tile of one round
+/// gets the lightest of the next and no CTA accumulates the heaviest of every round.
+template <class Config> struct WsTileScheduler {
+  static constexpr int64_t kL2Bytes = 32 << 20; // of the H200's 50 MB
+  int num_m, heads, total, group; // group: (batch, head) pairs
+  __device__ explicit WsTileScheduler(const fagen_fwd_params &p) {
+    num_m = (p.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
+    heads = p.heads_q;
+    total = num_m * heads * p.batch;
+    const int64_t kv_bytes = int64_t(p.seqlen_k) * Config::kHeadDim * 4; // K + V of a head
+    group = int(max(int64_t(1), min(int64_t(heads) * p.batch, kL2Bytes / kv_bytes)));
+  }
+  /// The tile of this CTA's round r (>= total: no more work).
+  __device__ int nth(int r) const {
+    const bool backwards = Config::Mask::kWorkGrowsWithRow && (r & 1);
+    return r * int(gridDim.x) + (backwards ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x));
+  }
+  __device__ void tile(int t, int &m_block, int &head, int &batch) const {
+    const int g = t / (num_m * group), r = t - g * (num_m * group);
+    const int in_group = min(group, total / num_m - g * group); // the last group may be short
+    const int bh = g * group + r % in_group, m = r / in_group;
+    m_block = Config::Mask::kWorkGrowsWithRow ? num_m - 1 - m : m;
+    head = bh % heads;
+    batch = bh / heads;
+  }
+};
+
+/// The key tiles [n_begin, n_begin + n_tiles) a work tile visits.
+template <class Config>
+__device__ __forceinline__ int ws_key_tiles(int m_block, const AttentionShape &shape, int &n_begin) {
+  using Mask = typename Config::Mask;
+  n_begin = Mask::template n_block_begin<Config::kBlockM, Config::kBlockN>(m_block, shape);
+  return max(0, Mask::template n_block_end<Config::kBlockM, Config::kBlockN>(m_block, shape) -
+                    n_begin);
+}
+
+/// Producer (one thread): per work tile Q, then K_0, then K_{i+1} before V_i, so that a step's
+/// Q K^T never queues behind the previous step's V.
+template <class Config>
+__device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen_fwd_tma_maps &maps,
+                                           const fagen_fwd_params &params) {
+  constexpr int kColumnBlocks = Config::kHeadDim / 64;
+  const WsTileScheduler<Config> sched(params);
+  const AttentionShape shape{params.seqlen_q, params.seqlen_k};
+  int kv = 0; // K/V tiles loaded so far
+  auto load_kv = [&](const fagen_tensor_map &map, u32 slot, u32 full, int n_block, int kv_head,
+                     int batch) {
+    mbarrier_arrive_expect_tx(full, Config::kSmemKvTileBytes);
+#pragma unroll
+    for (int b = 0; b < kColumnBlocks; ++b)
+      tma_load_4d(slot + b * Config::kBlockN * 128, map, full, 64 * b, n_block * Config::kBlockN,
+                  kv_head, batch);
+  };
+  for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
+    int m_block, head, batch, n_begin;
+    sched.tile(t, m_block, head, batch);
+    const int n_tiles = ws_key_tiles<Config>(m_block, shape, n_begin);
+    if (n_tiles == 0) // the consumers write its empty rows
+      continue;
+    const int kv_head = head / params.group_size;
+    mbarrier_wait(sm.q_empty(), sm.empty_parity(work));
+    mbarrier_arrive_expect_tx(sm.q_full(), Config::kSmemQBytes);
+#pragma unroll
+    for (int b = 0; b < kColumnBlocks; ++b)
+      tma_load_4d(sm.q + b * Config::kBlockM * 128, maps.q, sm.q_full(), 64 * b,
+                  m_block * Config::kBlockM, head, batch);
+    mbarrier_wait(sm.k_empty(kv), sm.empty_parity(kv / Config::kStages));
+    load_kv(maps.k, sm.k_slot(kv), sm.k_full(kv), n_begin, kv_head, batch);
+    for (int i = 0; i < n_tiles; ++i) {
+      const int j = kv + i;
+      if (i + 1 < n_tiles) {
+        mbarrier_wait(sm.k_empty(j + 1), sm.empty_parity((j + 1) / Config::kStages));
+        load_kv(maps.k, sm.k_slot(j + 1), sm.k_full(j + 1), n_begin + i + 1, kv_head, batch);
+      }
+      mbarrier_wait(sm.v_empty(j), sm.empty_parity(j / Config::kStages));
+      load_kv(maps.v, sm.v_slot(j), sm.v_full(j), n_begin + i, kv_head, batch);
+    }
+    kv += n_tiles;
+    ++work;
+  }
+}
+
+/// One consumer warpgroup's 64 rows of a work tile: O and LSE (fwd_kernel.cuh's step order).
+/// kv: the CTA's K/V tiles before this work tile; work: its ordinal (the Q buffer's round).
+template <class Config>
+__device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
+                                                const fagen_fwd_params &params, int m_block,
+                                                int head, int batch, int n_begin, int n_tiles,
+                                                int kv, int work) {
+  using Element = typename Config::Element;
+  using Mask = typename Config::Mask;
+  constexpr int kHeadDim = Config::kHeadDim, kBlockM = Config::kBlockM;
+  constexpr int kBlockN = Config::kBlockN, kConsumers = Config::kConsumers;
+  const AttentionShape shape{params.seqlen_q, params.seqlen_k};
+  const int consumer = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const int first_row = 64 * consumer + 16 * warp; // the warp's first row in the tile
+  const int rows_left = params.seqlen_q - m_block * kBlockM - first_row;
+  const u32 q_warpgroup = sm.q + consumer * 64 * 128; // its 64 rows in each column block
+  // Ping-pong: consumer c issues its wgmmas after barrier 1 + c, then passes the turn on.
+  auto my_turn = [&] {
+    if constexpr (Config::kPingPong)
+      named_barrier_sync<256>(1 + consumer);
+  };
+  auto next_turn = [&] {
+    if constexpr (Config::kPingPong)
+      named_barrier_arrive<256>(1 + (consumer + 1) % kConsumers);
+  };
+  auto release = [&](u32 bar) {
+    if (lane == 0)
+      mbarrier_arrive(bar);
+  };
+
+  float acc_o[kHeadDim / 8][4]; // (64, kHeadDim) per warpgroup
+#pragma unroll
+  for (int d = 0; d < kHeadDim / 8; ++d)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc_o[d][e] = 0.f;
+  u32 p[kBlockN / 16][4]; // P_{i-1} (64, kBlockN) as A fragments
+  OnlineSoftmax<1> softmax;
+  softmax.init();
+  auto mask_and_exp = [&](float(&rescale)[2], float(&acc_s)[kBlockN / 8][4], int i) {
+    const int n_block = n_begin + i;
+    if ((n_block + 1) * kBlockN > shape.seqlen_k ||
+        Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape)) {
+      float(&s3)[1][kBlockN / 8][4] = reinterpret_cast<float(&)[1][kBlockN / 8][4]>(acc_s);
+      apply_mask<Mask>(s3, m_block * kBlockM + first_row, n_block * kBlockN, shape);
+    }
+    return softmax_exp<Config::kExp2EmuColumns, Config::kExp2PolyDegree>(rescale, softmax, acc_s,
+                                                                          params.scale_log2);
+  };
+  // S_i landed: its K slot is free, and after the last one so is Q.
+  auto s_done = [&](float(&acc_s)[kBlockN / 8][4], int i) {
+    fence_operands(acc_s);
+    release(sm.k_empty(kv + i));
+    if (i == n_tiles - 1)
+      release(sm.q_empty());
+  };
+  auto pv_done = [&](int i) {
+    fence_operands(acc_o);
+    fence_operands(p);
+    release(sm.v_empty(kv + i - 1));
+  };
+  auto wait_k = [&](int i) { mbarrier_wait(sm.k_full(kv + i), sm.full_parity((kv + i) / Config::kStages)); };
+  auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity((kv + i) / Config::kStages)); };
+
+  // Step i (0 <= i <= n_tiles): S_i = Q K_i^T (i < n_tiles) and O += P_{i-1} V_{i-1} (i > 0).
+  // The first and last steps are peeled: with commits under a condition, ptxas serializes
+  // every wgmma (warning C7514).
+  mbarrier_wait(sm.q_full(), sm.full_parity(work));
+  {
+    float acc_s[kBlockN / 8][4]; // (64, kBlockN) per warpgroup
+    wait_k(0);
+    my_turn();
+    wgmma_fence();
+    gemm_qk_issue<Element, kHeadDim, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv));
+    wgmma_commit();
+    next_turn();
+    wgmma_wait<0>();
+    s_done(acc_s, 0);
+    float rescale[2];
+    mask_and_exp(rescale, acc_s, 0);
+    convert_p<Element>(p, acc_s);
+  }
+  for (int i = 1; i < n_tiles; ++i) {
+    float acc_s[kBlockN / 8][4];
+    wait_k(i);
+    wait_v(i - 1);
+    my_turn();
+    wgmma_fence();
+    gemm_qk_issue<Element, kHeadDim, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv + i));
+    wgmma_commit();
+    gemm_pv_issue<Element, kHeadDim, kBlockN>(acc_o, p, sm.v_slot(kv + i - 1));
+    wgmma_commit();
+    next_turn();
+    // S_i is the older group: its softmax runs while P_{i-1} V_{i-1} is still in flight.
+    wgmma_wait<1>();
+    s_done(acc_s, i);
+    float rescale[2];
+    const bool grew = mask_and_exp(rescale, acc_s, i);
+    wgmma_wait<0>();
+    pv_done(i);
+    if (grew)
+      rescale_o(acc_o, rescale);
+    convert_p<Element>(p, acc_s);
+  }
+  wait_v(n_tiles - 1);
+  my_turn();
+  wgmma_fence();
+  gemm_pv_issue<Element, kHeadDim, kBlockN>(acc_o, p, sm.v_slot(kv + n_tiles - 1));
+  wgmma_commit();
+  next_turn();
+  wgmma_wait<0>();
+  pv_done(n_tiles);
+
+  float row_lse[2];
+  float(&o3)[1][kHeadDim / 8][4] = reinterpret_cast<float(&)[1][kHeadDim / 8][4]>(acc_o);
+  softmax.finalize(o3, params.scale_log2, row_lse);
+  const int64_t row0 = int64_t(m_block) * kBlockM + first_row;
+  if (lane % 4 == 0) {
+    float *lse = params.lse + batch * params.lse_batch_stride + head * params.lse_head_stride + row0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = 8 * h + lane / 4;
+      if (row < rows_left)
+        lse[row] = row_lse[h];
+    }
+  }
+  Element *o = static_cast<Element *>(params.o) + batch * params.o_batch_stride +
+               head * params.o_head_stride + row0 * params.o_row_stride;
+  store_o_rows<Element, kHeadDim>(o, params.o_row_stride, rows_left, acc_o);
+}
+
+/// Launch: grid (min(work tiles, CTAs that fit on the GPU at once), 1, 1) with work tiles =
+/// ceil(seqlen_q / kBlockM) * heads_q * batch (any grid size is correct: WsTileScheduler deals
+/// the tiles out in rounds of gridDim.x), block kThreads, kSmemBytes of dynamic shared
+/// memory; `maps` as common/tma_params.h describes, from the same tensors.
+template <class Config>
+__device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
+                                              const fagen_fwd_tma_maps &maps) {
+  using Element = typename Config::Element;
+  constexpr int kConsumers = Config::kConsumers;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const WsSmem<Config> sm(sm80::smem_addr(smem));
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(maps.q);
+    prefetch_tensor_map(maps.k);
+    prefetch_tensor_map(maps.v);
+    mbarrier_init(sm.q_full(), 1);
+    mbarrier_init(sm.q_empty(), 4 * kConsumers); // one arrival per consumer warp
+    for (int s = 0; s < Config::kStages; ++s) {
+      mbarrier_init(sm.k_full(s), 1);
+      mbarrier_init(sm.v_full(s), 1);
+      mbarrier_init(sm.k_empty(s), 4 * kConsumers);
+      mbarrier_init(sm.v_empty(s), 4 * kConsumers);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<Config::kProducerRegs>();
+    if (threadIdx.x == 0)
+      ws_produce<Config>(sm, maps, params);
+    return;
+  }
+  setmaxnreg_inc<Config::kConsumerRegs>();
+  const int consumer = threadIdx.x / 128 - 1;
+  // The ping-pong's turn starts at consumer 0; it comes back to it after the last turn.
+  if (Config::kPingPong && consumer == kConsumers - 1)
+    named_barrier_arrive<256>(1);
+  const WsTileScheduler<Config> sched(params);
+  const AttentionShape shape{params.seqlen_q, params.seqlen_k};
+  int kv = 0;
+  for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
+    int m_block, head, batch, n_begin;
+    sched.tile(t, m_block, head, batch);
+    const int n_tiles = ws_key_tiles<Config>(m_block, shape, n_begin);
+    if (n_tiles == 0) { // rows that see no key: O = 0, LSE = -inf
+      const int64_t row0 = int64_t(m_block) * Config::kBlockM + 64 * consumer;
+      sm80::store_empty_rows<64, Config::kHeadDim, 128>(
+          static_cast<Element *>(params.o) + batch * params.o_batch_stride +
+              head * params.o_head_stride + row0 * params.o_row_stride,
+          params.o_row_stride,
+          params.lse + batch * params.lse_batch_stride + head * params.lse_head_stride + row0,
+          int(min(int64_t(64), params.seqlen_q - row0)), threadIdx.x % 128);
+      continue;
+    }
+    ws_consume_tile<Config>(sm, params, m_block, head, batch, n_begin, n_tiles, kv, work);
+    kv += n_tiles;
+    ++work;
+  }
+  if (Config::kPingPong && consumer == 0)
+    named_barrier_sync<256>(1); // the last consumer's last turn
+}
+
+} // namespace sm90
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH

@@ -1,0 +1,87 @@
+// fagen sm90: the PTX atoms of warp specialization (sm_90a): mbarriers, TMA tensor loads,
+// register reallocation between warpgroups and named barriers. With wgmma.cuh, the only files
+// of templates/sm90 with inline PTX. Shared-memory addresses are 32-bit shared-window
+// addresses; destination first.
+#ifndef FAGEN_TEMPLATES_SM90_TMA_CUH
+#define FAGEN_TEMPLATES_SM90_TMA_CUH
+
+#include <stdint.h>
+
+#include "common/tma_params.h"
+#include "sm90/wgmma.cuh"
+
+namespace fagen {
+namespace sm90 {
+
+// --- mbarriers (PTX ISA, "Parallel Synchronization and Communication Instructions: mbarrier") --
+// A phase completes when `count` arrivals happened and every expected transaction byte landed;
+// waits name the phase by its parity. A fresh barrier is in phase 0, so a wait for parity 1
+// returns at once: producers start their "slot is free" waits at parity 1.
+__device__ __forceinline__ void mbarrier_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/// After the inits of a CTA and before the barrier that publishes them: makes them visible to
+/// the async proxy (TMA completions).
+__device__ __forceinline__ void fence_mbarrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/// One arrival that also announces `bytes` of transactions (the TMA loads that complete on it).
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/// Blocks until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
+  u32 done;
+  do {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  } while (!done);
+}
+
+// --- TMA ---------------------------------------------------------------------------------------
+/// Fetches the tensor map (a __grid_constant__ kernel argument) into the descriptor cache.
+__device__ __forceinline__ void prefetch_tensor_map(const fagen_tensor_map &map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map)) : "memory");
+}
+/// Copies the box at coordinates {c0, c1, c2, c3} (innermost first) of `map` into shared
+/// memory at `dst` (1024-byte aligned for the 128-byte swizzle); completes `bytes` of the box's
+/// size on mbarrier `bar`. Out-of-bounds elements land as zeros.
+__device__ __forceinline__ void tma_load_4d(u32 dst, const fagen_tensor_map &map, u32 bar, int c0,
+                                            int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+               "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+               : "memory");
+}
+
+// --- warpgroups --------------------------------------------------------------------------------
+/// Lowers (kDec) or raises the register limit of every thread of the executing warpgroup to
+/// kRegs (a multiple of 8 in [24, 256]); all warps of the warpgroup execute it.
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg: 24..256, step 8");
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(kRegs % 8 == 0 && kRegs >= 24 && kRegs <= 256, "setmaxnreg: 24..256, step 8");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+/// Named barrier `id` (1..15; 0 is __syncthreads) over kThreads threads: sync waits, arrive
+/// counts without waiting.
+template <int kThreads> __device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+template <int kThreads> __device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kThreads) : "memory");
+}
+
+} // namespace sm90
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM90_TMA_CUH
