@@ -96,7 +96,7 @@ std::string planComment(const KernelPlan &p) {
     return out + llvm::formatv("//   deterministic={0} pre_post_threads={1}\n",
                                p.deterministic ? "true" : "false", p.prePostThreads)
                      .str();
-  if (p.templ == "sm90")
+  if (p.templ == "sm90" || p.templ == "sm90ws")
     return out + llvm::formatv("//   exp2_emu_percent={0} exp2_poly_degree={1}\n",
                                p.exp2EmuPercent, p.exp2PolyDegree)
                      .str();
@@ -108,16 +108,19 @@ std::string planComment(const KernelPlan &p) {
 /// The config type of a forward plan.
 std::string forwardConfig(const KernelPlan &p) {
   bool emu = p.exp2EmuPercent != 0;
-  if (p.templ == "sm90") {
-    // The wgmma template: one head dim, no warps or rescale threshold parameters.
+  if (p.templ == "sm90" || p.templ == "sm90ws") {
+    // The wgmma templates: one head dim, no warps or rescale threshold parameters; the
+    // warp-specialized one with its consumer warpgroups taking turns (ping-pong).
+    bool ws = p.templ == "sm90ws";
     std::string extra = emu ? llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}",
                                             p.exp2EmuPercent, p.exp2PolyDegree)
                                   .str()
                             : "";
-    return llvm::formatv("using Config = fagen::sm90::FwdConfig<{0}, /*kHeadDim=*/{1}, "
-                         "/*kBlockM=*/{2},\n    /*kBlockN=*/{3}, /*kStages=*/{4}, "
-                         "KernelVariant{5}>;\n",
-                         elementType(p.dtype), p.headDimQK, p.blockM, p.blockN, p.stages, extra);
+    return llvm::formatv("using Config = fagen::sm90::{0}<{1}, /*kHeadDim=*/{2}, "
+                         "/*kBlockM=*/{3},\n    /*kBlockN=*/{4}, /*kStages=*/{5}, "
+                         "KernelVariant{6}{7}>;\n",
+                         ws ? "WsFwdConfig" : "FwdConfig", elementType(p.dtype), p.headDimQK,
+                         p.blockM, p.blockN, p.stages, ws ? ", /*kPingPong=*/true" : "", extra);
   }
   // The FlashAttention-4 parameters, spelled only where they differ from the defaults.
   std::string extra =
@@ -156,12 +159,16 @@ std::string agreement(const KernelPlan &p) {
   return out;
 }
 
-/// One entry point: `extern "C" __global__` NAME(params) calling `function<Config>(params)`.
+/// One entry point: `extern "C" __global__` NAME(params) calling `function<Config>(params)`;
+/// a TMA kernel also takes its tensor maps (common/tma_params.h).
 std::string entryPoint(const std::string &bounds, const std::string &name,
-                       const std::string &params, const std::string &function) {
+                       const std::string &params, const std::string &function,
+                       bool tmaMaps = false) {
   return llvm::formatv("\nextern \"C\" __global__ void __launch_bounds__({0})\n{1}(const "
-                       "__grid_constant__ {2} params) {{\n  {3}<Config>(params);\n}\n",
-                       bounds, name, params, function);
+                       "__grid_constant__ {2} params{4}) {{\n  {3}<Config>(params{5});\n}\n",
+                       bounds, name, params, function,
+                       tmaMaps ? ",\n    const __grid_constant__ fagen_fwd_tma_maps maps" : "",
+                       tmaMaps ? ", maps" : "");
 }
 
 } // namespace
@@ -177,6 +184,13 @@ std::string emitKernelSource(const KernelPlan &p) {
     out += entryPoint(mainBounds, p.name, "fagen_bwd_params", "fagen::sm80::bwd_kernel");
     out += entryPoint("Config::kPrePostThreads", p.name + "_post", "fagen_bwd_params",
                       "fagen::sm80::bwd_postprocess");
+    return out;
+  }
+  if (p.templ == "sm90ws") {
+    out += "#include \"sm90/fwd_ws_kernel.cuh\"\n\n" + variantDecl(p) + forwardConfig(p) +
+           agreement(p);
+    out += entryPoint(mainBounds, p.name, "fagen_fwd_params", "fagen::sm90::fwd_ws_kernel",
+                      /*tmaMaps=*/true);
     return out;
   }
   out += "#include \"" + p.templ + "/fwd_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +

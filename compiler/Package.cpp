@@ -80,7 +80,7 @@ std::string verifiedOn(const std::string &templ, const std::string &arch) {
   // not run".
   if (templ == "sm80" && (arch == "sm_90" || arch == "sm_90a"))
     return "NVIDIA H200 (fagen check, 2026-11-30)";
-  if (templ == "sm90" && arch == "sm_90a")
+  if ((templ == "sm90" || templ == "sm90ws") && arch == "sm_90a")
     return "NVIDIA H200 (fagen check, 2026-11-30)";
   return "";
 }

@@ -55,6 +55,12 @@ int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
   return (blockM + 2 * stages * blockN) * headDim * 2 + 1024;
 }
 
+int sm90WsFwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
+  // The tiles of sm90FwdSmemBytes, then the mbarriers: Q full, and K full, V full, K empty,
+  // V empty per stage. Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig.
+  return sm90FwdSmemBytes(headDim, blockM, blockN, stages) + 8 * (1 + 4 * stages);
+}
+
 namespace {
 
 struct Tile {
@@ -380,6 +386,42 @@ std::string sm90ConfigProblem(const KernelPlan &p) {
   return "";
 }
 
+/// Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig static_asserts (the warp-specialized
+/// template: TMA, a producer warpgroup, 2 or 3 consumer warpgroups).
+std::string sm90WsConfigProblem(const KernelPlan &p) {
+  if (p.arch != "sm_90a")
+    return "the sm90ws template (TMA, wgmma) needs the sm_90a target";
+  std::string variant = sm90VariantProblem(p);
+  if (!variant.empty())
+    return "the sm90ws template does not serve " + variant +
+           " (dense none/causal attention at head dims 64, 128 and 256 only)";
+  if (p.blockM != 128 && p.blockM != 192)
+    return llvm::formatv("block_m must be 128 or 192 (2 or 3 consumer warpgroups), got {0}",
+                         p.blockM);
+  if (p.warps != p.blockM / 16)
+    return llvm::formatv("warps must be block_m / 16 = {0} (the consumer warps; the producer "
+                         "warpgroup comes on top), got {1}",
+                         p.blockM / 16, p.warps);
+  if (p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 176 && p.blockN != 256)
+    return llvm::formatv("block_n must be 64, 80, 128, 176 or 256, got {0}", p.blockN);
+  if (p.stages < 2 || p.stages > 4)
+    return llvm::formatv("stages must be in 2..4, got {0}", p.stages);
+  if (p.rescaleTau != 0)
+    return "the sm90ws template rescales only when a row max grows (rescale_tau 0)";
+  int smem = sm90WsFwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  if (smem > archSmemLimit(p.arch))
+    return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
+                         archSmemLimit(p.arch));
+  // S + O + P registers of a consumer thread: 32 below its share (240 with 2 consumer
+  // warpgroups, 160 with 3).
+  int budget = (p.blockM == 128 ? 240 : 160) - 32;
+  if (p.blockN / 2 + p.headDimQK / 2 + p.blockN / 4 > budget)
+    return llvm::formatv("S + O + P need more than the {0} registers a consumer thread has for "
+                         "them at block_m {1}, block_n {2}: lower block_n or block_m",
+                         budget, p.blockM, p.blockN);
+  return "";
+}
+
 /// Tiles must divide the block of a block mask or layout (variants.cuh static_asserts it).
 std::string sparseBlockProblem(const KernelPlan &p) {
   if (p.sparsity == "none" || (p.sparseBlock % p.blockM == 0 && p.sparseBlock % p.blockN == 0))
@@ -477,9 +519,10 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
     problem = p.templ == "sm80" ? sm80BwdConfigProblem(p)
                                 : "the backward pass has only the sm80 template";
   else if (problem.empty())
-    problem = p.templ == "sm90" ? sm90ConfigProblem(p)
-                                : sm80ConfigProblem({p.blockM, p.blockN, p.warps, p.stages},
-                                                    p.headDimQK, p.headDimV, p.arch);
+    problem = p.templ == "sm90"     ? sm90ConfigProblem(p)
+              : p.templ == "sm90ws" ? sm90WsConfigProblem(p)
+                                    : sm80ConfigProblem({p.blockM, p.blockN, p.warps, p.stages},
+                                                        p.headDimQK, p.headDimV, p.arch);
   if (problem.empty())
     problem = fa4ParamsProblem(p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree);
   if (problem.empty())
@@ -539,11 +582,13 @@ llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const KernelConfi
 void finalizePlan(KernelPlan &p) {
   if (p.exp2EmuPercent == 0)
     p.exp2PolyDegree = 3; // no polynomial: one kernel, whatever the degree says
-  p.threads = 32 * p.warps;
+  p.threads = 32 * p.warps + (p.templ == "sm90ws" ? 128 : 0); // + the producer warpgroup
   if (p.pass == "bwd")
     p.smemBytes = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   else if (p.templ == "sm90")
     p.smemBytes = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  else if (p.templ == "sm90ws")
+    p.smemBytes = sm90WsFwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   else
     p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   p.prePostThreads = p.pass == "bwd" ? kBwdPrePostThreads : 0;
@@ -578,25 +623,40 @@ KernelPlan sm90Plan(KernelPlan p) {
   return p;
 }
 
+/// The warp-specialized template's default for `p`, measured on the H200 (bf16, 2026-11-30,
+/// docs/perf/sm90-fwd.md run 4): hd 64 three consumer warpgroups x 128 keys, hd 128 two x 128
+/// keys, hd 256 two x 80 keys (FlashAttention-3's tiles), two stages, ping-pong; 1.2-1.5x the
+/// sm90 (cp.async) template at 16k.
+KernelPlan sm90WsPlan(KernelPlan p) {
+  p.templ = "sm90ws";
+  p.blockM = p.headDimQK == 64 ? 192 : 128;
+  p.blockN = p.headDimQK == 256 ? 80 : 128;
+  p.warps = p.blockM / 16;
+  p.stages = 2;
+  p.rescaleTau = 0;
+  finalizePlan(p);
+  return p;
+}
+
 /// A spec's tile: pins the template and any of its parameters; the rest stay the planner's.
 llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
-  if (tile.templ == "sm90") {
+  if (tile.templ == "sm90" || tile.templ == "sm90ws") {
     if (p.arch != "sm_90a")
-      return makeSpecError(tile.loc, "template sm90 needs the sm_90a target, not " + p.arch +
-                                         ": list only sm_90a in this variant's targets");
+      return makeSpecError(tile.loc, "template " + tile.templ + " needs the sm_90a target, not " +
+                                         p.arch + ": list only sm_90a in this variant's targets");
     std::string variant = sm90VariantProblem(p);
     if (!variant.empty())
-      return makeSpecError(tile.loc, "template sm90 does not serve " + variant +
+      return makeSpecError(tile.loc, "template " + tile.templ + " does not serve " + variant +
                                          " (dense none/causal attention at head dims 64, 128 "
-                                         "and 256 only): remove template: sm90");
-    p = sm90Plan(p);
+                                         "and 256 only): remove template: " + tile.templ);
+    p = tile.templ == "sm90" ? sm90Plan(p) : sm90WsPlan(p);
   }
   if (tile.blockM) p.blockM = tile.blockM;
   if (tile.blockN) p.blockN = tile.blockN;
   if (tile.stages) p.stages = tile.stages;
   if (tile.warps)
     p.warps = tile.warps;
-  else if (p.templ == "sm90")
+  else if (p.templ == "sm90" || p.templ == "sm90ws")
     p.warps = p.blockM / 16;
   if (tile.rescaleTau) p.rescaleTau = *tile.rescaleTau;
   if (tile.exp2EmuPercent) p.exp2EmuPercent = *tile.exp2EmuPercent;
@@ -673,7 +733,7 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   if (v.tile && pass == "fwd")
     return pinnedPlan(p, *v.tile);
   if (pass == "fwd" && arch == "sm_90a" && sm90ServesVariant(p))
-    return sm90Plan(p);
+    return sm90WsPlan(p);
   if (llvm::Error err = checkKernelPlan(p)) {
     std::string message = llvm::toString(std::move(err));
     return makeSpecError(v.loc, "no default " + pass + " kernel of variant '" + v.name +

@@ -39,7 +39,8 @@ struct KernelPlan {
   std::string variant;  ///< spec variant name(s) served, comma-separated
   std::string pass;     ///< "fwd" | "bwd"
   std::string arch;     ///< canonical target arch, e.g. "sm_90a"
-  std::string templ;    ///< template family: "sm80" (portable mma.sync), "sm90" (wgmma, sm_90a)
+  std::string templ;    ///< template family: "sm80" (portable mma.sync), "sm90" (wgmma, sm_90a,
+                        ///< cp.async), "sm90ws" (wgmma + TMA, warp-specialized, sm_90a)
   std::string dtype;    ///< "fp16" | "bf16"
   int headDimQK = 0;
   int headDimV = 0;
@@ -144,10 +145,13 @@ int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int st
 int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages);
 /// Shared memory of the sm90 (wgmma) forward template; mirrors sm90::FwdConfig::kSmemBytes.
 int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
+/// Shared memory of the sm90ws (TMA, warp-specialized) forward template; mirrors
+/// sm90::WsFwdConfig::kSmemBytes.
+int sm90WsFwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 
 /// Plans every kernel of `spec`: one per variant x pass x arch (x tuned seqlen range).
 /// `archs`, when non-empty, replaces the spec's targets. Backward kernels use the sm80
-/// template on every arch; forward kernels the sm90 template on sm_90a where it serves the
+/// template on every arch; forward kernels the sm90ws template on sm_90a where it serves the
 /// variant (sm90ServesVariant), else sm80. A spec's `tile:` pins the forward kernel only.
 /// With `tuning`, a workload that has tuned configs gets one kernel per tuned seqlen range
 /// (contiguous ranges with the same config merged), plus the default kernel for calls no

@@ -1088,10 +1088,11 @@ void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
       tile.exp2PolyDegree = readRange(item, what, 3, 5, 1);
     else if (key == "template") {
       std::string templ = item.value.IsScalar() ? item.value.Scalar() : "";
-      if (templ == "sm80" || templ == "sm90")
+      if (templ == "sm80" || templ == "sm90" || templ == "sm90ws")
         tile.templ = templ;
       else
-        error(item.valueLoc, what + " must be sm80 (portable, mma.sync) or sm90 (wgmma, sm_90a), "
+        error(item.valueLoc, what + " must be sm80 (portable, mma.sync), sm90 (wgmma, cp.async, "
+                                    "sm_90a) or sm90ws (wgmma, TMA, warp-specialized, sm_90a), "
                                     "got " + describe(item.value));
     } else if (std::optional<int> warps = readInt(item, what)) {
       if (*warps == 1 || *warps == 2 || *warps == 4 || *warps == 8)

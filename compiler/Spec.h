@@ -37,7 +37,7 @@ struct TileOverride {
   int blockN = 0;
   int warps = 0;
   int stages = 0;
-  std::string templ;                 ///< "sm80", "sm90" or "" (planner's choice)
+  std::string templ;                 ///< "sm80", "sm90", "sm90ws" or "" (planner's choice)
   std::optional<int> rescaleTau;     ///< FA4 conditional-rescaling threshold, -1..8
   std::optional<int> exp2EmuPercent; ///< percent of exp2 on the FMA units, 0..50
   std::optional<int> exp2PolyDegree; ///< that polynomial's degree, 3..5

@@ -75,6 +75,7 @@ bool bindAll(void *lib, DriverApi &api, std::string &missing) {
   bind(lib, "cuEventDestroy_v2", api.cuEventDestroy, missing);
   bind(lib, "cuStreamSynchronize", api.cuStreamSynchronize, missing);
   std::string optional;
+  bind(lib, "cuTensorMapEncodeTiled", api.cuTensorMapEncodeTiled, optional);
   if (!bind(lib, "cuEventElapsedTime_v2", api.cuEventElapsedTime, optional))
     bind(lib, "cuEventElapsedTime", api.cuEventElapsedTime, missing);
   return missing.empty();

@@ -10,6 +10,7 @@
 #define FAGEN_RUNTIME_DRIVER_H
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace fagen {
@@ -83,6 +84,12 @@ struct DriverApi {
   CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
   CUresult (*cuEventDestroy)(CUevent event);                                 // _v2
   CUresult (*cuStreamSynchronize)(CUstream stream);
+  /// Optional (null when the driver lacks it, before CUDA 12.0): the TMA kernels' tensor maps
+  /// (TmaMaps.h).
+  CUresult (*cuTensorMapEncodeTiled)(void *map, int dataType, unsigned rank, void *address,
+                                     const uint64_t *dims, const uint64_t *strides,
+                                     const uint32_t *box, const uint32_t *elementStrides,
+                                     int interleave, int swizzle, int l2Promotion, int oobFill);
 
   int driverVersion = 0; ///< from cuDriverGetVersion, e.g. 13000
   std::string path;      ///< the library that was opened

@@ -11,6 +11,7 @@
 
 #include "Bundle.h"
 #include "Driver.h"
+#include "TmaMaps.h"
 #include "bwd_params.h"
 #include "philox.h"
 
@@ -183,6 +184,22 @@ std::string shapeProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
 bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
   int64_t seqlen = std::max(p.seqlen_q, p.seqlen_k);
   return k.seqlenMin <= seqlen && seqlen <= k.seqlenMax;
+}
+
+/// Whether kernel k takes a second argument, its tensor maps (common/tma_params.h), and a 1-D
+/// grid of at most one CTA per SM (persistent; templates/sm90/fwd_ws_kernel.cuh).
+bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
+
+/// CTAs of a sm90ws launch. Non-causal: persistent, one CTA per SM (one fits), each walking
+/// its share of the equal-cost work tiles; this hides a tile's prologue behind the previous
+/// one (+6-8 % at seqlen 2k, H200, docs/perf/sm90-fwd.md run 5). Causal: one CTA per work tile,
+/// heaviest first, so that the hardware hands the next tile to whichever SM frees up (greedy
+/// longest-processing-time first); a static deal of causal tiles to persistent CTAs measured
+/// 10-45 % slower at seqlen >= 8k.
+int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms) {
+  if (k.mask != "none")
+    return tiles;
+  return std::min<int64_t>(tiles, std::max(sms, 1));
 }
 
 int expectedParamsVersion(const KernelRecord &k) {
@@ -489,7 +506,7 @@ int archRank(const std::string &arch, int major, int minor) {
 struct Device {
   CUcontext context = nullptr;
   CUdevice device = 0;
-  int major = 0, minor = 0, smemOptin = 0;
+  int major = 0, minor = 0, smemOptin = 0, sms = 0;
   std::string name;
   std::string arch() const { return "sm_" + std::to_string(major * 10 + minor); }
 };
@@ -529,7 +546,8 @@ fagen_status currentDevice(const DriverApi &api, Device &d) {
     int attribute;
   } queries[] = {{&d.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
                  {&d.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
-                 {&d.smemOptin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN}};
+                 {&d.smemOptin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN},
+                 {&d.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT}};
   for (auto &q : queries)
     if (CUresult r = api.cuDeviceGetAttribute(q.out, q.attribute, d.device); r != CUDA_SUCCESS)
       return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuDeviceGetAttribute"));
@@ -841,6 +859,11 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
   }
 
   const KernelRecord &k = bundle.bundle.kernels[chosen];
+  if (takesTmaMaps(k) && api->cuTensorMapEncodeTiled == nullptr)
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                "kernel " + k.name + " loads through TMA, and the CUDA driver (" + api->path +
+                    ") has no cuTensorMapEncodeTiled: install a driver for CUDA 12.0 or newer, "
+                    "or build the bundle for sm_90 instead of sm_90a");
   plan.bundle = &bundle;
   plan.kernel_index = chosen;
   plan.pass = pass;
@@ -854,7 +877,11 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
     fillBackwardPlan(problem, k, plan);
     return FAGEN_OK;
   }
-  setGrid(plan.grid, ceilDiv(problem.seqlen_q, k.blockM), problem.heads_q, problem.batch);
+  const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;
+  if (takesTmaMaps(k)) // a 1-D grid over the work tiles (templates/sm90/fwd_ws_kernel.cuh)
+    setGrid(plan.grid, wsGridSize(k, tiles, device.sms), 1, 1);
+  else
+    setGrid(plan.grid, ceilDiv(problem.seqlen_q, k.blockM), problem.heads_q, problem.batch);
   fagen_fwd_params params;
   fillForwardParams(problem, params);
   std::memcpy(plan.params, &params, sizeof params);
@@ -1001,14 +1028,35 @@ fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
   return FAGEN_OK;
 }
 
+/// Encodes the tensor maps of a TMA kernel's call from its parameter block.
+fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const KernelRecord &k,
+                           const fagen_fwd_params &params, fagen_fwd_tma_maps &maps) {
+  if (api.cuTensorMapEncodeTiled == nullptr)
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                std::string(function) + ": kernel " + k.name +
+                    " loads through TMA, and the CUDA driver (" + api.path +
+                    ") has no cuTensorMapEncodeTiled: install a driver for CUDA 12.0 or newer, "
+                    "or build the bundle for sm_90 instead of sm_90a");
+  std::string what;
+  if (int r = encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK, k.blockM,
+                               k.blockN, maps, what))
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": " +
+                    cudaErrorText(api, r, "cuTensorMapEncodeTiled") + " for tensor " + what +
+                    " of kernel " + k.name +
+                    ": TMA needs 16-byte aligned pointers and strides that are multiples of 8 "
+                    "elements, below 2^39 elements");
+  return FAGEN_OK;
+}
+
 const std::string &kernelName(const fagen_plan &plan) {
   return plan.bundle->bundle.kernels[plan.kernel_index].name;
 }
 
 fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function,
                     const int32_t grid[3], const int32_t block[3], int32_t smem, void *params,
-                    void *stream, const char *suffix) {
-  void *args[] = {params};
+                    void *stream, const char *suffix, void *tmaMaps = nullptr) {
+  void *args[] = {params, tmaMaps};
   CUresult r = api.cuLaunchKernel(static_cast<CUfunction>(function), unsigned(grid[0]),
                                   unsigned(grid[1]), unsigned(grid[2]), unsigned(block[0]),
                                   unsigned(block[1]), unsigned(block[2]), unsigned(smem),
@@ -1042,8 +1090,15 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
   params.v = v;
   params.o = o;
   params.lse = lse;
+  const KernelRecord &kernel = plan->bundle->bundle.kernels[plan->kernel_index];
+  if (!takesTmaMaps(kernel))
+    return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes,
+                  &params, stream, "");
+  fagen_fwd_tma_maps maps;
+  if (fagen_status s = encodeTmaMaps(function, *api, kernel, params, maps); s != FAGEN_OK)
+    return s;
   return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes, &params,
-                stream, "");
+                stream, "", &maps);
 }
 
 void setStrides(fagen_fwd_problem *p, bool bshd) {

@@ -135,9 +135,31 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
                      : sizeof(fagen_fwd_params);
   const auto *block = static_cast<const unsigned char *>(params[0]);
   launch.params.assign(block, block + bytes);
+  if (s->function.find("_sm90ws_") != std::string::npos) {
+    const auto *maps = static_cast<const unsigned char *>(params[1]);
+    launch.tmaMaps.assign(maps, maps + 3 * 128);
+  }
   s->launchLog.push_back(std::move(launch));
   s->launches++;
   return extra == nullptr ? 0 : 1;
+}
+FAKE_API CUresult cuTensorMapEncodeTiled(void *map, int dataType, unsigned rank, void *address,
+                                         const unsigned long long *dims,
+                                         const unsigned long long *strides, const unsigned *box,
+                                         const unsigned *, int, int swizzle, int, int oobFill) {
+  if (envInt("FAKE_CUDA_TMA_ERROR", 0) != 0)
+    return envInt("FAKE_CUDA_TMA_ERROR", 0);
+  FakeTensorMap m = {dataType, swizzle, oobFill, rank, address, {}, {}, {}};
+  for (unsigned d = 0; d < rank && d < 5; ++d) {
+    m.dims[d] = dims[d];
+    m.box[d] = box[d];
+    if (d + 1 < rank)
+      m.strides[d] = strides[d];
+  }
+  fake_cuda_state()->tensorMaps.push_back(m);
+  std::memset(map, 0, 128);
+  std::memcpy(map, &address, sizeof address);
+  return 0;
 }
 FAKE_API CUresult cuGetErrorName(CUresult error, const char **name) {
   switch (error) {

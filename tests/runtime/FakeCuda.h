@@ -17,6 +17,16 @@ struct FakeLaunch {
   unsigned grid[3], block[3], smem;
   void *stream;
   std::vector<unsigned char> params; ///< the parameter block as launched
+  std::vector<unsigned char> tmaMaps; ///< kernels named *_sm90ws_*: their second argument
+};
+
+/// One cuTensorMapEncodeTiled call.
+struct FakeTensorMap {
+  int dataType, swizzle, oobFill;
+  unsigned rank;
+  const void *address;
+  unsigned long long dims[5], strides[4];
+  unsigned box[5];
 };
 
 struct FakeCudaState {
@@ -33,6 +43,9 @@ struct FakeCudaState {
   /// many bytes (0: only the forward part, which leads the backward's block).
   size_t bwdParamsBytes = 0;
   std::vector<FakeLaunch> launchLog; ///< every launch, in order
+  /// Every cuTensorMapEncodeTiled call, in order ($FAKE_CUDA_TMA_ERROR: fail with that code).
+  /// The map it writes holds the global address in its first 8 bytes.
+  std::vector<FakeTensorMap> tensorMaps;
 };
 
 /// Exported by the fake library; the test finds it with dlsym.

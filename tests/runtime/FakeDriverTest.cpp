@@ -116,6 +116,83 @@ TEST_F(FakeDriverTest, RunLaunchesWithThePointersFilledIn) {
   EXPECT_FLOAT_EQ(fake().params.softmax_scale, 0.5f);
 }
 
+TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
+  // A warp-specialized sm_90a kernel takes Q, K and V as tensor maps encoded for each call.
+  Bundle b = makeTestBundle();
+  KernelRecord &k = b.kernels[2];
+  k.name = "fagen_fwd_fp16_hd128_causal_sm90ws_m128n80w8s2";
+  k.templ = "sm90ws";
+  k.blockN = 80;
+  k.threads = 384;
+  load(b);
+  fagen_fwd_problem p = testProblem(); // BSHD, batch 2, 16/4 heads, 1000 x 577, d 128
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), k.name);
+  EXPECT_EQ(plan.block[0], 384);
+  // Causal: one CTA per work tile (8 x 16 x 2), dispatched heaviest first by the hardware.
+  EXPECT_EQ(plan.grid[0], 256);
+  EXPECT_EQ(plan.grid[1], 1);
+  EXPECT_EQ(plan.grid[2], 1);
+  alignas(16) static char q[16], kk[16], v[16], o[16];
+  static float lse[4];
+  fake().tensorMaps.clear();
+  ASSERT_EQ(fagen_run_forward(&plan, q, kk, v, o, lse, nullptr), FAGEN_OK) << fagen_last_error();
+  ASSERT_EQ(fake().tensorMaps.size(), 3u);
+  const FakeTensorMap &mq = fake().tensorMaps[0], &mk = fake().tensorMaps[1],
+                      &mv = fake().tensorMaps[2];
+  EXPECT_EQ(mq.address, q);
+  EXPECT_EQ(mk.address, kk);
+  EXPECT_EQ(mv.address, v);
+  for (const FakeTensorMap *m : {&mq, &mk, &mv}) {
+    EXPECT_EQ(m->rank, 4u);
+    EXPECT_EQ(m->dataType, 1); // 16-bit elements
+    EXPECT_EQ(m->swizzle, 3);  // 128 bytes
+    EXPECT_EQ(m->oobFill, 0);  // zeros
+    EXPECT_EQ(m->box[0], 64u); // 64 columns: one 128-byte swizzle row
+    EXPECT_EQ(m->box[2], 1u);
+    EXPECT_EQ(m->box[3], 1u);
+  }
+  // {head_dim, seqlen, heads, batch}, strides in bytes of rows, heads and batches (BSHD).
+  EXPECT_EQ(std::vector<unsigned long long>(mq.dims, mq.dims + 4),
+            (std::vector<unsigned long long>{128, 1000, 16, 2}));
+  EXPECT_EQ(std::vector<unsigned long long>(mq.strides, mq.strides + 3),
+            (std::vector<unsigned long long>{16 * 128 * 2, 128 * 2, 1000 * 16 * 128 * 2}));
+  EXPECT_EQ(mq.box[1], 128u); // block_m
+  EXPECT_EQ(std::vector<unsigned long long>(mk.dims, mk.dims + 4),
+            (std::vector<unsigned long long>{128, 577, 4, 2}));
+  EXPECT_EQ(mk.box[1], 80u); // block_n
+  EXPECT_EQ(mv.box[1], 80u);
+  // The maps travel as the kernel's second argument, in the order Q, K, V.
+  const FakeLaunch &launch = fake().launchLog.back();
+  ASSERT_EQ(launch.tmaMaps.size(), 384u);
+  for (int t = 0; t < 3; ++t) {
+    const void *address;
+    std::memcpy(&address, launch.tmaMaps.data() + 128 * t, sizeof address);
+    EXPECT_EQ(address, (t == 0 ? (void *)q : t == 1 ? (void *)kk : (void *)v));
+  }
+  // An encoding the driver refuses fails the call, naming the tensor and the rule.
+  setenv("FAKE_CUDA_TMA_ERROR", "1", 1);
+  EXPECT_EQ(fagen_run_forward(&plan, q, kk, v, o, lse, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+  unsetenv("FAKE_CUDA_TMA_ERROR");
+  EXPECT_TRUE(std::strstr(fagen_last_error(), "cuTensorMapEncodeTiled failed") != nullptr)
+      << fagen_last_error();
+  EXPECT_TRUE(std::strstr(fagen_last_error(),
+                          "for tensor q of kernel fagen_fwd_fp16_hd128_causal_sm90ws_m128n80w8s2: "
+                          "TMA needs 16-byte aligned pointers") != nullptr)
+      << fagen_last_error();
+  // Non-causal: persistent, one CTA per SM of the fake GPU's 132.
+  Bundle none = b;
+  none.kernels[2].mask = "none";
+  none.kernels[2].variant = "v_fp16_128_none";
+  load(none);
+  p.causal = 0;
+  fagen_plan persistent;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &persistent), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(persistent.grid[0], 132);
+  EXPECT_EQ(persistent.grid[1], 1);
+}
+
 TEST_F(FakeDriverTest, RunNamesTheBadPointer) {
   fagen_fwd_problem p = testProblem();
   fagen_plan plan;

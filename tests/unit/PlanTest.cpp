@@ -50,7 +50,8 @@ TEST(Plan, EveryDefaultFitsItsArch) {
       std::vector<KernelPlan> plans = planOf(yaml, {arch});
       ASSERT_EQ(plans.size(), 1u) << hd << " " << arch;
       EXPECT_LE(plans[0].smemBytes, archSmemLimit(arch)) << hd << " " << arch;
-      EXPECT_EQ(plans[0].threads, 32 * plans[0].warps);
+      // The warp-specialized template's producer warpgroup comes on top of its warps.
+      EXPECT_EQ(plans[0].threads, 32 * plans[0].warps + (plans[0].templ == "sm90ws" ? 128 : 0));
     }
 }
 
@@ -65,16 +66,45 @@ TEST(Plan, ArchSpecificDefaults) {
   EXPECT_EQ(p[1].name, "fagen_fwd_bf16_hd128_causal_sm80_m128n64w4s2_r8");
   EXPECT_EQ(p[1].rescaleTau, 8); // measured default at hd 128
   EXPECT_EQ(p[1].tuning, "default");
-  // sm_90a: the wgmma template, two warpgroups.
-  EXPECT_EQ(p[2].templ, "sm90");
-  EXPECT_EQ(p[2].name, "fagen_fwd_bf16_hd128_causal_sm90_m128n128w8s2");
-  EXPECT_EQ(p[2].threads, 256);
-  EXPECT_EQ(p[2].smemBytes, sm90FwdSmemBytes(128, 128, 128, 2));
+  // sm_90a: the warp-specialized TMA template, a producer and two consumer warpgroups.
+  EXPECT_EQ(p[2].templ, "sm90ws");
+  EXPECT_EQ(p[2].name, "fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2");
+  EXPECT_EQ(p[2].threads, 384);
+  EXPECT_EQ(p[2].smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 2));
+  EXPECT_EQ(p[2].smemBytes, sm90FwdSmemBytes(128, 128, 128, 2) + 8 * 9); // + 9 mbarriers
   EXPECT_FALSE(bool(applyConfig(p[2], [] {
     KernelConfig c;
     c.blockM = 128, c.blockN = 64, c.warps = 4, c.stages = 2; // 4 warps cannot be 2 warpgroups
     return c;
   }())));
+  EXPECT_FALSE(bool(applyConfig(p[2], [] {
+    KernelConfig c;
+    c.blockM = 64, c.blockN = 128, c.warps = 4, c.stages = 2; // one consumer: no register split
+    return c;
+  }())));
+  // Three consumer warpgroups at hd 128: S + O + P need 160 of their 160 registers.
+  llvm::Expected<KernelPlan> wide = applyConfig(p[2], [] {
+    KernelConfig c;
+    c.blockM = 192, c.blockN = 128, c.warps = 12, c.stages = 2;
+    return c;
+  }());
+  ASSERT_FALSE(bool(wide));
+  EXPECT_NE(llvm::toString(wide.takeError()).find("lower block_n or block_m"), std::string::npos);
+}
+
+TEST(Plan, Sm90WsDefaults) {
+  // FlashAttention-3's tiles, measured on the H200 (docs/perf/sm90-fwd.md run 4).
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: a, dtype: bf16, head_dim: 64}
+  - {name: b, dtype: fp16, head_dim: 256, mask: causal}
+)",
+                                     {"sm_90a"});
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].templ, "sm90ws");
+  EXPECT_EQ(configOf(p[0]).text(), "m192n128w12s2");
+  EXPECT_EQ(p[0].threads, 512);
+  EXPECT_EQ(configOf(p[1]).text(), "m128n80w8s2");
+  EXPECT_EQ(p[1].smemBytes, (128 + 4 * 80) * 256 * 2 + 1024 + 72);
 }
 
 TEST(Plan, KernelNamesSpellTheVariant) {
@@ -122,13 +152,15 @@ TEST(Plan, Sm90ServesOnlyDenseVariants) {
                                      {"sm_90a"});
   ASSERT_EQ(p.size(), 9u);
   for (const KernelPlan &k : p)
-    EXPECT_EQ(k.templ, k.variant == "dense" ? "sm90" : "sm80") << k.name;
+    EXPECT_EQ(k.templ, k.variant == "dense" ? "sm90ws" : "sm80") << k.name;
 }
 
 TEST(Plan, Sm90AtHeadDim256) {
-  // The wgmma template's hd 256 default: two warpgroups of 64 rows, 64 keys (H200 measured).
-  std::vector<KernelPlan> p = planOf(
-      "variants: [{name: a, dtype: bf16, head_dim: 256, mask: causal}]", {"sm_90a"});
+  // The cp.async wgmma template's hd 256 default (pinned: the planner's default is sm90ws):
+  // two warpgroups of 64 rows, 64 keys (H200 measured).
+  std::vector<KernelPlan> p = planOf("variants: [{name: a, dtype: bf16, head_dim: 256, mask: "
+                                     "causal, tile: {template: sm90}}]",
+                                     {"sm_90a"});
   ASSERT_EQ(p.size(), 1u);
   EXPECT_EQ(p[0].templ, "sm90");
   EXPECT_EQ(configOf(p[0]).text(), "m128n64w8s2");

@@ -1,0 +1,84 @@
+//===- TmaMaps.h - tensor maps of the TMA forward kernels -------------------===//
+//
+// Encodes fagen_fwd_tma_maps (templates/common/tma_params.h) for one forward call from the
+// call's fagen_fwd_params, through the driver's cuTensorMapEncodeTiled passed in as a plain
+// function pointer (no CUDA headers). Header-only: the runtime and the GPU dev harnesses share
+// it.
+//
+//===----------------------------------------------------------------------===//
+#ifndef FAGEN_RUNTIME_TMAMAPS_H
+#define FAGEN_RUNTIME_TMAMAPS_H
+
+#include <cstdint>
+#include <string>
+
+#include "fwd_params.h"
+#include "tma_params.h"
+
+namespace fagen {
+
+/// cuTensorMapEncodeTiled (cuda.h, CUDA >= 12.0), its enums as int.
+using TensorMapEncodeTiledFn = int (*)(void *map, int dataType, unsigned rank, void *address,
+                                       const uint64_t *dims, const uint64_t *strides,
+                                       const uint32_t *box, const uint32_t *elementStrides,
+                                       int interleave, int swizzle, int l2Promotion, int oobFill);
+
+// Enum values from cuda.h (CUDA 13.0).
+constexpr int kTensorMapDataTypeUint16 = 1;  // CU_TENSOR_MAP_DATA_TYPE_UINT16
+constexpr int kTensorMapInterleaveNone = 0;  // CU_TENSOR_MAP_INTERLEAVE_NONE
+constexpr int kTensorMapSwizzle128B = 3;     // CU_TENSOR_MAP_SWIZZLE_128B
+constexpr int kTensorMapL2Promotion256B = 3; // CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+constexpr int kTensorMapOobFillZero = 0;     // CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE
+
+/// Encodes one rank-4 map {headDim, seqlen, heads, batch} with box {64, boxRows, 1, 1}.
+/// Returns the driver's result (0 = success) and names the tensor in `what` on failure.
+inline int encodeTensorMap(TensorMapEncodeTiledFn encode, fagen_tensor_map &map,
+                           const void *address, int64_t headDim, int64_t seqlen, int64_t heads,
+                           int64_t batch, int64_t rowStride, int64_t headStride,
+                           int64_t batchStride, int boxRows) {
+  const uint64_t dims[4] = {uint64_t(headDim), uint64_t(seqlen), uint64_t(heads), uint64_t(batch)};
+  // A dimension of extent 1 is never stepped over; its stride must still be a nonzero
+  // multiple of 16 bytes.
+  auto bytes = [](int64_t stride, int64_t extent) {
+    return extent == 1 && stride == 0 ? uint64_t(16) : uint64_t(stride) * 2;
+  };
+  const uint64_t strides[3] = {bytes(rowStride, seqlen), bytes(headStride, heads),
+                               bytes(batchStride, batch)};
+  const uint32_t box[4] = {64, uint32_t(boxRows), 1, 1};
+  const uint32_t elementStrides[4] = {1, 1, 1, 1};
+  return encode(&map, kTensorMapDataTypeUint16, 4, const_cast<void *>(address), dims, strides, box,
+                elementStrides, kTensorMapInterleaveNone, kTensorMapSwizzle128B,
+                kTensorMapL2Promotion256B, kTensorMapOobFillZero);
+}
+
+/// Fills `maps` for a forward call (dense: no varlen) of a kernel with tiles blockM x blockN.
+/// Returns 0, or the first failing driver result with the tensor's name in `what`.
+inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_params &p,
+                            int headDim, int blockM, int blockN, fagen_fwd_tma_maps &maps,
+                            std::string &what) {
+  struct Tensor {
+    const char *name;
+    fagen_tensor_map &map;
+    const void *address;
+    int64_t seqlen, heads, rowStride, headStride, batchStride;
+    int boxRows;
+  };
+  const Tensor tensors[3] = {
+      {"q", maps.q, p.q, p.seqlen_q, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
+       blockM},
+      {"k", maps.k, p.k, p.seqlen_k, p.heads_kv, p.k_row_stride, p.k_head_stride,
+       p.k_batch_stride, blockN},
+      {"v", maps.v, p.v, p.seqlen_k, p.heads_kv, p.v_row_stride, p.v_head_stride,
+       p.v_batch_stride, blockN}};
+  for (const Tensor &t : tensors)
+    if (int r = encodeTensorMap(encode, t.map, t.address, headDim, t.seqlen, t.heads, p.batch,
+                                t.rowStride, t.headStride, t.batchStride, t.boxRows)) {
+      what = t.name;
+      return r;
+    }
+  return 0;
+}
+
+} // namespace fagen
+
+#endif // FAGEN_RUNTIME_TMAMAPS_H
