@@ -15,6 +15,7 @@
 #define FAGEN_TESTS_GPU_HARNESS_COMMON_CUH
 
 #include "Reference.h"
+#include "TmaMaps.h"
 #include "common/philox.h"
 
 #include <algorithm>
@@ -73,6 +74,9 @@ struct KernelInfo {
   int block_m, threads, smem_bytes;
   bool expect_fail; // built to miss the tolerance rule: proves that the check can fail
   VariantInfo variant;
+  int tma_block_n = 0; // nonzero: a TMA kernel (second argument fagen_fwd_tma_maps, K/V boxes
+                       // of this many rows) with a 1-D grid of work tiles (sm90/fwd_ws_kernel.cuh)
+  bool persistent = false; // TMA kernels: as many CTAs as SMs (at most one per work tile)
 };
 /// The registered kernels, in definition order (checks and timings run in this order).
 static std::vector<KernelInfo> &kernels() {
@@ -100,9 +104,45 @@ static bool is_dense(const KernelInfo &k) {
 /// The mask kind of a template mask's name.
 static constexpr MaskKind maskOf(const char *s) { return s[0] == 'C' ? MaskKind::Causal : MaskKind::None; }
 
+/// cuTensorMapEncodeTiled from the driver, through the CUDA runtime.
+static fagen::TensorMapEncodeTiledFn tensor_map_encoder() {
+  static fagen::TensorMapEncodeTiledFn fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || f == nullptr) {
+      std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
+      std::exit(2);
+    }
+    return reinterpret_cast<fagen::TensorMapEncodeTiledFn>(f);
+  }();
+  return fn;
+}
+
 static void launch(const KernelInfo &k, const fagen_fwd_params &p) {
   dim3 grid((p.seqlen_q + k.block_m - 1) / k.block_m, p.heads_q, p.batch);
-  void *args[] = {const_cast<fagen_fwd_params *>(&p)};
+  if (!k.tma_block_n) {
+    void *args[] = {const_cast<fagen_fwd_params *>(&p)};
+    CUDA_CHECK(cudaLaunchKernel(k.func, grid, dim3(k.threads), args, k.smem_bytes, 0));
+    return;
+  }
+  static const int sms = [] {
+    int n = 0;
+    CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, 0));
+    return n;
+  }();
+  const int tiles = grid.x * grid.y * grid.z;
+  grid = dim3(k.persistent ? std::min(tiles, sms) : tiles);
+  fagen_fwd_tma_maps maps;
+  std::string what;
+  if (int r = fagen::encodeFwdTmaMaps(tensor_map_encoder(), p, k.head_dim, k.block_m,
+                                      k.tma_block_n, maps, what)) {
+    std::fprintf(stderr, "%s: cuTensorMapEncodeTiled failed for %s (CUresult %d)\n", k.name,
+                 what.c_str(), r);
+    std::exit(2);
+  }
+  void *args[] = {const_cast<fagen_fwd_params *>(&p), &maps};
   CUDA_CHECK(cudaLaunchKernel(k.func, grid, dim3(k.threads), args, k.smem_bytes, 0));
 }
 

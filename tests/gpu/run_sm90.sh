@@ -6,6 +6,11 @@
 #                                 correctness grid, compute-sanitizer memcheck + racecheck on a
 #                                 reduced grid, timing, then torch SDPA flash/cuDNN on the same
 #                                 shapes in the same call; table last
+#   tests/gpu/run_sm90.sh ws-build  here: .carry-ws/sm90_ws_harness (warp-specialized kernels,
+#                                 sm90/fwd_ws_kernel.cuh, beside the cp.async defaults)
+#   tests/gpu/run_sm90.sh ws      on the H200 (carry .carry-ws), one call of at most ~200 s:
+#                                 SASS (HGMMA, TMA, setmaxnreg), full check grid, timing twice at
+#                                 2k/8k/16k, SDPA flash/cuDNN, sanitizers on the reduced grid
 #   tests/gpu/run_sm90.sh hd256   on the H200, one call of at most ~135 s (issue 5): checks of the
 #                                 hd 256 kernels and the hd 64/128 defaults, timing of hd 256
 #                                 (2k, 8k, 16k) beside the portable template's default and SDPA
@@ -15,7 +20,70 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fagen-sm90}
 mkdir -p "$OUT"
 bin=.carry-sm90/sm90_harness
+build_harness() { # $1 source, $2 binary
+  nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I templates -I templates/common \
+    -I compiler -I runtime/src --cudart static -Xcompiler -pthread -Xptxas -v "$1" \
+    -o "$2" 2>&1 | tee "$2.ptxas.log" |
+    grep -E "Compiling entry|spill|Used|warn|error" | sed 's/ptxas info *: //' | paste - - - |
+    sed -E "s/Compiling entry function '([a-z0-9_]+)'.*stack frame, ([0-9]+) bytes spill stores.*Used ([0-9]+) registers.*/\1 regs=\3 spill=\2/" |
+    grep fagen_ | tee "$2.regs.txt"
+  grep -iE "warn|C7508|serializ" "$2.ptxas.log" || true
+}
 case "${1:-}" in
+ws-build)
+  mkdir -p .carry-ws
+  build_harness tests/gpu/sm90_ws_harness.cu .carry-ws/sm90_ws_harness
+  ;;
+ws)
+  export PYTHONUNBUFFERED=1
+  bin=.carry-ws/sm90_ws_harness
+  t0=$(date +%s)
+  work=$(mktemp -d)
+  left() { echo $(( ${DEADLINE_S:-200} - ($(date +%s) - t0) )); }
+  nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv || true
+  status=0
+  if command -v cuobjdump >/dev/null; then
+    cuobjdump --dump-sass "$bin" 2>&1 | awk '/Function : / { f = $3 } f ~ /fagen/ {
+        h[f] += /HGMMA/; t[f] += /UTMALDG/; r[f] += /USETMAXREG/; l[f] += /LDL|STL/ }
+      END { for (f in h) printf "SASS %s HGMMA %d UTMALDG %d USETMAXREG %d LDL+STL %d\n", f, h[f], t[f], r[f], l[f] }' |
+      sort | tee "$work/sass.txt"
+  fi
+  timeout 90 "$bin" --check ${WS_FILTER:+--filter "$WS_FILTER"} >"$work/check.log" 2>&1 || status=1
+  grep -E "FAIL|device|failed" "$work/check.log" | head -n 20
+  grep SUMMARY "$work/check.log" || echo "CHECK did not finish (rc $status)"
+  tail -n 3 "$work/check.log"
+  for rep in bench again; do
+    timeout 40 "$bin" --bench --seqlens ${WS_SEQLENS:-2048,8192,16384} ${WS_FILTER:+--filter "$WS_FILTER"} \
+      --csv "$work/fagen_$rep.csv" >"$work/$rep.log" 2>&1 || status=1
+  done
+  timeout 50 python3 -c "import sys; sys.path.insert(0, 'tests/gpu'); import sdpa_bench as b
+b.SHAPES = [(hd, s) for hd in (64, 128, 256) for s in (${WS_SEQLENS:-2048,8192,16384},)]
+sys.argv = ['sdpa_bench.py', '$work/table.csv', 'new=$work/fagen_bench.csv', 'again=$work/fagen_again.csv']
+b.main()" >"$work/table.txt" 2>&1 || true
+  if command -v compute-sanitizer >/dev/null; then
+    n=0
+    # WS_SANITIZE: "tool filter;tool filter;..."
+    IFS=';' read -ra runs <<<"${WS_SANITIZE:-racecheck bf16_hd128_causal_m128n128s2_pp;memcheck bf16_hd128_causal_m128n128s2_pp;racecheck bf16_hd64_nomask_m192n128s2_pp_pers}"
+    for run in "${runs[@]}"; do
+      set -- $run
+      n=$((n + 1))
+      t=$(left)
+      if [ "$t" -lt 10 ]; then echo "sanitizer $1 $2: skipped (time)"; continue; fi
+      timeout $((t - 3)) compute-sanitizer --tool $1 --error-exitcode 3 "$bin" --check --reduced \
+        --filter "$2" >"$work/sanitizer_${n}_$1.log" 2>&1 || status=1
+      echo "sanitizer $1 $2: $(grep -E "ERROR SUMMARY|SUMMARY" "$work/sanitizer_${n}_$1.log" | tr '\n' ' ')"
+    done
+  fi
+  awk '/^BENCH/ { sub(/seqlen= +/, "seqlen="); k = $2 " " $3 " " $4 " " $5; if (FILENAME ~ /again/) b[k] = $8; else a[k] = $8 }
+    END { for (k in a) print k, a[k], b[k] }' "$work/bench.log" "$work/again.log" |
+    sed -e 's/fagen_fwd_//' -e 's/hd=//' -e 's/causal=//' -e 's/seqlen= *//' |
+    sort -k1,1n -k2,2n -k3,3n -k5,5nr >"$work/bench_all.txt"
+  tar czf "$OUT/ws.tgz" -C "$work" .
+  cat "$work/bench_all.txt"
+  sed 's/fagen_fwd_//' "$work/table.txt"
+  grep SUMMARY "$work/check.log" || true
+  exit $status
+  ;;
 build)
   mkdir -p .carry-sm90
   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I templates -I templates/common \
@@ -118,7 +186,7 @@ b.main()" >"$work/table.txt" 2>&1 || true
   exit $status
   ;;
 *)
-  echo "usage: $0 build|run|hd256" >&2
+  echo "usage: $0 build|run|hd256|ws-build|ws" >&2
   exit 2
   ;;
 esac
