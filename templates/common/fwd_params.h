@@ -12,7 +12,9 @@
 
 #include <stdint.h>
 
-#define FAGEN_FWD_PARAMS_VERSION 2
+// Version 3: kernels of template sm90ws take a second argument, `const __grid_constant__
+// fagen_fwd_tma_maps` (common/tma_params.h), after this struct.
+#define FAGEN_FWD_PARAMS_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
