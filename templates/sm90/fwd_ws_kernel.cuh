@@ -229,6 +229,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     s_done(acc_s, i);
     float rescale[2];
     const bool grew = mask_and_exp(rescale, acc_s, i);
+    end_block_after(softmax.row_sum); // keeps the wait below the softmax
     wgmma_wait<0>();
     pv_done(i);
     if (grew)

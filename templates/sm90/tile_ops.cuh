@@ -130,6 +130,16 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
   return __any_sync(0xffffffffu, grew);
 }
 
+/// Ends the basic block after the softmax of a step. ptxas places a wgmma wait at the start of
+/// its basic block: in one block with the softmax, the wait for the previous P V went above
+/// the exponentials, and the softmax no longer overlapped P V (SASS of the sm90ws kernels,
+/// docs/perf/sm90-fwd.md run 8). The branch reads the row sums, so it comes after every
+/// exponential; it is never taken (sums of exponentials are >= 0, or NaN).
+__device__ __forceinline__ void end_block_after(const float (&row_sum)[2]) {
+  if (row_sum[0] + row_sum[1] < -1.f)
+    __trap();
+}
+
 template <int kDimTiles>
 __device__ __forceinline__ void rescale_o(float (&o)[kDimTiles][4], const float (&rescale)[2]) {
 #pragma unroll
