@@ -190,14 +190,15 @@ bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
 /// grid of at most one CTA per SM (persistent; templates/sm90/fwd_ws_kernel.cuh).
 bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
-/// CTAs of a sm90ws launch. Non-causal: persistent, one CTA per SM (one fits), each walking
-/// its share of the equal-cost work tiles; this hides a tile's prologue behind the previous
-/// one (+6-8 % at seqlen 2k, H200, docs/perf/sm90-fwd.md run 5). Causal: one CTA per work tile,
-/// heaviest first, so that the hardware hands the next tile to whichever SM frees up (greedy
-/// longest-processing-time first); a static deal of causal tiles to persistent CTAs measured
-/// 10-45 % slower at seqlen >= 8k.
+/// CTAs of a sm90ws launch (H200, docs/perf/sm90-fwd.md run 8). Head dim 64: persistent, one
+/// CTA per SM (one fits), each taking its share of the work tiles; a tile's prologue then hides
+/// behind the previous one (+8 % non-causal and +17 % causal at seqlen 2k, even at 16k).
+/// Larger head dims: one CTA per work tile, heaviest first for causal, so that the hardware
+/// hands the next tile to whichever SM frees up (greedy longest-processing-time first): there
+/// the static deal of persistent CTAs measured equal at hd 128 non-causal, 5-30 % slower for
+/// causal (uneven tiles) and 10 % slower at hd 256, seqlen >= 8k.
 int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms) {
-  if (k.mask != "none")
+  if (k.headDimQK != 64)
     return tiles;
   return std::min<int64_t>(tiles, std::max(sms, 1));
 }

@@ -130,7 +130,7 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
   ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), k.name);
   EXPECT_EQ(plan.block[0], 384);
-  // Causal: one CTA per work tile (8 x 16 x 2), dispatched heaviest first by the hardware.
+  // Head dim 128: one CTA per work tile (8 x 16 x 2), dispatched heaviest first by the hardware.
   EXPECT_EQ(plan.grid[0], 256);
   EXPECT_EQ(plan.grid[1], 1);
   EXPECT_EQ(plan.grid[2], 1);
@@ -181,12 +181,13 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
                           "for tensor q of kernel fagen_fwd_fp16_hd128_causal_sm90ws_m128n80w8s2: "
                           "TMA needs 16-byte aligned pointers") != nullptr)
       << fagen_last_error();
-  // Non-causal: persistent, one CTA per SM of the fake GPU's 132.
-  Bundle none = b;
-  none.kernels[2].mask = "none";
-  none.kernels[2].variant = "v_fp16_128_none";
-  load(none);
-  p.causal = 0;
+  // Head dim 64: persistent, one CTA per SM of the fake GPU's 132.
+  Bundle small = b;
+  small.kernels[2].headDimQK = small.kernels[2].headDimV = 64;
+  small.kernels[2].variant = "v_fp16_64_causal";
+  small.kernels[2].blockM = 192;
+  load(small);
+  p = testProblem(FAGEN_DTYPE_FP16, 64);
   fagen_plan persistent;
   ASSERT_EQ(fagen_plan_forward(bundle, &p, &persistent), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(persistent.grid[0], 132);
