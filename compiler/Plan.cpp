@@ -326,15 +326,16 @@ std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
   return "";
 }
 
-/// What of `p`'s variant the sm90 template cannot serve, as a phrase ("" when it serves it).
-std::string sm90VariantProblem(const KernelPlan &p) {
+/// What of `p`'s variant the sm90 template (`ws`: sm90ws) cannot serve, as a phrase ("" when
+/// it serves it). sm90ws serves every mask and score mod; sm90 dense none/causal only.
+std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
   if (p.pass != "fwd")
     return "the backward pass";
-  if (p.mask == "window")
+  if (!ws && p.mask == "window")
     return "the window mask";
-  if (p.mask == "causal" && p.maskAlign != "bottom_right")
+  if (!ws && p.mask == "causal" && p.maskAlign != "bottom_right")
     return "the top-left causal mask";
-  if (p.scoreMod != "none")
+  if (!ws && p.scoreMod != "none")
     return "score_mod " + p.scoreMod;
   if (p.dropout)
     return "dropout";
@@ -353,7 +354,7 @@ std::string sm90VariantProblem(const KernelPlan &p) {
 std::string sm90ConfigProblem(const KernelPlan &p) {
   if (p.arch != "sm_90a")
     return "the sm90 template (wgmma) needs the sm_90a target";
-  std::string variant = sm90VariantProblem(p);
+  std::string variant = sm90VariantProblem(p, /*ws=*/false);
   if (!variant.empty())
     return "the sm90 template does not serve " + variant +
            " (dense none/causal attention at head dims 64, 128 and 256 only)";
@@ -391,10 +392,11 @@ std::string sm90ConfigProblem(const KernelPlan &p) {
 std::string sm90WsConfigProblem(const KernelPlan &p) {
   if (p.arch != "sm_90a")
     return "the sm90ws template (TMA, wgmma) needs the sm_90a target";
-  std::string variant = sm90VariantProblem(p);
+  std::string variant = sm90VariantProblem(p, /*ws=*/true);
   if (!variant.empty())
     return "the sm90ws template does not serve " + variant +
-           " (dense none/causal attention at head dims 64, 128 and 256 only)";
+           " (every mask and score mod at head dims 64, 128 and 256; no dropout, block "
+           "sparsity or varlen)";
   if (p.blockM != 128 && p.blockM != 192)
     return llvm::formatv("block_m must be 128 or 192 (2 or 3 consumer warpgroups), got {0}",
                          p.blockM);
@@ -463,7 +465,7 @@ std::vector<std::string> entryPointNames(const KernelPlan &p) {
   return {p.name};
 }
 
-bool sm90ServesVariant(const KernelPlan &p) { return sm90VariantProblem(p).empty(); }
+bool sm90ServesVariant(const KernelPlan &p) { return sm90VariantProblem(p, /*ws=*/true).empty(); }
 
 BlockTable blockTable(const BlockSparseSpec &sparse) {
   BlockTable t;
@@ -644,11 +646,16 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
     if (p.arch != "sm_90a")
       return makeSpecError(tile.loc, "template " + tile.templ + " needs the sm_90a target, not " +
                                          p.arch + ": list only sm_90a in this variant's targets");
-    std::string variant = sm90VariantProblem(p);
+    const bool ws = tile.templ == "sm90ws";
+    std::string variant = sm90VariantProblem(p, ws);
     if (!variant.empty())
-      return makeSpecError(tile.loc, "template " + tile.templ + " does not serve " + variant +
-                                         " (dense none/causal attention at head dims 64, 128 "
-                                         "and 256 only): remove template: " + tile.templ);
+      return makeSpecError(tile.loc,
+                           "template " + tile.templ + " does not serve " + variant +
+                               (ws ? " (every mask and score mod at head dims 64, 128 and 256; "
+                                     "no dropout, block sparsity or varlen)"
+                                   : " (dense none/causal attention at head dims 64, 128 and "
+                                     "256 only)") +
+                               ": remove template: " + tile.templ);
     p = tile.templ == "sm90" ? sm90Plan(p) : sm90WsPlan(p);
   }
   if (tile.blockM) p.blockM = tile.blockM;

@@ -90,9 +90,9 @@ std::string maskToken(const KernelPlan &plan);
 /// bsr{B} | bs{B}_{hash8}, varlen, det. Empty for a dense, plain kernel.
 std::vector<std::string> featureTokens(const KernelPlan &plan);
 
-/// Whether the sm90 (wgmma) forward template serves `plan`'s variant: dense none/causal
-/// (bottom-right) attention with head_dim_qk == head_dim_v in {64, 128} and no score mod,
-/// dropout, sparsity or varlen.
+/// Whether the sm90ws (wgmma, TMA) forward template serves `plan`'s variant: any mask and
+/// score mod with head_dim_qk == head_dim_v in {64, 128, 256}, and no dropout, sparsity or
+/// varlen.
 bool sm90ServesVariant(const KernelPlan &plan);
 
 /// A static block layout as a table: rows x cols bytes, row-major, 1 = computed.

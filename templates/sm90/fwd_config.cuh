@@ -22,18 +22,23 @@ namespace sm90 {
 /// ex2.approx (MUFU), as in sm80::FwdConfig (FlashAttention-4, section 3.1.3).
 ///
 /// Variant (common/variants.cuh): dense NoMask or CausalMask only, with no score mod, dropout,
-/// block sparsity or varlen (the sm80 template serves the other variants).
+/// block sparsity or varlen (the sm80 template serves the other variants); WsFwdConfig: every
+/// mask and score mod, no dropout, block sparsity or varlen.
 ///
 /// kRefillAfterIssue: each key step issues its cp.async refill after its wgmmas instead of
 /// before them, so the tensor cores do not wait for 16-20 cp.async a thread. Default at hd 256
 /// only: +2-7 % there, neutral to -6 % at hd 128 (H200, 2026-11-30, docs/perf/sm90-fwd.md run 3).
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
           int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3,
-          bool kRefillAfterIssue_ = (kHeadDim_ == 256), int kAccumulatorRegs_ = 192>
+          bool kRefillAfterIssue_ = (kHeadDim_ == 256), bool kWarpSpecialized_ = false>
 struct FwdConfig {
   using Element = Element_;
   using Variant = Variant_;
   using Mask = typename Variant::Mask;
+  using ScoreMod = typename Variant::ScoreMod;
+  /// The base of WsFwdConfig: its kernel serves every mask and score mod, and its consumer
+  /// threads have more registers.
+  static constexpr bool kWarpSpecialized = kWarpSpecialized_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -61,13 +66,20 @@ struct FwdConfig {
       (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + kSmemAlignBytes;
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
-  static_assert((std::is_same<Mask, NoMask>::value || std::is_same<Mask, CausalMask>::value) &&
-                    std::is_same<typename Variant::ScoreMod, NoScoreMod>::value &&
-                    std::is_same<typename Variant::Dropout, NoDropout>::value &&
-                    std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
-                    !Variant::kVarlen,
+  static_assert(kWarpSpecialized ||
+                    ((std::is_same<Mask, NoMask>::value || std::is_same<Mask, CausalMask>::value) &&
+                     std::is_same<ScoreMod, NoScoreMod>::value &&
+                     std::is_same<typename Variant::Dropout, NoDropout>::value &&
+                     std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
+                     !Variant::kVarlen),
                 "the sm90 template serves only dense Variant<NoMask> and Variant<CausalMask> (no "
                 "score mod, dropout, block sparsity or varlen): use the sm80 template");
+  static_assert(!kWarpSpecialized ||
+                    (std::is_same<typename Variant::Dropout, NoDropout>::value &&
+                     std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
+                     !Variant::kVarlen),
+                "the sm90ws template serves every mask and score mod, but not dropout, block "
+                "sparsity or varlen: use the sm80 template");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "kHeadDim must be 64, 128 or 256 (whole 128-byte swizzle rows; wgmma N of O)");
   static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
@@ -86,9 +98,10 @@ struct FwdConfig {
                 "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
                 "kStages, kBlockN or kBlockM");
   // Registers per thread of a warpgroup: S (kBlockN / 2) + O (kHeadDim / 2) + P (kBlockN / 4),
-  // at most kAccumulatorRegs_ (192 of the 255 a thread may have; WsFwdConfig: its consumers'
-  // share less 32).
-  static_assert(kBlockN / 2 + kHeadDim / 2 + kBlockN / 4 <= kAccumulatorRegs_,
+  // at most 192 of the 255 a thread may have; WsFwdConfig: its consumers' share less 32.
+  static constexpr int kAccumulatorRegs =
+      !kWarpSpecialized ? 192 : (kBlockM == 128 ? 240 : 160) - 32;
+  static_assert(kBlockN / 2 + kHeadDim / 2 + kBlockN / 4 <= kAccumulatorRegs,
                 "S + O + P accumulators need more registers than a thread has for them: lower "
                 "kBlockN (or kBlockM: three consumer warpgroups have 160 registers a thread)");
 };
@@ -104,12 +117,10 @@ struct FwdConfig {
 /// (FlashAttention-3, section 3.1) instead of all of them exponentiating at once.
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
           bool kPingPong_, int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
-struct WsFwdConfig
-    : FwdConfig<Element_, kHeadDim_, kBlockM_, kBlockN_, kStages_, Variant_, kExp2EmuPercent_,
-                kExp2PolyDegree_, false, (kBlockM_ == 128 ? 240 : 160) - 32> {
+struct WsFwdConfig : FwdConfig<Element_, kHeadDim_, kBlockM_, kBlockN_, kStages_, Variant_,
+                               kExp2EmuPercent_, kExp2PolyDegree_, false, true> {
   using Base = FwdConfig<Element_, kHeadDim_, kBlockM_, kBlockN_, kStages_, Variant_,
-                         kExp2EmuPercent_, kExp2PolyDegree_, false,
-                         (kBlockM_ == 128 ? 240 : 160) - 32>;
+                         kExp2EmuPercent_, kExp2PolyDegree_, false, true>;
   static constexpr bool kPingPong = kPingPong_;
   static constexpr int kConsumers = kBlockM_ / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);

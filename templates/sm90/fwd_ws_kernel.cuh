@@ -76,6 +76,16 @@ template <class Config> struct WsTileScheduler {
   }
 };
 
+/// The problem's shape as the mask hooks read it: a window mask reads its bounds from it (the
+/// other masks leave them unbounded, as the dense kernels always did).
+template <class Config>
+__device__ __forceinline__ AttentionShape ws_shape(const fagen_fwd_params &p) {
+  using Mask = typename Config::Mask;
+  if constexpr (std::is_same<Mask, NoMask>::value || Mask::kCausal)
+    return AttentionShape{p.seqlen_q, p.seqlen_k};
+  return AttentionShape{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+}
+
 /// The key tiles [n_begin, n_begin + n_tiles) a work tile visits.
 template <class Config>
 __device__ __forceinline__ int ws_key_tiles(int m_block, const AttentionShape &shape, int &n_begin) {
@@ -92,7 +102,7 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
                                            const fagen_fwd_params &params) {
   constexpr int kColumnBlocks = Config::kHeadDim / 64;
   const WsTileScheduler<Config> sched(params);
-  const AttentionShape shape{params.seqlen_q, params.seqlen_k};
+  const AttentionShape shape = ws_shape<Config>(params);
   int kv = 0; // K/V tiles loaded so far
   auto load_kv = [&](const fagen_tensor_map &map, u32 slot, u32 full, int n_block, int kv_head,
                      int batch) {
@@ -140,9 +150,13 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
                                                 int kv, int work) {
   using Element = typename Config::Element;
   using Mask = typename Config::Mask;
+  using ScoreMod = typename Config::ScoreMod;
   constexpr int kHeadDim = Config::kHeadDim, kBlockM = Config::kBlockM;
   constexpr int kBlockN = Config::kBlockN, kConsumers = Config::kConsumers;
-  const AttentionShape shape{params.seqlen_q, params.seqlen_k};
+  const AttentionShape shape = ws_shape<Config>(params);
+  const ScoreMod score_mod(params, batch, head, shape);
+  // Score mods give natural-log logits: the softmax's exp2 then needs log2(e), not the scale.
+  const float scale_log2 = ScoreMod::kIdentity ? params.scale_log2 : 1.4426950408889634f;
   const int consumer = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int first_row = 64 * consumer + 16 * warp; // the warp's first row in the tile
   const int rows_left = params.seqlen_q - m_block * kBlockM - first_row;
@@ -172,13 +186,14 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   softmax.init();
   auto mask_and_exp = [&](float(&rescale)[2], float(&acc_s)[kBlockN / 8][4], int i) {
     const int n_block = n_begin + i;
+    float(&s3)[1][kBlockN / 8][4] = reinterpret_cast<float(&)[1][kBlockN / 8][4]>(acc_s);
+    if constexpr (!ScoreMod::kIdentity)
+      apply_score_mod(s3, score_mod, m_block * kBlockM + first_row, n_block * kBlockN);
     if ((n_block + 1) * kBlockN > shape.seqlen_k ||
-        Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape)) {
-      float(&s3)[1][kBlockN / 8][4] = reinterpret_cast<float(&)[1][kBlockN / 8][4]>(acc_s);
+        Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape))
       apply_mask<Mask>(s3, m_block * kBlockM + first_row, n_block * kBlockN, shape);
-    }
     return softmax_exp<Config::kExp2EmuColumns, Config::kExp2PolyDegree>(rescale, softmax, acc_s,
-                                                                          params.scale_log2);
+                                                                          scale_log2);
   };
   // S_i landed: its K slot is free, and after the last one so is Q.
   auto s_done = [&](float(&acc_s)[kBlockN / 8][4], int i) {
@@ -247,7 +262,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
 
   float row_lse[2];
   float(&o3)[1][kHeadDim / 8][4] = reinterpret_cast<float(&)[1][kHeadDim / 8][4]>(acc_o);
-  softmax.finalize(o3, params.scale_log2, row_lse);
+  softmax.finalize(o3, scale_log2, row_lse);
   const int64_t row0 = int64_t(m_block) * kBlockM + first_row;
   if (lane % 4 == 0) {
     float *lse = params.lse + batch * params.lse_batch_stride + head * params.lse_head_stride + row0;
@@ -302,7 +317,7 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
   if (Config::kPingPong && consumer == kConsumers - 1)
     named_barrier_arrive<256>(1);
   const WsTileScheduler<Config> sched(params);
-  const AttentionShape shape{params.seqlen_q, params.seqlen_k};
+  const AttentionShape shape = ws_shape<Config>(params);
   int kv = 0;
   for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
     int m_block, head, batch, n_begin;

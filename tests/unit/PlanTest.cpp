@@ -137,7 +137,7 @@ TEST(Plan, KernelNamesSpellTheVariant) {
   EXPECT_TRUE(featureTokens(dense[0]).empty());
 }
 
-TEST(Plan, Sm90ServesOnlyDenseVariants) {
+TEST(Plan, Sm90WsServesMasksAndScoreMods) {
   std::vector<KernelPlan> p = planOf(R"(variants:
   - {name: dense, dtype: bf16, head_dim: 64, mask: causal}
   - {name: tl, dtype: bf16, head_dim: 64, mask: causal, mask_align: top_left}
@@ -152,7 +152,11 @@ TEST(Plan, Sm90ServesOnlyDenseVariants) {
                                      {"sm_90a"});
   ASSERT_EQ(p.size(), 9u);
   for (const KernelPlan &k : p)
-    EXPECT_EQ(k.templ, k.variant == "dense" ? "sm90ws" : "sm80") << k.name;
+    EXPECT_EQ(k.templ, k.variant == "dense" || k.variant == "tl" || k.variant == "win" ||
+                               k.variant == "cap"
+                           ? "sm90ws"
+                           : "sm80")
+        << k.name;
 }
 
 TEST(Plan, Sm90AtHeadDim256) {
