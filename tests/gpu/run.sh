@@ -5,8 +5,9 @@
 #   1. fagen check: every kernel of tests/gpu/check.yaml vs the float64 reference, full grid,
 #      writing golden outputs; then again comparing against them (bitwise repeatability).
 #   2. compute-sanitizer memcheck and racecheck on a reduced grid.
-#   3. bench/bench_fwd.py and bench/bench_bwd.py: fagen vs SDPA flash and cuDNN, forward and
-#      backward (with the deterministic kernels), same inputs, one process.
+#   3. bench/bench_fwd.py and bench/bench_bwd.py: fagen vs SDPA flash and cuDNN, forward (the
+#      sm_90 and, with .carry/bench90a.fab, the sm_90a bundle) and backward (with the
+#      deterministic kernels), same inputs, one process.
 #   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
 #   forward and backward, and the sanitizers on it; with .carry/nonfinite.fab
 #   (tests/gpu/check-nonfinite.yaml): fagen check --nonfinite (docs/numerics.md).
@@ -54,7 +55,9 @@ if [ -f "$C/variants.fab" ] && command -v compute-sanitizer >/dev/null; then
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-variants.log" | tail -4
 fi
 if [ -f "$C/bench.fab" ] && [ -z "${SKIP_BENCH:-}" ]; then
-  step "bench fwd" bash -c "python3 bench/bench_fwd.py --bundle $C/bench.fab --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
+  bundles="--bundle sm_90=$C/bench.fab"
+  [ -f "$C/bench90a.fab" ] && bundles="$bundles --bundle sm_90a=$C/bench90a.fab"
+  step "bench fwd" bash -c "python3 bench/bench_fwd.py $bundles --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench.log"
   step "bench bwd" bash -c "python3 bench/bench_bwd.py --bundle $C/bench.fab --deterministic --out $OUT/bench-bwd.json ${BENCH_BWD_ARGS:-} >$OUT/bench-bwd.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench-bwd.log"
