@@ -38,7 +38,7 @@ tail -n 1 "$OUT/check-golden.log"
 if command -v compute-sanitizer >/dev/null; then
   step "memcheck (quick grid)" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/check.fab --quick >$OUT/sanitizer.log 2>&1"
   step "racecheck (quick grid)" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/check.fab --quick --kernel hd128 >>$OUT/sanitizer.log 2>&1"
-  tail -n 3 "$OUT/sanitizer.log"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log"
 fi
 if [ -f "$C/variants.fab" ]; then
   step "check variants fwd+bwd" bash -c "$C/fagen check $C/variants.fab >$OUT/check-variants.log 2>&1"
