@@ -326,6 +326,13 @@ std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
   return "";
 }
 
+/// What the sm90 template (`ws`: sm90ws) serves, for error messages.
+const char *sm90Serves(bool ws) {
+  return ws ? "every mask and score mod at head dims 64, 128 and 256; no dropout, block "
+              "sparsity or varlen"
+            : "dense none/causal attention at head dims 64, 128 and 256 only";
+}
+
 /// What of `p`'s variant the sm90 template (`ws`: sm90ws) cannot serve, as a phrase ("" when
 /// it serves it). sm90ws serves every mask and score mod; sm90 dense none/causal only.
 std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
@@ -356,8 +363,7 @@ std::string sm90ConfigProblem(const KernelPlan &p) {
     return "the sm90 template (wgmma) needs the sm_90a target";
   std::string variant = sm90VariantProblem(p, /*ws=*/false);
   if (!variant.empty())
-    return "the sm90 template does not serve " + variant +
-           " (dense none/causal attention at head dims 64, 128 and 256 only)";
+    return "the sm90 template does not serve " + variant + " (" + sm90Serves(false) + ")";
   if (p.blockM != 64 && p.blockM != 128)
     return llvm::formatv("block_m must be 64 or 128 (1 or 2 warpgroups), got {0}", p.blockM);
   if (p.warps != p.blockM / 16)
@@ -394,9 +400,7 @@ std::string sm90WsConfigProblem(const KernelPlan &p) {
     return "the sm90ws template (TMA, wgmma) needs the sm_90a target";
   std::string variant = sm90VariantProblem(p, /*ws=*/true);
   if (!variant.empty())
-    return "the sm90ws template does not serve " + variant +
-           " (every mask and score mod at head dims 64, 128 and 256; no dropout, block "
-           "sparsity or varlen)";
+    return "the sm90ws template does not serve " + variant + " (" + sm90Serves(true) + ")";
   if (p.blockM != 128 && p.blockM != 192)
     return llvm::formatv("block_m must be 128 or 192 (2 or 3 consumer warpgroups), got {0}",
                          p.blockM);
@@ -607,32 +611,18 @@ std::string workloadKey(const KernelPlan &p) {
 
 namespace {
 
-/// The sm90 template's default for `p`, measured on the H200 (bf16, 2026-11-30,
-/// docs/perf/sm90-fwd.md): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
-/// one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; two stages (three
-/// never helped). hd 256: two warpgroups, 128 x 64, 197632 bytes of shared memory (1.46-1.83x
-/// the portable template, 1.47-1.88x FlashAttention-2; 128 x 80 wins only causal 16k by 3-4%
-/// and spills 4 bytes). The planner picks it on sm_90a wherever it serves the variant: 1.28-1.50x
-/// the portable template's speed at hd 64 and 128.
-KernelPlan sm90Plan(KernelPlan p) {
-  p.templ = "sm90";
-  p.blockM = p.headDimQK == 64 ? 64 : 128;
-  p.blockN = p.headDimQK == 256 ? 64 : 128;
-  p.warps = p.blockM / 16;
-  p.stages = 2;
-  p.rescaleTau = 0;
-  finalizePlan(p);
-  return p;
-}
-
-/// The warp-specialized template's default for `p`, measured on the H200 (bf16, 2026-11-30,
-/// docs/perf/sm90-fwd.md run 4): hd 64 three consumer warpgroups x 128 keys, hd 128 two x 128
-/// keys, hd 256 two x 80 keys (FlashAttention-3's tiles), two stages, ping-pong; 1.2-1.5x the
-/// sm90 (cp.async) template at 16k.
-KernelPlan sm90WsPlan(KernelPlan p) {
-  p.templ = "sm90ws";
-  p.blockM = p.headDimQK == 64 ? 192 : 128;
-  p.blockN = p.headDimQK == 256 ? 80 : 128;
+/// The wgmma templates' defaults for `p`, measured on the H200 (bf16, 2026-11-30,
+/// docs/perf/sm90-fwd.md), two stages (three never helped):
+/// - sm90ws (`ws`, the sm_90a default): FlashAttention-3's tiles, hd 64 three consumer
+///   warpgroups x 128 keys, hd 128 two x 128 keys, hd 256 two x 80 keys; 1.25-1.30x the sm90
+///   template at 16k (runs 5-8).
+/// - sm90 (cp.async, pinned): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
+///   one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; hd 256 128 x 64,
+///   197632 bytes of shared memory (128 x 80 wins only causal 16k by 3-4% and spills 4 bytes).
+KernelPlan sm90Plan(KernelPlan p, bool ws) {
+  p.templ = ws ? "sm90ws" : "sm90";
+  p.blockM = p.headDimQK == 64 ? (ws ? 192 : 64) : 128;
+  p.blockN = p.headDimQK == 256 ? (ws ? 80 : 64) : 128;
   p.warps = p.blockM / 16;
   p.stages = 2;
   p.rescaleTau = 0;
@@ -649,14 +639,10 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
     const bool ws = tile.templ == "sm90ws";
     std::string variant = sm90VariantProblem(p, ws);
     if (!variant.empty())
-      return makeSpecError(tile.loc,
-                           "template " + tile.templ + " does not serve " + variant +
-                               (ws ? " (every mask and score mod at head dims 64, 128 and 256; "
-                                     "no dropout, block sparsity or varlen)"
-                                   : " (dense none/causal attention at head dims 64, 128 and "
-                                     "256 only)") +
-                               ": remove template: " + tile.templ);
-    p = tile.templ == "sm90" ? sm90Plan(p) : sm90WsPlan(p);
+      return makeSpecError(tile.loc, "template " + tile.templ + " does not serve " + variant +
+                                         " (" + sm90Serves(ws) + "): remove template: " +
+                                         tile.templ);
+    p = sm90Plan(p, ws);
   }
   if (tile.blockM) p.blockM = tile.blockM;
   if (tile.blockN) p.blockN = tile.blockN;
@@ -740,7 +726,7 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   if (v.tile && pass == "fwd")
     return pinnedPlan(p, *v.tile);
   if (pass == "fwd" && arch == "sm_90a" && sm90ServesVariant(p))
-    return sm90WsPlan(p);
+    return sm90Plan(p, /*ws=*/true);
   if (llvm::Error err = checkKernelPlan(p)) {
     std::string message = llvm::toString(std::move(err));
     return makeSpecError(v.loc, "no default " + pass + " kernel of variant '" + v.name +

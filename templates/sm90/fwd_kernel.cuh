@@ -102,11 +102,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const int warp_row = 64 * warpgroup + 16 * (warp % 4); // the warp's first row in the tile
 
   float acc_o[kHeadDim / 8][4];                          // (64, kHeadDim) per warpgroup
-#pragma unroll
-  for (int d = 0; d < kHeadDim / 8; ++d)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc_o[d][e] = 0.f;
+  zero_fill(acc_o);
   u32 p[kBlockN / 16][4];                                // P_{i-1} (64, kBlockN) as A fragments
   OnlineSoftmax<1> softmax;
   softmax.init();

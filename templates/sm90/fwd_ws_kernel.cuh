@@ -176,11 +176,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   };
 
   float acc_o[kHeadDim / 8][4]; // (64, kHeadDim) per warpgroup
-#pragma unroll
-  for (int d = 0; d < kHeadDim / 8; ++d)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc_o[d][e] = 0.f;
+  zero_fill(acc_o);
   u32 p[kBlockN / 16][4]; // P_{i-1} (64, kBlockN) as A fragments
   OnlineSoftmax<1> softmax;
   softmax.init();

@@ -78,6 +78,15 @@ __device__ __forceinline__ void gemm_pv_issue(float (&o)[kHeadDim / 8][4],
   }
 }
 
+/// A warpgroup's accumulator tile set to 0 (O before the first P V).
+template <int kN> __device__ __forceinline__ void zero_fill(float (&acc)[kN][4]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[j][e] = 0.f;
+}
+
 /// Rounds probabilities to Element: accumulator tiles 2k and 2k+1 are A fragment k.
 template <class Element, int kColTiles>
 __device__ __forceinline__ void convert_p(u32 (&p)[kColTiles / 2][4],
