@@ -30,6 +30,19 @@ void addCandidate(const KernelPlan &base, const TuneConfig &config, const char *
 
 } // namespace
 
+SearchSpace searchSpaceFor(const KernelPlan &base) {
+  SearchSpace space;
+  if (base.templ != "sm90ws")
+    return space;
+  space.blockM = {128, 192};
+  space.blockN = {64, 80, 128, 176};
+  space.warps = {8, 12};
+  space.stages = {2};
+  space.rescaleTau = {0};
+  space.exp2EmuPercent = {0, 25};
+  return space;
+}
+
 std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace &space,
                                       unsigned *pruned) {
   std::vector<Candidate> out;

@@ -25,7 +25,8 @@
 
 namespace fagen {
 
-/// The parameter values the tuner tries for the sm80 forward template.
+/// The parameter values the tuner tries for a forward template (defaults: the sm80 and sm90
+/// templates'; searchSpaceFor gives each template its own).
 struct SearchSpace {
   std::vector<int> blockM = {64, 128};
   std::vector<int> blockN = {32, 64, 128};
@@ -36,6 +37,12 @@ struct SearchSpace {
   int exp2PolyDegree = 3;
   unsigned softmaxTiles = 2; ///< stage 2 runs on this many best tiles per bucket
 };
+
+/// The space for the template of `base`. sm90ws: block_m 128/192 (2 or 3 consumer
+/// warpgroups, warps = block_m / 16), block_n 64/80/128/176 (176: +3-8 % at hd 128 and
+/// seqlen >= 8k, -7 % at 2k; H200, docs/perf/sm90-fwd.md run 6), two stages, no rescale
+/// threshold, emulated exp2 0 or 25 % (it lost on the H200, run 7; another GPU may differ).
+SearchSpace searchSpaceFor(const KernelPlan &base);
 
 /// A config made into a plan, or why the planner's checks refuse it.
 struct Candidate {

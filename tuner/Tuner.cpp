@@ -766,7 +766,7 @@ int Tuner::run(const std::vector<Workload> &workloads) {
   for (size_t wi = 0; wi < workloads.size(); ++wi) {
     const Workload &w = workloads[wi];
     unsigned pruned = 0;
-    std::vector<Candidate> candidates = tileCandidates(w.base, Opt.space, &pruned);
+    std::vector<Candidate> candidates = tileCandidates(w.base, searchSpaceFor(w.base), &pruned);
     std::vector<size_t> buckets;
     for (size_t b = 0; b < w.buckets.size(); ++b)
       buckets.push_back(b);
@@ -795,8 +795,9 @@ int Tuner::run(const std::vector<Workload> &workloads) {
       for (const TuningRecord &r : Db.records())
         if (r.workload == w.key && r.bucket == w.buckets[b] && r.stage == "tile" && matches(r))
           tileRecords.push_back(&r);
-      std::vector<TuneConfig> tiles = bestTiles(tileRecords, Opt.space.softmaxTiles);
-      std::vector<Candidate> candidates = softmaxCandidates(w.base, Opt.space, tiles);
+      const SearchSpace space = searchSpaceFor(w.base);
+      std::vector<TuneConfig> tiles = bestTiles(tileRecords, space.softmaxTiles);
+      std::vector<Candidate> candidates = softmaxCandidates(w.base, space, tiles);
       measurements += unsigned(candidates.size());
       std::vector<Job> more = pendingJobs(workloads, wi, candidates, {b}, resumed);
       // Merge with the same candidate pending on another bucket: one compile, one check.

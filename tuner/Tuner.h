@@ -32,7 +32,6 @@ struct TuneOptions {
   bool allowMismatch = false;
   std::string kernelFilter;       ///< only workloads whose default kernel or key contains it
   std::string cacheDir;           ///< compile cache; "" = defaultCacheDir()
-  SearchSpace space;
 };
 
 /// Exit codes: 0 every workload x bucket has a winner; 1 a spec error, a corrupt database, a

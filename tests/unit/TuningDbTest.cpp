@@ -316,6 +316,36 @@ TEST(SearchSpace, TileStageIsPrunedByThePlannerChecks) {
     EXPECT_LE(x.plan.smemBytes, archSmemLimit("sm_90a")) << x.plan.name;
 }
 
+TEST(SearchSpace, WarpSpecializedTemplateHasItsOwnSpace) {
+  KernelPlan base = basePlan(128);
+  EXPECT_EQ(searchSpaceFor(base).blockN, SearchSpace().blockN); // sm80: the default space
+  base.templ = "sm90ws";
+  base.blockN = 128;
+  base.warps = 8;
+  base.stages = 2;
+  base.rescaleTau = 0;
+  finalizePlan(base);
+  ASSERT_FALSE(bool(checkKernelPlan(base)));
+  unsigned pruned = 0;
+  std::vector<Candidate> c = tileCandidates(base, searchSpaceFor(base), &pruned);
+  std::set<std::string> configs;
+  for (const Candidate &x : c) {
+    EXPECT_EQ(x.plan.templ, "sm90ws");
+    EXPECT_EQ(x.plan.threads, 32 * x.plan.warps + 128) << x.plan.name;
+    configs.insert(x.config.text());
+  }
+  // 2 x 4 x 2 x 1 = 16 grid points: warps must be block_m / 16 (8 refused), and three consumer
+  // warpgroups (160 registers) hold S + O + P at hd 128 only up to 80 keys (2 more).
+  EXPECT_EQ(configs, (std::set<std::string>{"m128n128w8s2", "m128n64w8s2", "m128n80w8s2",
+                                            "m128n176w8s2", "m192n64w12s2", "m192n80w12s2"}));
+  EXPECT_EQ(pruned, 10u);
+  // Stage 2: only emulated exp2 (no rescale threshold on sm90ws).
+  std::vector<Candidate> soft =
+      softmaxCandidates(base, searchSpaceFor(base), {configOf(base)});
+  ASSERT_EQ(soft.size(), 1u);
+  EXPECT_EQ(soft[0].config.exp2EmuPercent, 25);
+}
+
 TEST(SearchSpace, SoftmaxStageRunsOnTheBestTiles) {
   std::vector<TuningRecord> records = {okRecord("s2048", tile(128, 64, 4, 2), 1.2),
                                        okRecord("s2048", tile(128, 32, 4, 2), 1.0),
