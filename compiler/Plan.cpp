@@ -56,9 +56,9 @@ int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
 }
 
 int sm90WsFwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
-  // The tiles of sm90FwdSmemBytes, then the mbarriers: Q full, and K full, V full, K empty,
-  // V empty per stage. Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig.
-  return sm90FwdSmemBytes(headDim, blockM, blockN, stages) + 8 * (1 + 4 * stages);
+  // The tiles of sm90FwdSmemBytes, then the mbarriers: Q full, Q empty, and K full, V full,
+  // K empty, V empty per stage. Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig.
+  return sm90FwdSmemBytes(headDim, blockM, blockN, stages) + 8 * (2 + 4 * stages);
 }
 
 namespace {

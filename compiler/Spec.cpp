@@ -1095,10 +1095,11 @@ void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
                                     "sm_90a) or sm90ws (wgmma, TMA, warp-specialized, sm_90a), "
                                     "got " + describe(item.value));
     } else if (std::optional<int> warps = readInt(item, what)) {
-      if (*warps == 1 || *warps == 2 || *warps == 4 || *warps == 8)
+      if (*warps == 1 || *warps == 2 || *warps == 4 || *warps == 8 || *warps == 12)
         tile.warps = *warps;
       else
-        error(item.valueLoc, what + " must be one of 1, 2, 4, 8, got " + std::to_string(*warps));
+        error(item.valueLoc,
+              what + " must be one of 1, 2, 4, 8, 12, got " + std::to_string(*warps));
     }
   }
   variant.tile = tile;

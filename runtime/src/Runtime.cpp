@@ -167,7 +167,41 @@ bool sameVariant(const KernelRecord &k, const VariantKey &c) {
 }
 
 /// Why kernel k, of the call's variant, cannot take this call's shape; "" if it can.
+bool takesTmaMaps(const KernelRecord &k);
+
+/// Why the tensor maps of TMA kernel k cannot describe the call's Q, K and V ("" if they can):
+/// a stride must be nonzero where its dimension has more than one index (no broadcast) and
+/// below 2^39 elements (cuTensorMapEncodeTiled's 2^40 bytes).
+std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
+  struct Tensor {
+    const char *name;
+    const int64_t *strides;
+    int64_t heads, seqlen;
+  };
+  const char *dims[3] = {"batch", "head", "row"};
+  for (const Tensor &t : {Tensor{"q", p.q_strides, p.heads_q, p.seqlen_q},
+                          Tensor{"k", p.k_strides, p.heads_kv, p.seqlen_k},
+                          Tensor{"v", p.v_strides, p.heads_kv, p.seqlen_k}}) {
+    const int64_t extents[3] = {p.batch, t.heads, t.seqlen};
+    for (int d = 0; d < 3; ++d) {
+      if (extents[d] > 1 && t.strides[d] == 0)
+        return "kernel " + k.name + " loads " + t.name + " through TMA, which cannot broadcast: " +
+               t.name + "_strides[" + str(d) + "] (" + dims[d] + ") is 0 with " +
+               str(extents[d]) + " indices; pass a materialized tensor or build the variant " +
+               "with tile: {template: sm80}";
+      if (t.strides[d] >= (int64_t(1) << 39))
+        return "kernel " + k.name + " loads " + t.name + " through TMA, whose strides must be " +
+               "below 2^39 elements: " + t.name + "_strides[" + str(d) + "] is " +
+               str(t.strides[d]);
+    }
+  }
+  return "";
+}
+
 std::string shapeProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
+  if (takesTmaMaps(k) && !p.varlen)
+    if (std::string why = tmaLayoutProblem(k, p); !why.empty())
+      return why;
   if (k.sparsity != "static")
     return "";
   int64_t rows = int64_t(k.sparseRows) * k.sparseBlock,
@@ -187,7 +221,7 @@ bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
 }
 
 /// Whether kernel k takes a second argument, its tensor maps (common/tma_params.h), and a 1-D
-/// grid of at most one CTA per SM (persistent; templates/sm90/fwd_ws_kernel.cuh).
+/// grid over its work tiles (wsGridSize; templates/sm90/fwd_ws_kernel.cuh).
 bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
 /// CTAs of a sm90ws launch (H200, docs/perf/sm90-fwd.md run 8). Head dim 64: persistent, one
@@ -201,6 +235,19 @@ int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms) {
   if (k.headDimQK != 64)
     return tiles;
   return std::min<int64_t>(tiles, std::max(sms, 1));
+}
+
+/// Why a sm90ws launch of this size would overflow the kernel's 32-bit counters ("" if it
+/// does not): its work tiles (and a 1-D grid of them) and the key tiles one CTA walks.
+std::string wsSizeProblem(const KernelRecord &k, const fagen_fwd_problem &p, int sms) {
+  const int64_t tiles = (p.seqlen_q + k.blockM - 1) / k.blockM * p.heads_q * p.batch;
+  const int64_t grid = wsGridSize(k, tiles, sms);
+  const int64_t keyTiles = (tiles + grid - 1) / grid * ((p.seqlen_k + k.blockN - 1) / k.blockN);
+  if (tiles <= (int64_t(1) << 30) && keyTiles <= (int64_t(1) << 30))
+    return "";
+  return "kernel " + k.name + " counts work tiles and key tiles in 32 bits; the call has " +
+         str(tiles) + " work tiles of " + str(k.blockM) + " queries and up to " + str(keyTiles) +
+         " key tiles per thread block (limit 2^30): split the batch";
 }
 
 int expectedParamsVersion(const KernelRecord &k) {
@@ -716,9 +763,10 @@ fagen_status checkPlanArguments(const char *function, const fagen_bundle *bundle
 }
 
 /// The kernels of the call's variant that take its shape. On none, the most specific reason.
+/// The kernels of `b` that serve the call; `shapeReason` gets why the first kernel of the
+/// call's variant that cannot take this shape was left out ("" if none was).
 fagen_status findCandidates(const Bundle &b, const fagen_fwd_problem &p, const VariantKey &call,
-                            std::vector<int> &candidates) {
-  std::string shapeReason;
+                            std::vector<int> &candidates, std::string &shapeReason) {
   const KernelRecord *otherParams = nullptr, *outOfRange = nullptr;
   std::set<std::string> staticLayouts;
   for (size_t i = 0; i < b.kernels.size(); ++i) {
@@ -865,6 +913,9 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
                 "kernel " + k.name + " loads through TMA, and the CUDA driver (" + api->path +
                     ") has no cuTensorMapEncodeTiled: install a driver for CUDA 12.0 or newer, "
                     "or build the bundle for sm_90 instead of sm_90a");
+  if (takesTmaMaps(k) && pass == FAGEN_PASS_FORWARD)
+    if (std::string why = wsSizeProblem(k, problem, device.sms); !why.empty())
+      return fail(FAGEN_ERROR_NOT_SUPPORTED, why);
   plan.bundle = &bundle;
   plan.kernel_index = chosen;
   plan.pass = pass;
@@ -900,16 +951,22 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
     return s;
   VariantKey call = callKey(*problem, pass, deterministic != 0);
   std::vector<int> candidates;
-  if (!pinned) {
-    if (fagen_status s = findCandidates(bundle->bundle, *problem, call, candidates); s != FAGEN_OK)
-      return s;
-  } else {
+  if (pinned) {
     if (fagen_status s = checkPinnedKernel(bundle->bundle, function, *problem, call, kernelIndex);
         s != FAGEN_OK)
       return s;
     candidates.push_back(kernelIndex);
+    return planAmong(*bundle, *problem, pass, candidates, *plan);
   }
-  return planAmong(*bundle, *problem, pass, candidates, *plan);
+  std::string leftOut;
+  if (fagen_status s = findCandidates(bundle->bundle, *problem, call, candidates, leftOut);
+      s != FAGEN_OK)
+    return s;
+  // A kernel that cannot take the shape matters most when the others do not run here.
+  fagen_status s = planAmong(*bundle, *problem, pass, candidates, *plan);
+  if (s == FAGEN_ERROR_NO_KERNEL_FOR_GPU && !leftOut.empty())
+    return fail(FAGEN_ERROR_NOT_SUPPORTED, leftOut + "; and " + lastError);
+  return s;
 }
 
 //===--- Run ---------------------------------------------------------------===//

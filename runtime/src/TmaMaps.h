@@ -38,7 +38,8 @@ inline int encodeTensorMap(TensorMapEncodeTiledFn encode, fagen_tensor_map &map,
                            int64_t batchStride, int boxRows) {
   const uint64_t dims[4] = {uint64_t(headDim), uint64_t(seqlen), uint64_t(heads), uint64_t(batch)};
   // A dimension of extent 1 is never stepped over; its stride must still be a nonzero
-  // multiple of 16 bytes.
+  // multiple of 16 bytes (the runtime refuses 0 where the extent is larger, and strides of
+  // 2^39 elements or more: tmaLayoutProblem).
   auto bytes = [](int64_t stride, int64_t extent) {
     return extent == 1 && stride == 0 ? uint64_t(16) : uint64_t(stride) * 2;
   };

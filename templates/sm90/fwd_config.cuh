@@ -129,9 +129,9 @@ struct WsFwdConfig : FwdConfig<Element_, kHeadDim_, kBlockM_, kBlockN_, kStages_
   // consumers' share less 32.
   static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-  // mbarriers after the tiles: Q full, then K full, V full, K empty, V empty per stage.
+  // mbarriers after the tiles: Q full, Q empty, then K full, V full, K empty, V empty per stage.
   static constexpr int kBarrierOffset = Base::kSmemBytes - Base::kSmemAlignBytes;
-  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * (1 + 4 * kStages_);
+  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * (2 + 4 * kStages_);
 
   static_assert(kConsumers == 2 || kConsumers == 3,
                 "the warp-specialized kernel needs kBlockM 128 or 192 (2 or 3 consumer "

@@ -274,9 +274,9 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   store_o_rows<Element, kHeadDim>(o, params.o_row_stride, rows_left, acc_o);
 }
 
-/// Launch: grid (min(work tiles, CTAs that fit on the GPU at once), 1, 1) with work tiles =
-/// ceil(seqlen_q / kBlockM) * heads_q * batch (any grid size is correct: WsTileScheduler deals
-/// the tiles out in rounds of gridDim.x), block kThreads, kSmemBytes of dynamic shared
+/// Launch: a 1-D grid of at most the work tiles, ceil(seqlen_q / kBlockM) * heads_q * batch
+/// (any size is correct: WsTileScheduler deals the tiles out in rounds of gridDim.x; the
+/// runtime launches one CTA per tile, or one per SM at hd 64), block kThreads, kSmemBytes of dynamic shared
 /// memory; `maps` as common/tma_params.h describes, from the same tensors.
 template <class Config>
 __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,

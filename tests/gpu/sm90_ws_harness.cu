@@ -68,6 +68,7 @@
 #define KBF16 bfloat16_t, bf16, ElementType::BF16
 #define KF16 half_t, f16, ElementType::F16
 WS_BOTH(KBF16, 128, 128, 128, 2, true, _pp)
+WS_BOTH(KBF16, 128, 128, 128, 2, false, _np)
 WS_BOTH(KBF16, 128, 128, 176, 2, true, _pp)
 WS_BOTH(KBF16, 64, 192, 128, 2, true, _pp)
 WS_BOTH(KBF16, 64, 128, 128, 2, true, _pp)

@@ -181,6 +181,15 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
                           "for tensor q of kernel fagen_fwd_fp16_hd128_causal_sm90ws_m128n80w8s2: "
                           "TMA needs 16-byte aligned pointers") != nullptr)
       << fagen_last_error();
+  // TMA cannot broadcast: a zero batch stride of K over 2 batches leaves no kernel for the call.
+  fagen_fwd_problem broadcast = testProblem();
+  broadcast.k_strides[0] = 0;
+  fagen_plan none;
+  EXPECT_EQ(fagen_plan_forward(bundle, &broadcast, &none), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_TRUE(std::strstr(fagen_last_error(), "loads k through TMA, which cannot broadcast: "
+                                              "k_strides[0] (batch) is 0 with 2 indices") !=
+              nullptr)
+      << fagen_last_error();
   // Head dim 64: persistent, one CTA per SM of the fake GPU's 132.
   Bundle small = b;
   small.kernels[2].headDimQK = small.kernels[2].headDimV = 64;

@@ -554,7 +554,7 @@ TEST(SpecError, TileBlockN) {
 
 TEST(SpecError, TileWarps) {
   EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, tile: {warps: 3}}]\n"),
-            "t.yaml:1:63: error: tile.warps must be one of 1, 2, 4, 8, got 3");
+            "t.yaml:1:63: error: tile.warps must be one of 1, 2, 4, 8, 12, got 3");
 }
 
 TEST(SpecError, TileStages) {
