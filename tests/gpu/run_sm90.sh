@@ -29,6 +29,27 @@ build_harness() { # $1 source, $2 binary
     grep fagen_ | tee "$2.regs.txt"
   grep -iE "warn|C7508|serializ" "$2.ptxas.log" || true
 }
+# compute-sanitizer on the reduced check grid of harness $1, logs into folder $2, one run per
+# further argument "TOOL FILTER", each while left() (the mode's deadline) leaves >= 8 s.
+sanitize() {
+  local bin=$1 logs=$2 run tool filter t n=0
+  shift 2
+  command -v compute-sanitizer >/dev/null || return 0
+  for run in "$@"; do
+    tool=${run%% *} filter=${run#* } n=$((n + 1)) t=$(left)
+    if [ "$t" -lt 8 ]; then echo "sanitizer $tool $filter: skipped (time)"; continue; fi
+    timeout $((t - 3)) compute-sanitizer --tool "$tool" --error-exitcode 3 "$bin" --check \
+      --reduced --filter "$filter" >"$logs/sanitizer_${n}_$tool.log" 2>&1 || status=1
+    echo "sanitizer $tool $filter: $(grep -E "SUMMARY" "$logs/sanitizer_${n}_$tool.log" | tr '\n' ' ')"
+  done
+}
+# Every timed kernel of bench log $1 with its TFLOP/s, and again from log $2, sorted by shape.
+bench_table() {
+  awk '/^BENCH/ { sub(/seqlen= +/, "seqlen="); k = $2 " " $3 " " $4 " " $5; if (FILENAME == ARGV[2]) b[k] = $8; else a[k] = $8 }
+    END { for (k in a) print k, a[k], b[k] }' "$1" "$2" |
+    sed -e 's/fagen_fwd_//' -e 's/hd=//' -e 's/causal=//' -e 's/seqlen= *//' |
+    sort -k1,1n -k2,2n -k3,3n -k5,5nr
+}
 case "${1:-}" in
 ws-build)
   mkdir -p .carry-ws
@@ -60,24 +81,10 @@ ws)
 b.SHAPES = [(hd, s) for hd in (64, 128, 256) for s in (${WS_SEQLENS:-2048,8192,16384},)]
 sys.argv = ['sdpa_bench.py', '$work/table.csv', 'new=$work/fagen_bench.csv', 'again=$work/fagen_again.csv']
 b.main()" >"$work/table.txt" 2>&1 || true
-  if command -v compute-sanitizer >/dev/null; then
-    n=0
-    # WS_SANITIZE: "tool filter;tool filter;..."
-    IFS=';' read -ra runs <<<"${WS_SANITIZE:-racecheck bf16_hd128_causal_m128n128s2_pp;memcheck bf16_hd128_causal_m128n128s2_pp;racecheck bf16_hd64_nomask_m192n128s2_pp_pers}"
-    for run in "${runs[@]}"; do
-      set -- $run
-      n=$((n + 1))
-      t=$(left)
-      if [ "$t" -lt 10 ]; then echo "sanitizer $1 $2: skipped (time)"; continue; fi
-      timeout $((t - 3)) compute-sanitizer --tool $1 --error-exitcode 3 "$bin" --check --reduced \
-        --filter "$2" >"$work/sanitizer_${n}_$1.log" 2>&1 || status=1
-      echo "sanitizer $1 $2: $(grep -E "ERROR SUMMARY|SUMMARY" "$work/sanitizer_${n}_$1.log" | tr '\n' ' ')"
-    done
-  fi
-  awk '/^BENCH/ { sub(/seqlen= +/, "seqlen="); k = $2 " " $3 " " $4 " " $5; if (FILENAME ~ /again/) b[k] = $8; else a[k] = $8 }
-    END { for (k in a) print k, a[k], b[k] }' "$work/bench.log" "$work/again.log" |
-    sed -e 's/fagen_fwd_//' -e 's/hd=//' -e 's/causal=//' -e 's/seqlen= *//' |
-    sort -k1,1n -k2,2n -k3,3n -k5,5nr >"$work/bench_all.txt"
+  # WS_SANITIZE: "TOOL FILTER;TOOL FILTER;..."
+  IFS=';' read -ra runs <<<"${WS_SANITIZE:-racecheck bf16_hd128_causal_m128n128s2_pp;memcheck bf16_hd128_causal_m128n128s2_pp;racecheck bf16_hd64_nomask_m192n128s2_pp_pers}"
+  sanitize "$bin" "$work" "${runs[@]}"
+  bench_table "$work/bench.log" "$work/again.log" >"$work/bench_all.txt"
   tar czf "$OUT/ws.tgz" -C "$work" .
   cat "$work/bench_all.txt"
   sed 's/fagen_fwd_//' "$work/table.txt"
@@ -114,18 +121,9 @@ run)
   timeout 30 "$bin" --bench --seqlens 2048,16384 --csv "$OUT/fagen_again.csv" >"$OUT/bench_again.log" 2>&1 || true
   timeout 60 python3 tests/gpu/sdpa_bench.py - new="$OUT/fagen_bench.csv" again="$OUT/fagen_again.csv" \
     >"$OUT/table.txt" 2>&1 || true
-  if command -v compute-sanitizer >/dev/null; then
-    for run in "memcheck bf16_hd128_causal_m128n128s2" "racecheck bf16_hd128_causal_m128n128s2" \
-               "racecheck bf16_hd64_nomask_m128n128s3" "memcheck bf16_hd64_causal_m64n128s2_e25d3" \
-               "racecheck bf16_hd64_causal_m64n128s2_e25d3"; do
-      set -- $run
-      t=$(left)
-      if [ "$t" -lt 8 ]; then echo "sanitizer $1 $2: skipped (time)"; continue; fi
-      timeout $((t - 3)) compute-sanitizer --tool $1 --error-exitcode 3 "$bin" --check --reduced \
-        --filter $2 >"$OUT/sanitizer_$1_$2.log" 2>&1 || status=1
-      echo "sanitizer $1 $2: $(grep -E "ERROR SUMMARY|SUMMARY" "$OUT/sanitizer_$1_$2.log" | tr '\n' ' ')"
-    done
-  fi
+  sanitize "$bin" "$OUT" "memcheck bf16_hd128_causal_m128n128s2" \
+    "racecheck bf16_hd128_causal_m128n128s2" "racecheck bf16_hd64_nomask_m128n128s3" \
+    "memcheck bf16_hd64_causal_m64n128s2_e25d3" "racecheck bf16_hd64_causal_m64n128s2_e25d3"
   grep -vE "^ *256 |8192|4096" "$OUT/table.txt" | sed 's/fagen_fwd_sm90_//'
   grep SUMMARY "$OUT/check.log" || true
   exit $status
@@ -161,24 +159,10 @@ hd256)
 b.SHAPES = [(128, 2048), (128, 16384), (256, 2048), (256, 8192), (256, 16384)]
 sys.argv = ['sdpa_bench.py', '$work/table.csv', 'new=$work/fagen_bench.csv', 'again=$work/fagen_again.csv']
 b.main()" >"$work/table.txt" 2>&1 || true
-  if command -v compute-sanitizer >/dev/null; then
-    n=0
-    for run in "racecheck bf16_hd256_causal_m128n80s2$" "memcheck bf16_hd256_causal_m128n80s2$" \
-               "racecheck bf16_hd256_nomask_m128n64s2$"; do
-      set -- $run
-      n=$((n + 1))
-      t=$(left)
-      if [ "$t" -lt 8 ]; then echo "sanitizer $1 $2: skipped (time)"; continue; fi
-      timeout $((t - 3)) compute-sanitizer --tool $1 --error-exitcode 3 "$bin" --check --reduced \
-        --filter "$2" >"$work/sanitizer_${n}_$1.log" 2>&1 || status=1
-      echo "sanitizer $1 $2: $(grep -E "ERROR SUMMARY|SUMMARY" "$work/sanitizer_${n}_$1.log" | tr '\n' ' ')"
-    done
-  fi
+  sanitize "$bin" "$work" "racecheck bf16_hd256_causal_m128n80s2$" \
+    "memcheck bf16_hd256_causal_m128n80s2$" "racecheck bf16_hd256_nomask_m128n64s2$"
   # Every timed kernel: TFLOP/s, then the same binary again.
-  awk '/^BENCH/ { sub(/seqlen= +/, "seqlen="); k = $2 " " $3 " " $4 " " $5; if (FILENAME ~ /again/) b[k] = $8; else a[k] = $8 }
-    END { for (k in a) print k, a[k], b[k] }' "$work/bench.log" "$work/bench_again.log" |
-    sed -e 's/fagen_fwd_//' -e 's/hd=//' -e 's/causal=//' -e 's/seqlen= *//' |
-    sort -k1,1n -k2,2n -k3,3n -k5,5nr | tee "$work/bench_all.txt"
+  bench_table "$work/bench.log" "$work/bench_again.log" | tee "$work/bench_all.txt"
   tar czf "$OUT/hd256.tgz" -C "$work" .
   cp "$work/table.txt" "$work/check.log" "$OUT/" 2>/dev/null || true
   sed 's/fagen_fwd_sm90_//' "$work/table.txt"
