@@ -29,6 +29,16 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/// Where element [t][j][e] of a warp's fragment tile lies in the attention matrix (the
+/// mma.sync C layout: 16-row tiles t, 8-column tiles j, lane / 4 rows, 2 columns a lane), with
+/// (row0, col0) the warp's fragment origin and lane = threadIdx.x % 32.
+__device__ __forceinline__ int fragment_row(int row0, int lane, int t, int e) {
+  return row0 + 16 * t + lane / 4 + 8 * (e / 2);
+}
+__device__ __forceinline__ int fragment_col(int col0, int lane, int j, int e) {
+  return col0 + 8 * j + 2 * (lane % 4) + e % 2;
+}
+
 /// Sets invisible logits and key columns >= seqlen_k to -inf. (row0, col0): the tile
 /// coordinates of this warp's fragment origin.
 template <class Mask, int kRowTiles, int kColTiles>
@@ -42,8 +52,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[kRowTiles][kColTiles][4], 
     for (int j = 0; j < kColTiles; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
-        int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
+        int row = fragment_row(row0, lane, t, e);
+        int col = fragment_col(col0, lane, j, e);
         if (col >= shape.seqlen_k || !Mask::is_visible(row, col, shape))
           s[t][j][e] = kNegInf;
       }
@@ -60,11 +70,9 @@ __device__ __forceinline__ void apply_score_mod(float (&s)[kRowTiles][kColTiles]
 #pragma unroll
     for (int j = 0; j < kColTiles; ++j)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = row0 + 16 * t + lane / 4 + 8 * (e / 2);
-        const int col = col0 + 8 * j + 2 * (lane % 4) + e % 2;
-        s[t][j][e] = mod.logit(s[t][j][e], row, col);
-      }
+      for (int e = 0; e < 4; ++e)
+        s[t][j][e] = mod.logit(s[t][j][e], fragment_row(row0, lane, t, e),
+                               fragment_col(col0, lane, j, e));
 }
 
 /// Zeroes the probabilities that dropout drops (the kept ones are scaled by 1 / (1 - p) later,
