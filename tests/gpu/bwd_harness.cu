@@ -31,15 +31,8 @@
 
 #include <cuda_runtime.h>
 
-#define CUDA_CHECK(expr)                                                                           \
-  do {                                                                                             \
-    cudaError_t err_ = (expr);                                                                     \
-    if (err_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                    \
-                   cudaGetErrorString(err_));                                                      \
-      std::exit(2);                                                                                \
-    }                                                                                              \
-  } while (0)
+#include "cuda_util.cuh"
+
 
 // --- the static block layout of the StaticBlockMask kernels (as a generated file spells it) ---
 // Local (the diagonal block and the one before) + global (key block 0), 128-token blocks.
@@ -824,15 +817,6 @@ static int run_checks(const Options &opt) {
 }
 
 // --- timing ----------------------------------------------------------------------------------------
-__global__ void fill_random(uint16_t *x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 16, h *= 0x7feb352du, h ^= h >> 15, h *= 0x846ca68bu, h ^= h >> 16;
-    float u = (h & 0xffffff) * (1.f / 16777216.f) * 2.f - 1.f;
-    x[i] = uint16_t(__float_as_uint(u * 1.7f) >> 16); // bf16
-  }
-}
 /// A plausible LSE for random inputs: log(seqlen) + 0.5 (P sums to ~1 per row).
 __global__ void fill_lse(float *x, size_t n, float value) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;

@@ -31,17 +31,9 @@
 
 #include <cuda_runtime.h>
 
-using namespace fagen::reference;
+#include "cuda_util.cuh"
 
-#define CUDA_CHECK(expr)                                                                           \
-  do {                                                                                             \
-    cudaError_t err_ = (expr);                                                                     \
-    if (err_ != cudaSuccess) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,                    \
-                   cudaGetErrorString(err_));                                                      \
-      std::exit(2);                                                                                \
-    }                                                                                              \
-  } while (0)
+using namespace fagen::reference;
 
 // --- kernels -----------------------------------------------------------------------------------
 /// An attention variant as the harness's reference sees it (the template's Variant type, and
@@ -816,16 +808,6 @@ static int run_checks(const Options &opt) {
 }
 
 // --- timing ------------------------------------------------------------------------------------
-__global__ void fill_random(uint16_t *x, size_t n, uint32_t seed) {
-  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
-       i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 16, h *= 0x7feb352du, h ^= h >> 15, h *= 0x846ca68bu, h ^= h >> 16;
-    float u = (h & 0xffffff) * (1.f / 16777216.f) * 2.f - 1.f; // uniform [-1, 1)
-    x[i] = uint16_t(__float_as_uint(u * 1.7f) >> 16);           // bf16, truncated
-  }
-}
-
 /// Milliseconds of 30 launches after 5 warm-up launches, sorted.
 static std::vector<float> time_kernel(const KernelInfo &k, const fagen_fwd_params &p,
                                       cudaEvent_t start, cudaEvent_t stop) {

@@ -93,13 +93,7 @@ b.main()" >"$work/table.txt" 2>&1 || true
   ;;
 build)
   mkdir -p .carry-sm90
-  nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I templates -I templates/common \
-    -I compiler --cudart static -Xcompiler -pthread -Xptxas -v tests/gpu/sm90_harness.cu \
-    -o "$bin" 2>&1 | tee "$bin.ptxas.log" |
-    grep -E "Compiling entry|spill|Used|warn|error" | sed 's/ptxas info *: //' | paste - - - |
-    sed -E "s/Compiling entry function '([a-z0-9_]+)'.*stack frame, ([0-9]+) bytes spill stores.*Used ([0-9]+) registers.*/\1 regs=\3 spill=\2/" |
-    grep fagen_ | tee "$bin.regs.txt"
-  grep -iE "warn|C7508|serializ" "$bin.ptxas.log" || true
+  build_harness tests/gpu/sm90_harness.cu "$bin"
   ;;
 run)
   # One device call of at most ~190 s: correctness, timing and the SDPA table first, the
