@@ -114,19 +114,19 @@ def main():
         return "%.2fx" % (a / b) if a and b else "-"
 
     head = "%-3s %-6s %6s " % ("hd", "causal", "seqlen") + " ".join("%8s" % l[:8] for l in labels)
-    head += "    flash    cudnn " + " ".join("%11s" % (l[:5] + "/flash") for l in labels)
-    head += " " + " ".join("%11s" % (l[:5] + "/cudnn") for l in labels)
+    head += "    flash    cudnn " + " ".join("%12s" % (l[:6] + "/flash") for l in labels)
+    head += " " + " ".join("%12s" % (l[:6] + "/cudnn") for l in labels)
     if len(labels) > 1:
-        head += " " + " ".join("%11s" % (l[:5] + "/" + labels[0][:5]) for l in labels[1:])
+        head += " " + " ".join("%13s" % (l[:6] + "/" + labels[0][:6]) for l in labels[1:])
     print("\n" + head + "  kernel")
     for r in meta["rows"]:
         t = {n: r.get(n + "_tflops") for n in labels + ["flash", "cudnn"]}
         line = "%3d %-6s %6d " % (r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"])
         line += " ".join("%8s" % fmt(t[l]) for l in labels) + " %8s %8s " % (fmt(t["flash"]), fmt(t["cudnn"]))
-        line += " ".join("%11s" % ratio(t[l], t["flash"]) for l in labels) + " "
-        line += " ".join("%11s" % ratio(t[l], t["cudnn"]) for l in labels)
+        line += " ".join("%12s" % ratio(t[l], t["flash"]) for l in labels) + " "
+        line += " ".join("%12s" % ratio(t[l], t["cudnn"]) for l in labels)
         if len(labels) > 1:
-            line += " " + " ".join("%11s" % ratio(t[l], t[labels[0]]) for l in labels[1:])
+            line += " " + " ".join("%13s" % ratio(t[l], t[labels[0]]) for l in labels[1:])
         line += "  " + " ".join(r.get(l + "_kernel", "-").replace("fagen_fwd_bf16_", "") for l in labels)
         print(line + ("  WRONG" if r.get("wrong") else ""))
     if args.out:
