@@ -356,25 +356,37 @@ std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
   return "";
 }
 
-/// Mirrors templates/sm90/fwd_config.cuh's and sm90/tile_ops.cuh's static_asserts, restricted
-/// to what has run on the H200 (head dims 64, 128 and 256).
-std::string sm90ConfigProblem(const KernelPlan &p) {
+/// Mirrors templates/sm90/fwd_config.cuh's static_asserts (FwdConfig; WsFwdConfig when `ws`:
+/// the warp-specialized template, a producer warpgroup and 2 or 3 consumer warpgroups) and
+/// sm90/tile_ops.cuh's loader, restricted to what has run on the H200 (head dims 64, 128, 256).
+std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
+  const std::string name = ws ? "sm90ws" : "sm90";
   if (p.arch != "sm_90a")
-    return "the sm90 template (wgmma) needs the sm_90a target";
-  std::string variant = sm90VariantProblem(p, /*ws=*/false);
+    return "the " + name + " template (" + (ws ? "TMA, wgmma" : "wgmma") +
+           ") needs the sm_90a target";
+  std::string variant = sm90VariantProblem(p, ws);
   if (!variant.empty())
-    return "the sm90 template does not serve " + variant + " (" + sm90Serves(false) + ")";
-  if (p.blockM != 64 && p.blockM != 128)
+    return "the " + name + " template does not serve " + variant + " (" + sm90Serves(ws) + ")";
+  if (!ws && p.blockM != 64 && p.blockM != 128)
     return llvm::formatv("block_m must be 64 or 128 (1 or 2 warpgroups), got {0}", p.blockM);
+  if (ws && p.blockM != 128 && p.blockM != 192)
+    return llvm::formatv("block_m must be 128 or 192 (2 or 3 consumer warpgroups), got {0}",
+                         p.blockM);
   if (p.warps != p.blockM / 16)
-    return llvm::formatv("warps must be block_m / 16 = {0} (4 per warpgroup), got {1}",
-                         p.blockM / 16, p.warps);
-  if (p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 256)
+    return llvm::formatv("warps must be block_m / 16 = {0} ({1}), got {2}", p.blockM / 16,
+                         ws ? "the consumer warps; the producer warpgroup comes on top"
+                            : "4 per warpgroup",
+                         p.warps);
+  if (!ws && p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 256)
     return llvm::formatv("block_n must be 64, 80, 128 or 256, got {0}", p.blockN);
-  // The loaders: 2 * block_m threads copy 16-byte chunks of whole rows, in rounds of whole
-  // 8-row swizzle atoms that divide both tiles.
+  if (ws && p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 176 &&
+      p.blockN != 256)
+    return llvm::formatv("block_n must be 64, 80, 128, 176 or 256, got {0}", p.blockN);
+  // The cp.async loaders: 2 * block_m threads copy 16-byte chunks of whole rows, in rounds of
+  // whole 8-row swizzle atoms that divide both tiles (TMA has no such rule).
   int rowsPerRound = 2 * p.blockM / (p.headDimQK / 8);
-  if (rowsPerRound % 8 != 0 || p.blockM % rowsPerRound != 0 || p.blockN % rowsPerRound != 0)
+  if (!ws &&
+      (rowsPerRound % 8 != 0 || p.blockM % rowsPerRound != 0 || p.blockN % rowsPerRound != 0))
     return llvm::formatv("block_m {0} and block_n {1} do not load at head dim {2}: its {3} rows "
                          "a round must be a multiple of 8 dividing both (head dim 256: block_m "
                          "128)",
@@ -382,46 +394,20 @@ std::string sm90ConfigProblem(const KernelPlan &p) {
   if (p.stages < 2 || p.stages > 4)
     return llvm::formatv("stages must be in 2..4, got {0}", p.stages);
   if (p.rescaleTau != 0)
-    return "the sm90 template rescales only when a row max grows (rescale_tau 0)";
-  int smem = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+    return "the " + name + " template rescales only when a row max grows (rescale_tau 0)";
+  int smem = ws ? sm90WsFwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages)
+                : sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   if (smem > archSmemLimit(p.arch))
     return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
                          archSmemLimit(p.arch));
-  if (p.blockN / 2 + p.headDimQK / 2 + p.blockN / 4 > 192)
+  // S + O + P registers of a thread: 192; a consumer thread of sm90ws 32 below its share
+  // (240 with 2 consumer warpgroups, 160 with 3).
+  int accumulators = p.blockN / 2 + p.headDimQK / 2 + p.blockN / 4;
+  if (!ws && accumulators > 192)
     return llvm::formatv("S + O + P need more than 192 registers per thread at block_n {0}",
                          p.blockN);
-  return "";
-}
-
-/// Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig static_asserts (the warp-specialized
-/// template: TMA, a producer warpgroup, 2 or 3 consumer warpgroups).
-std::string sm90WsConfigProblem(const KernelPlan &p) {
-  if (p.arch != "sm_90a")
-    return "the sm90ws template (TMA, wgmma) needs the sm_90a target";
-  std::string variant = sm90VariantProblem(p, /*ws=*/true);
-  if (!variant.empty())
-    return "the sm90ws template does not serve " + variant + " (" + sm90Serves(true) + ")";
-  if (p.blockM != 128 && p.blockM != 192)
-    return llvm::formatv("block_m must be 128 or 192 (2 or 3 consumer warpgroups), got {0}",
-                         p.blockM);
-  if (p.warps != p.blockM / 16)
-    return llvm::formatv("warps must be block_m / 16 = {0} (the consumer warps; the producer "
-                         "warpgroup comes on top), got {1}",
-                         p.blockM / 16, p.warps);
-  if (p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 176 && p.blockN != 256)
-    return llvm::formatv("block_n must be 64, 80, 128, 176 or 256, got {0}", p.blockN);
-  if (p.stages < 2 || p.stages > 4)
-    return llvm::formatv("stages must be in 2..4, got {0}", p.stages);
-  if (p.rescaleTau != 0)
-    return "the sm90ws template rescales only when a row max grows (rescale_tau 0)";
-  int smem = sm90WsFwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
-  if (smem > archSmemLimit(p.arch))
-    return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
-                         archSmemLimit(p.arch));
-  // S + O + P registers of a consumer thread: 32 below its share (240 with 2 consumer
-  // warpgroups, 160 with 3).
   int budget = (p.blockM == 128 ? 240 : 160) - 32;
-  if (p.blockN / 2 + p.headDimQK / 2 + p.blockN / 4 > budget)
+  if (ws && accumulators > budget)
     return llvm::formatv("S + O + P need more than the {0} registers a consumer thread has for "
                          "them at block_m {1}, block_n {2}: lower block_n or block_m",
                          budget, p.blockM, p.blockN);
@@ -525,10 +511,10 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
     problem = p.templ == "sm80" ? sm80BwdConfigProblem(p)
                                 : "the backward pass has only the sm80 template";
   else if (problem.empty())
-    problem = p.templ == "sm90"     ? sm90ConfigProblem(p)
-              : p.templ == "sm90ws" ? sm90WsConfigProblem(p)
-                                    : sm80ConfigProblem({p.blockM, p.blockN, p.warps, p.stages},
-                                                        p.headDimQK, p.headDimV, p.arch);
+    problem = p.templ == "sm90" || p.templ == "sm90ws"
+                  ? sm90ConfigProblem(p, /*ws=*/p.templ == "sm90ws")
+                  : sm80ConfigProblem({p.blockM, p.blockN, p.warps, p.stages}, p.headDimQK,
+                                      p.headDimV, p.arch);
   if (problem.empty())
     problem = fa4ParamsProblem(p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree);
   if (problem.empty())
