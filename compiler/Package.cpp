@@ -50,6 +50,7 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     // Only a backward has the deterministic mode and the _pre/_post kernels.
     const bool backward = p.pass == "bwd";
     r.deterministic = backward && p.deterministic;
+    r.persistent = p.persistent;
     r.prePostThreads = backward ? p.prePostThreads : 0;
     r.blockM = p.blockM;
     r.blockN = p.blockN;

@@ -66,6 +66,9 @@ struct KernelPlan {
   int rescaleTau = 0;
   int exp2EmuPercent = 0; ///< percent of exp2 computed by a polynomial on the FMA units
   int exp2PolyDegree = 3; ///< degree of that polynomial
+  /// sm90ws launch: one CTA per SM, each walking its share of the work tiles (else one CTA per
+  /// work tile); derived by finalizePlan.
+  bool persistent = false;
   /// The calls the kernel is meant for, on max(seqlen_q, seqlen_k): the whole range for
   /// planner defaults, a shape bucket for tuned kernels.
   int64_t seqlenMin = 0;

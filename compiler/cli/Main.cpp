@@ -187,6 +187,8 @@ int commandInspect(const std::string &path) {
         k.name, k.arch, k.templ, k.pass, k.variant, k.dtype, k.headDimQK, k.headDimV, k.mask,
         k.blockM, k.blockN, k.warps, k.stages, k.threads, k.smemBytes, k.rescaleTau,
         k.exp2EmuPercent, k.exp2PolyDegree);
+    if (k.persistent)
+      llvm::outs() << "  persistent: one thread block per SM, each walking its work tiles\n";
     if (k.seqlenMin != 0 || k.seqlenMax != kSeqlenUnbounded)
       llvm::outs() << llvm::formatv("  serves max(seqlen_q, seqlen_k) in {0}..{1}\n", k.seqlenMin,
                                     k.seqlenMax);

@@ -181,6 +181,7 @@ Fields kernelFields(const KernelRecord &k) {
           {"name", k.name},
           {"params_version", std::to_string(k.paramsVersion)},
           {"pass", k.pass},
+          {"persistent", std::to_string(int(k.persistent))},
           {"pre_post_threads", std::to_string(k.prePostThreads)},
           {"registers", std::to_string(k.registers)},
           {"rescale_tau", std::to_string(k.rescaleTau)},
@@ -381,6 +382,9 @@ bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
   auto n = [](int v) { return std::to_string(v); };
   if (k.pass == "fwd" && k.deterministic)
     return r.fail("deterministic is 1 on a fwd kernel; only bwd kernels have the mode");
+  if (k.persistent && k.templ != "sm90ws")
+    return r.fail("persistent is 1 on a kernel of template '" + k.templ +
+                  "'; only sm90ws kernels walk work tiles");
   if (k.pass == "fwd" && k.prePostThreads != 0)
     return r.fail("pre_post_threads is " + n(k.prePostThreads) +
                   " on a fwd kernel, expected 0 (only bwd kernels have NAME_pre and NAME_post)");
@@ -433,7 +437,7 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.oneOf("mask_align", {"bottom_right", "top_left"}, k.maskAlign) &&
             r.str("name", k.name, false) &&
             r.integer("params_version", 1, INT32_MAX, k.paramsVersion) &&
-            r.oneOf("pass", {"fwd", "bwd"}, k.pass) &&
+            r.oneOf("pass", {"fwd", "bwd"}, k.pass) && r.flag("persistent", k.persistent) &&
             r.integer("pre_post_threads", 0, 1024, k.prePostThreads) &&
             r.integer("registers", -1, 255, k.registers) &&
             r.integer("rescale_tau", -1, 64, k.rescaleTau) &&

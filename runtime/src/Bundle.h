@@ -16,7 +16,7 @@
 namespace fagen {
 
 /// Bumped on any incompatible change of the file layout or the manifest keys.
-constexpr uint32_t kBundleFormatVersion = 3;
+constexpr uint32_t kBundleFormatVersion = 4;
 
 /// Upper end of an open seqlen range.
 constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
@@ -52,6 +52,7 @@ struct KernelRecord {
   int rescaleTau = 0;     ///< FA4 conditional-rescaling threshold (-1 always, 0 exact skip)
   int exp2EmuPercent = 0; ///< percent of exp2 on the FMA units (FA4 emulated exp2)
   int exp2PolyDegree = 3; ///< that polynomial's degree
+  bool persistent = false; ///< sm90ws: one CTA per SM walking the work tiles (else one per tile)
   /// The calls this kernel is tuned for: max(seqlen_q, seqlen_k) in [seqlenMin, seqlenMax]
   /// (0..kSeqlenUnbounded for an untuned kernel, which serves every call). Among kernels of
   /// one variant and arch, the runtime prefers the narrowest range that holds the call.

@@ -224,17 +224,10 @@ bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
 /// grid over its work tiles (wsGridSize; templates/sm90/fwd_ws_kernel.cuh).
 bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
-/// CTAs of a sm90ws launch (H200, docs/perf/sm90-fwd.md run 8). Head dim 64: persistent, one
-/// CTA per SM (one fits), each taking its share of the work tiles; a tile's prologue then hides
-/// behind the previous one (+8 % non-causal and +17 % causal at seqlen 2k, even at 16k).
-/// Larger head dims: one CTA per work tile, heaviest first for causal, so that the hardware
-/// hands the next tile to whichever SM frees up (greedy longest-processing-time first): there
-/// the static deal of persistent CTAs measured equal at hd 128 non-causal, 5-30 % slower for
-/// causal (uneven tiles) and 10 % slower at hd 256, seqlen >= 8k.
+/// CTAs of a sm90ws launch: one per SM for a persistent kernel (the plan's choice, measured:
+/// compiler/Plan.cpp finalizePlan), else one per work tile.
 int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms) {
-  if (k.headDimQK != 64)
-    return tiles;
-  return std::min<int64_t>(tiles, std::max(sms, 1));
+  return k.persistent ? std::min<int64_t>(tiles, std::max(sms, 1)) : tiles;
 }
 
 /// Why a sm90ws launch of this size would overflow the kernel's 32-bit counters ("" if it

@@ -276,8 +276,9 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
 
 /// Launch: a 1-D grid of at most the work tiles, ceil(seqlen_q / kBlockM) * heads_q * batch
 /// (any size is correct: WsTileScheduler deals the tiles out in rounds of gridDim.x; the
-/// runtime launches one CTA per tile, or one per SM at hd 64), block kThreads, kSmemBytes of dynamic shared
-/// memory; `maps` as common/tma_params.h describes, from the same tensors.
+/// runtime launches one CTA per tile, or one per SM for a persistent plan), block kThreads,
+/// kSmemBytes of dynamic shared memory; `maps` as common/tma_params.h describes, from the same
+/// tensors.
 template <class Config>
 __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
                                               const fagen_fwd_tma_maps &maps) {

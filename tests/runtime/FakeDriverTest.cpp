@@ -130,7 +130,7 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
   ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), k.name);
   EXPECT_EQ(plan.block[0], 384);
-  // Head dim 128: one CTA per work tile (8 x 16 x 2), dispatched heaviest first by the hardware.
+  // Not persistent: one CTA per work tile (8 x 16 x 2), dispatched heaviest first by the hardware.
   EXPECT_EQ(plan.grid[0], 256);
   EXPECT_EQ(plan.grid[1], 1);
   EXPECT_EQ(plan.grid[2], 1);
@@ -190,8 +190,9 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
                                               "k_strides[0] (batch) is 0 with 2 indices") !=
               nullptr)
       << fagen_last_error();
-  // Head dim 64: persistent, one CTA per SM of the fake GPU's 132.
+  // A persistent kernel (the planner's choice at hd 64): one CTA per SM of the fake GPU's 132.
   Bundle small = b;
+  small.kernels[2].persistent = true;
   small.kernels[2].headDimQK = small.kernels[2].headDimV = 64;
   small.kernels[2].variant = "v_fp16_64_causal";
   small.kernels[2].blockM = 192;

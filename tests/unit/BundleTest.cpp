@@ -84,7 +84,7 @@ std::vector<uint8_t> rawBundle(const std::string &manifest,
   size_t end = 24 + 32 * sections.size();
   std::vector<uint8_t> b(end, 0);
   std::memcpy(b.data(), "FAGENBND", 8);
-  put(b, 8, 3, 4);
+  put(b, 8, 4, 4);
   put(b, 12, sections.size(), 4);
   for (size_t i = 0; i < sections.size(); ++i) {
     size_t offset = (b.size() + 15) / 16 * 16;
@@ -109,7 +109,7 @@ const char *kBundleLine = "bundle archs=sm_80 fagen_version=1 toolchain=\n";
 const char *kKernelLine =
     "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 deterministic=0 dropout=0 dtype=fp16 "
     "exp2_emu_percent=0 exp2_poly_degree=3 head_dim_qk=64 head_dim_v=64 mask=none "
-    "mask_align=bottom_right name=k params_version=3 pass=fwd pre_post_threads=0 registers=168 "
+    "mask_align=bottom_right name=k params_version=3 pass=fwd persistent=0 pre_post_threads=0 registers=168 "
     "rescale_tau=0 score_mod=none seqlen_max=1099511627776 seqlen_min=0 smem_bytes=49152 "
     "sparse_block=0 sparse_cols=0 sparse_hash= sparse_rows=0 sparsity=none spill_bytes=0 "
     "stages=2 template=sm80 threads=128 tuning= variant=v varlen=0 warps=4\n";
@@ -222,13 +222,13 @@ TEST(BundleTest, NamesTheProblem) {
 
   b = good;
   put(b, 8, 7, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 3): "
+  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 4): "
                            "rebuild the bundle with this fagen version");
 
   // Version 2 bundles (before the variant and backward keys) are refused the same way.
   b = good;
   put(b, 8, 2, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 3): "
+  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 4): "
                            "rebuild the bundle with this fagen version");
 
   b = good;
@@ -410,7 +410,7 @@ TEST(BundleTest, VariantsAndBackwardRoundTrip) {
   EXPECT_EQ(bytes, serializeBundle(parsed));
   std::string manifest = manifestOf(bytes);
   EXPECT_NE(manifest.find(" mask=window mask_align=top_left "), std::string::npos) << manifest;
-  EXPECT_NE(manifest.find(" pass=bwd pre_post_threads=128 "), std::string::npos);
+  EXPECT_NE(manifest.find(" pass=bwd persistent=0 pre_post_threads=128 "), std::string::npos);
   EXPECT_NE(manifest.find(" sparse_block=128 sparse_cols=16 sparse_hash=0123abcd sparse_rows=8 "
                           "sparsity=static "),
             std::string::npos);
@@ -445,6 +445,11 @@ TEST(BundleTest, RefusesBadVariantValues) {
                   "deterministic is 1 on a fwd kernel"));
   EXPECT_TRUE(has(kernelLineError("pre_post_threads=0", "pre_post_threads=128"),
                   "pre_post_threads is 128 on a fwd kernel, expected 0"));
+  EXPECT_TRUE(has(kernelLineError("persistent=0", "persistent=1"),
+                  "persistent is 1 on a kernel of template 'sm80'; only sm90ws kernels"));
+  EXPECT_EQ(
+      kernelLineError({{"persistent=0", "persistent=1"}, {"template=sm80", "template=sm90ws"}}),
+      "");
   EXPECT_TRUE(
       has(kernelLineError("pass=fwd", "pass=bwd"), "pre_post_threads is 0 on a bwd kernel"));
   EXPECT_EQ(kernelLineError({{"params_version=3", "params_version=1"}, {"pass=fwd", "pass=bwd"},
