@@ -109,18 +109,23 @@ std::string planComment(const KernelPlan &p) {
 std::string forwardConfig(const KernelPlan &p) {
   bool emu = p.exp2EmuPercent != 0;
   if (p.templ == "sm90" || p.templ == "sm90ws") {
-    // The wgmma templates: one head dim, no warps or rescale threshold parameters; the
-    // warp-specialized one with its consumer warpgroups taking turns (ping-pong).
+    // The wgmma templates: no warps or rescale threshold parameters; sm90 one head dim; the
+    // warp-specialized one two, with its consumer warpgroups taking turns (ping-pong).
     bool ws = p.templ == "sm90ws";
     std::string extra = emu ? llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}",
                                             p.exp2EmuPercent, p.exp2PolyDegree)
                                   .str()
                             : "";
-    return llvm::formatv("using Config = fagen::sm90::{0}<{1}, /*kHeadDim=*/{2}, "
-                         "/*kBlockM=*/{3},\n    /*kBlockN=*/{4}, /*kStages=*/{5}, "
-                         "KernelVariant{6}{7}>;\n",
-                         ws ? "WsFwdConfig" : "FwdConfig", elementType(p.dtype), p.headDimQK,
-                         p.blockM, p.blockN, p.stages, ws ? ", /*kPingPong=*/true" : "", extra);
+    if (ws)
+      return llvm::formatv("using Config = fagen::sm90::WsFwdConfig<{0}, /*kHeadDimQK=*/{1}, "
+                           "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, "
+                           "/*kStages=*/{5}, KernelVariant, /*kPingPong=*/true{6}>;\n",
+                           elementType(p.dtype), p.headDimQK, p.headDimV, p.blockM, p.blockN,
+                           p.stages, extra);
+    return llvm::formatv("using Config = fagen::sm90::FwdConfig<{0}, /*kHeadDim=*/{1}, "
+                         "/*kBlockM=*/{2},\n    /*kBlockN=*/{3}, /*kStages=*/{4}, "
+                         "KernelVariant{5}>;\n",
+                         elementType(p.dtype), p.headDimQK, p.blockM, p.blockN, p.stages, extra);
   }
   // The FlashAttention-4 parameters, spelled only where they differ from the defaults.
   std::string extra =
@@ -187,8 +192,8 @@ std::string emitKernelSource(const KernelPlan &p) {
     return out;
   }
   if (p.templ == "sm90ws") {
-    out += "#include \"sm90/fwd_ws_kernel.cuh\"\n\n" + variantDecl(p) + forwardConfig(p) +
-           agreement(p);
+    out += "#include \"sm90/fwd_ws_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +
+           forwardConfig(p) + agreement(p);
     out += entryPoint(mainBounds, p.name, "fagen_fwd_params", "fagen::sm90::fwd_ws_kernel",
                       /*tmaMaps=*/true);
     return out;

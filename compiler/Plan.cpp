@@ -55,10 +55,14 @@ int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
   return (blockM + 2 * stages * blockN) * headDim * 2 + 1024;
 }
 
-int sm90WsFwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
-  // The tiles of sm90FwdSmemBytes, then the mbarriers: Q full, Q empty, and K full, V full,
-  // K empty, V empty per stage. Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig.
-  return sm90FwdSmemBytes(headDim, blockM, blockN, stages) + 8 * (2 + 4 * stages);
+int sm90WsPaddedHeadDim(int headDim) { return (headDim + 63) / 64 * 64; }
+
+int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
+  // Q + kStages x (K + V) at head dims padded to 64-column swizzle blocks, 1024 bytes to align
+  // the base, then the mbarriers: Q full, Q empty, and K full, V full, K empty, V empty per
+  // stage. Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig.
+  int qk = sm90WsPaddedHeadDim(headDimQK), v = sm90WsPaddedHeadDim(headDimV);
+  return (blockM * qk + stages * blockN * (qk + v)) * 2 + 1024 + 8 * (2 + 4 * stages);
 }
 
 namespace {
@@ -328,10 +332,12 @@ std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
 
 /// What the sm90 template (`ws`: sm90ws) serves, for error messages.
 const char *sm90Serves(bool ws) {
-  return ws ? "every mask and score mod at head dims 64, 128 and 256; no dropout, block "
-              "sparsity or varlen"
+  return ws ? "every mask, score mod, dropout, block sparsity with blocks of 128, 192 or 256 "
+              "tokens, and varlen, at head dims 64, 96, 128, 192 and 256 (Q/K and V each)"
             : "dense none/causal attention at head dims 64, 128 and 256 only";
 }
+
+bool sm90WsHeadDim(int d) { return d == 64 || d == 96 || d == 128 || d == 192 || d == 256; }
 
 /// What of `p`'s variant the sm90 template (`ws`: sm90ws) cannot serve, as a phrase ("" when
 /// it serves it). sm90ws serves every mask and score mod; sm90 dense none/causal only.
@@ -344,14 +350,20 @@ std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
     return "the top-left causal mask";
   if (!ws && p.scoreMod != "none")
     return "score_mod " + p.scoreMod;
-  if (p.dropout)
+  if (!ws && p.dropout)
     return "dropout";
-  if (p.sparsity != "none")
+  if (!ws && p.sparsity != "none")
     return "block sparsity";
-  if (p.varlen)
+  if (ws && p.sparsity != "none" && p.sparseBlock % 128 != 0 && p.sparseBlock % 192 != 0)
+    return llvm::formatv("block_sparse.block {0} (its query tiles of 128 or 192 rows must "
+                         "divide the block)",
+                         p.sparseBlock);
+  if (!ws && p.varlen)
     return "varlen";
-  if (p.headDimQK != p.headDimV ||
-      (p.headDimQK != 64 && p.headDimQK != 128 && p.headDimQK != 256))
+  if (ws && (!sm90WsHeadDim(p.headDimQK) || !sm90WsHeadDim(p.headDimV)))
+    return llvm::formatv("head dims {0}/{1}", p.headDimQK, p.headDimV);
+  if (!ws && (p.headDimQK != p.headDimV ||
+              (p.headDimQK != 64 && p.headDimQK != 128 && p.headDimQK != 256)))
     return "head dims other than 64, 128 and 256";
   return "";
 }
@@ -379,9 +391,9 @@ std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
                          p.warps);
   if (!ws && p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 256)
     return llvm::formatv("block_n must be 64, 80, 128 or 256, got {0}", p.blockN);
-  if (ws && p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 176 &&
-      p.blockN != 256)
-    return llvm::formatv("block_n must be 64, 80, 128, 176 or 256, got {0}", p.blockN);
+  if (ws && p.blockN != 64 && p.blockN != 80 && p.blockN != 96 && p.blockN != 112 &&
+      p.blockN != 128 && p.blockN != 176 && p.blockN != 256)
+    return llvm::formatv("block_n must be 64, 80, 96, 112, 128, 176 or 256, got {0}", p.blockN);
   // The cp.async loaders: 2 * block_m threads copy 16-byte chunks of whole rows, in rounds of
   // whole 8-row swizzle atoms that divide both tiles (TMA has no such rule).
   int rowsPerRound = 2 * p.blockM / (p.headDimQK / 8);
@@ -395,14 +407,14 @@ std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
     return llvm::formatv("stages must be in 2..4, got {0}", p.stages);
   if (p.rescaleTau != 0)
     return "the " + name + " template rescales only when a row max grows (rescale_tau 0)";
-  int smem = ws ? sm90WsFwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages)
+  int smem = ws ? sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages)
                 : sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   if (smem > archSmemLimit(p.arch))
     return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
                          archSmemLimit(p.arch));
   // S + O + P registers of a thread: 192; a consumer thread of sm90ws 32 below its share
   // (240 with 2 consumer warpgroups, 160 with 3).
-  int accumulators = p.blockN / 2 + p.headDimQK / 2 + p.blockN / 4;
+  int accumulators = p.blockN / 2 + sm90WsPaddedHeadDim(p.headDimV) / 2 + p.blockN / 4;
   if (!ws && accumulators > 192)
     return llvm::formatv("S + O + P need more than 192 registers per thread at block_n {0}",
                          p.blockN);
@@ -581,13 +593,13 @@ void finalizePlan(KernelPlan &p) {
   // that the hardware hands the next tile to whichever SM frees up: there the static deal of
   // persistent CTAs measured equal at hd 128 non-causal, 5-30 % slower for causal (uneven
   // tiles) and 10 % slower at hd 256, seqlen >= 8k.
-  p.persistent = p.templ == "sm90ws" && p.headDimQK == 64;
+  p.persistent = p.templ == "sm90ws" && p.headDimQK == 64 && p.headDimV == 64;
   if (p.pass == "bwd")
     p.smemBytes = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   else if (p.templ == "sm90")
     p.smemBytes = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   else if (p.templ == "sm90ws")
-    p.smemBytes = sm90WsFwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+    p.smemBytes = sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   else
     p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   p.prePostThreads = p.pass == "bwd" ? kBwdPrePostThreads : 0;
@@ -608,17 +620,38 @@ namespace {
 /// docs/perf/sm90-fwd.md), two stages (three never helped):
 /// - sm90ws (`ws`, the sm_90a default): FlashAttention-3's tiles, hd 64 three consumer
 ///   warpgroups x 128 keys, hd 128 two x 128 keys, hd 256 two x 80 keys; 1.25-1.30x the sm90
-///   template at 16k (runs 5-8).
+///   template at 16k (runs 5-8). hd 96 as hd 128 (padded), hd 192 two x 112 keys.
 /// - sm90 (cp.async, pinned): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
 ///   one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; hd 256 128 x 64,
 ///   197632 bytes of shared memory (128 x 80 wins only causal 16k by 3-4% and spills 4 bytes).
 KernelPlan sm90Plan(KernelPlan p, bool ws) {
   p.templ = ws ? "sm90ws" : "sm90";
-  p.blockM = p.headDimQK == 64 ? (ws ? 192 : 64) : 128;
-  p.blockN = p.headDimQK == 256 ? (ws ? 80 : 64) : 128;
-  p.warps = p.blockM / 16;
   p.stages = 2;
   p.rescaleTau = 0;
+  if (!ws) {
+    p.blockM = p.headDimQK == 64 ? 64 : 128;
+    p.blockN = p.headDimQK == 256 ? 64 : 128;
+  } else {
+    // The widest key tile, of 128, 112, 96, 80 and 64, whose S, O and P fit the registers and
+    // whose K and V stages fit shared memory: hd 64/96/128 128 keys, hd 192 112, hd 256 80.
+    // Block-sparse layouts: tiles that divide the layout's block (query tiles 192 -> 128 rows
+    // for blocks of 128 and 256, 128 -> 192 for blocks of 192).
+    int dim = std::max(sm90WsPaddedHeadDim(p.headDimQK), sm90WsPaddedHeadDim(p.headDimV));
+    p.blockM = dim == 64 ? 192 : 128;
+    if (p.sparsity != "none" && p.sparseBlock % p.blockM != 0)
+      p.blockM = p.blockM == 192 ? 128 : 192;
+    p.warps = p.blockM / 16;
+    for (int blockN : {128, 112, 96, 80, 64}) {
+      // Dropout's Philox rounds need registers beside S, O and P: at head dim 256, 80 keys
+      // spilled 68 bytes (nvcc 13.0), 64 none.
+      if (p.dropout && dim == 256 && blockN > 64)
+        continue;
+      p.blockN = blockN;
+      if (sm90ConfigProblem(p, /*ws=*/true).empty() && sparseBlockProblem(p).empty())
+        break;
+    }
+  }
+  p.warps = p.blockM / 16;
   finalizePlan(p);
   return p;
 }

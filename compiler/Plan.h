@@ -150,7 +150,7 @@ int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int st
 int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 /// Shared memory of the sm90ws (TMA, warp-specialized) forward template; mirrors
 /// sm90::WsFwdConfig::kSmemBytes.
-int sm90WsFwdSmemBytes(int headDim, int blockM, int blockN, int stages);
+int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages);
 
 /// Plans every kernel of `spec`: one per variant x pass x arch (x tuned seqlen range).
 /// `archs`, when non-empty, replaces the spec's targets. Backward kernels use the sm80

@@ -29,6 +29,17 @@ static_assert(sizeof(fagen_fwd_params) <= sizeof(fagen_plan{}.params),
               "fagen_plan::params must hold the forward parameter block");
 static_assert(sizeof(fagen_bwd_params) <= sizeof(fagen_plan{}.params),
               "fagen_plan::params must hold the backward parameter block");
+
+namespace {
+/// A forward plan's rows of the packed varlen tensors (0 when dense), kept in fagen_plan::params
+/// after the parameter block: the tensor maps of a TMA kernel need them, the kernels do not.
+struct PlanVarlenRows {
+  int64_t total_q, total_k;
+};
+constexpr size_t kPlanVarlenRowsOffset = (sizeof(fagen_fwd_params) + 7) / 8 * 8;
+static_assert(kPlanVarlenRowsOffset + sizeof(PlanVarlenRows) <= sizeof(fagen_plan{}.params),
+              "fagen_plan::params must hold the forward parameter block and the varlen rows");
+} // namespace
 static_assert(sizeof(fagen_dtype) == 4 && sizeof(fagen_mask) == 4 &&
                   sizeof(fagen_mask_align) == 4 && sizeof(fagen_score_mod) == 4 &&
                   sizeof(fagen_sparsity) == 4 && sizeof(fagen_pass) == 4,
@@ -179,10 +190,12 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
     int64_t heads, seqlen;
   };
   const char *dims[3] = {"batch", "head", "row"};
-  for (const Tensor &t : {Tensor{"q", p.q_strides, p.heads_q, p.seqlen_q},
-                          Tensor{"k", p.k_strides, p.heads_kv, p.seqlen_k},
-                          Tensor{"v", p.v_strides, p.heads_kv, p.seqlen_k}}) {
-    const int64_t extents[3] = {p.batch, t.heads, t.seqlen};
+  // Varlen: packed tensors, whose batch stride is unused and whose rows are all sequences'.
+  const int64_t rowsQ = p.varlen ? p.total_q : p.seqlen_q, rowsK = p.varlen ? p.total_k : p.seqlen_k;
+  for (const Tensor &t : {Tensor{"q", p.q_strides, p.heads_q, rowsQ},
+                          Tensor{"k", p.k_strides, p.heads_kv, rowsK},
+                          Tensor{"v", p.v_strides, p.heads_kv, rowsK}}) {
+    const int64_t extents[3] = {p.varlen ? 1 : p.batch, t.heads, t.seqlen};
     for (int d = 0; d < 3; ++d) {
       if (extents[d] > 1 && t.strides[d] == 0)
         return "kernel " + k.name + " loads " + t.name + " through TMA, which cannot broadcast: " +
@@ -199,7 +212,7 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
 }
 
 std::string shapeProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
-  if (takesTmaMaps(k) && !p.varlen)
+  if (takesTmaMaps(k))
     if (std::string why = tmaLayoutProblem(k, p); !why.empty())
       return why;
   if (k.sparsity != "static")
@@ -930,6 +943,9 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
   fagen_fwd_params params;
   fillForwardParams(problem, params);
   std::memcpy(plan.params, &params, sizeof params);
+  const PlanVarlenRows rows = {problem.varlen ? problem.total_q : 0,
+                               problem.varlen ? problem.total_k : 0};
+  std::memcpy(plan.params + kPlanVarlenRowsOffset, &rows, sizeof rows);
   plan.workspace_bytes = 0;
   return FAGEN_OK;
 }
@@ -1080,8 +1096,9 @@ fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
 }
 
 /// Encodes the tensor maps of a TMA kernel's call from its parameter block.
-fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const KernelRecord &k,
-                           const fagen_fwd_params &params, fagen_fwd_tma_maps &maps) {
+fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fagen_plan &plan,
+                           const KernelRecord &k, const fagen_fwd_params &params,
+                           fagen_fwd_tma_maps &maps) {
   if (api.cuTensorMapEncodeTiled == nullptr)
     return fail(FAGEN_ERROR_NOT_SUPPORTED,
                 std::string(function) + ": kernel " + k.name +
@@ -1089,8 +1106,10 @@ fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const Ker
                     ") has no cuTensorMapEncodeTiled: install a driver for CUDA 12.0 or newer, "
                     "or build the bundle for sm_90 instead of sm_90a");
   std::string what;
-  if (int r = encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK, k.blockM,
-                               k.blockN, maps, what))
+  PlanVarlenRows rows;
+  std::memcpy(&rows, plan.params + kPlanVarlenRowsOffset, sizeof rows);
+  if (int r = encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK, k.headDimV,
+                               k.blockM, k.blockN, maps, what, rows.total_q, rows.total_k))
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
                 std::string(function) + ": " +
                     cudaErrorText(api, r, "cuTensorMapEncodeTiled") + " for tensor " + what +
@@ -1146,7 +1165,7 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
     return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes,
                   &params, stream, "");
   fagen_fwd_tma_maps maps;
-  if (fagen_status s = encodeTmaMaps(function, *api, kernel, params, maps); s != FAGEN_OK)
+  if (fagen_status s = encodeTmaMaps(function, *api, *plan, kernel, params, maps); s != FAGEN_OK)
     return s;
   return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes, &params,
                 stream, "", &maps);

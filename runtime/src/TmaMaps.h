@@ -52,27 +52,34 @@ inline int encodeTensorMap(TensorMapEncodeTiledFn encode, fagen_tensor_map &map,
                 kTensorMapL2Promotion256B, kTensorMapOobFillZero);
 }
 
-/// Fills `maps` for a forward call (dense: no varlen) of a kernel with tiles blockM x blockN.
-/// Returns 0, or the first failing driver result with the tensor's name in `what`.
+/// Fills `maps` for a forward call of a kernel with tiles blockM x blockN and head dims
+/// headDimQK (Q, K) and headDimV (V). Varlen (totalQ > 0): Q, K and V are the packed tensors,
+/// totalQ and totalK rows, batch 1 (the kernel adds each sequence's first row). Returns 0, or
+/// the first failing driver result with the tensor's name in `what`.
 inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_params &p,
-                            int headDim, int blockM, int blockN, fagen_fwd_tma_maps &maps,
-                            std::string &what) {
+                            int headDimQK, int headDimV, int blockM, int blockN,
+                            fagen_fwd_tma_maps &maps, std::string &what, int64_t totalQ = 0,
+                            int64_t totalK = 0) {
   struct Tensor {
     const char *name;
     fagen_tensor_map &map;
     const void *address;
-    int64_t seqlen, heads, rowStride, headStride, batchStride;
+    int64_t headDim, seqlen, heads, rowStride, headStride, batchStride;
     int boxRows;
   };
+  const bool varlen = totalQ > 0;
+  const int64_t batch = varlen ? 1 : p.batch;
+  const int64_t rowsQ = varlen ? totalQ : p.seqlen_q, rowsK = varlen ? totalK : p.seqlen_k;
+  auto batchStride = [varlen](int64_t stride) { return varlen ? 0 : stride; };
   const Tensor tensors[3] = {
-      {"q", maps.q, p.q, p.seqlen_q, p.heads_q, p.q_row_stride, p.q_head_stride, p.q_batch_stride,
-       blockM},
-      {"k", maps.k, p.k, p.seqlen_k, p.heads_kv, p.k_row_stride, p.k_head_stride,
-       p.k_batch_stride, blockN},
-      {"v", maps.v, p.v, p.seqlen_k, p.heads_kv, p.v_row_stride, p.v_head_stride,
-       p.v_batch_stride, blockN}};
+      {"q", maps.q, p.q, headDimQK, rowsQ, p.heads_q, p.q_row_stride, p.q_head_stride,
+       batchStride(p.q_batch_stride), blockM},
+      {"k", maps.k, p.k, headDimQK, rowsK, p.heads_kv, p.k_row_stride, p.k_head_stride,
+       batchStride(p.k_batch_stride), blockN},
+      {"v", maps.v, p.v, headDimV, rowsK, p.heads_kv, p.v_row_stride, p.v_head_stride,
+       batchStride(p.v_batch_stride), blockN}};
   for (const Tensor &t : tensors)
-    if (int r = encodeTensorMap(encode, t.map, t.address, headDim, t.seqlen, t.heads, p.batch,
+    if (int r = encodeTensorMap(encode, t.map, t.address, t.headDim, t.seqlen, t.heads, batch,
                                 t.rowStride, t.headStride, t.batchStride, t.boxRows)) {
       what = t.name;
       return r;

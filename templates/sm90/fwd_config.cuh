@@ -22,23 +22,19 @@ namespace sm90 {
 /// ex2.approx (MUFU), as in sm80::FwdConfig (FlashAttention-4, section 3.1.3).
 ///
 /// Variant (common/variants.cuh): dense NoMask or CausalMask only, with no score mod, dropout,
-/// block sparsity or varlen (the sm80 template serves the other variants); WsFwdConfig: every
-/// mask and score mod, no dropout, block sparsity or varlen.
+/// block sparsity or varlen (the sm80 and sm90ws templates serve the other variants).
 ///
 /// kRefillAfterIssue: each key step issues its cp.async refill after its wgmmas instead of
 /// before them, so the tensor cores do not wait for 16-20 cp.async a thread. Default at hd 256
 /// only: +2-7 % there, neutral to -6 % at hd 128 (H200, 2026-11-30, docs/perf/sm90-fwd.md run 3).
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
           int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3,
-          bool kRefillAfterIssue_ = (kHeadDim_ == 256), bool kWarpSpecialized_ = false>
+          bool kRefillAfterIssue_ = (kHeadDim_ == 256)>
 struct FwdConfig {
   using Element = Element_;
   using Variant = Variant_;
   using Mask = typename Variant::Mask;
   using ScoreMod = typename Variant::ScoreMod;
-  /// The base of WsFwdConfig: its kernel serves every mask and score mod, and its consumer
-  /// threads have more registers.
-  static constexpr bool kWarpSpecialized = kWarpSpecialized_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -66,20 +62,13 @@ struct FwdConfig {
       (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + kSmemAlignBytes;
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
-  static_assert(kWarpSpecialized ||
-                    ((std::is_same<Mask, NoMask>::value || std::is_same<Mask, CausalMask>::value) &&
-                     std::is_same<ScoreMod, NoScoreMod>::value &&
-                     std::is_same<typename Variant::Dropout, NoDropout>::value &&
-                     std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
-                     !Variant::kVarlen),
+  static_assert((std::is_same<Mask, NoMask>::value || std::is_same<Mask, CausalMask>::value) &&
+                    std::is_same<ScoreMod, NoScoreMod>::value &&
+                    std::is_same<typename Variant::Dropout, NoDropout>::value &&
+                    std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
+                    !Variant::kVarlen,
                 "the sm90 template serves only dense Variant<NoMask> and Variant<CausalMask> (no "
                 "score mod, dropout, block sparsity or varlen): use the sm80 template");
-  static_assert(!kWarpSpecialized ||
-                    (std::is_same<typename Variant::Dropout, NoDropout>::value &&
-                     std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
-                     !Variant::kVarlen),
-                "the sm90ws template serves every mask and score mod, but not dropout, block "
-                "sparsity or varlen: use the sm80 template");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
                 "kHeadDim must be 64, 128 or 256 (whole 128-byte swizzle rows; wgmma N of O)");
   static_assert(kBlockM == 64 || kBlockM == 128 || kBlockM == 192,
@@ -98,47 +87,104 @@ struct FwdConfig {
                 "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
                 "kStages, kBlockN or kBlockM");
   // Registers per thread of a warpgroup: S (kBlockN / 2) + O (kHeadDim / 2) + P (kBlockN / 4),
-  // at most 192 of the 255 a thread may have; WsFwdConfig: its consumers' share less 32.
-  static constexpr int kAccumulatorRegs =
-      !kWarpSpecialized ? 192 : (kBlockM == 128 ? 240 : 160) - 32;
-  static_assert(kBlockN / 2 + kHeadDim / 2 + kBlockN / 4 <= kAccumulatorRegs,
-                "S + O + P accumulators need more registers than a thread has for them: lower "
-                "kBlockN (or kBlockM: three consumer warpgroups have 160 registers a thread)");
+  // at most 192 of the 255 a thread may have.
+  static_assert(kBlockN / 2 + kHeadDim / 2 + kBlockN / 4 <= 192,
+                "S + O + P accumulators need more than 192 registers per thread: lower kBlockN");
 };
 
-/// The warp-specialized forward (sm90/fwd_ws_kernel.cuh): FwdConfig's tiles and softmax, plus a
-/// producer warpgroup (one thread issues every TMA load; setmaxnreg lowers its registers to
-/// kProducerRegs) in front of kBlockM / 64 consumer warpgroups (raised to kConsumerRegs).
-/// K and V slots are handed over through mbarriers (full: TMA landed; empty: every consumer
-/// warp's wgmmas that read the slot completed), so no barrier spans the whole CTA.
+/// The warp-specialized forward (sm90/fwd_ws_kernel.cuh): a producer warpgroup (one thread
+/// issues every TMA load; setmaxnreg lowers its registers to kProducerRegs) in front of
+/// kBlockM / 64 consumer warpgroups (raised to kConsumerRegs), FwdConfig's wgmma tiles and
+/// softmax. K and V slots are handed over through mbarriers (full: TMA landed; empty: every
+/// consumer warp's wgmmas that read the slot completed), so no barrier spans the whole CTA.
+///
+/// Head dims: kHeadDimQK (Q, K) and kHeadDimV (V, O), each 64, 96, 128, 192 or 256. The MMAs see
+/// them padded to whole 64-column swizzle blocks (kDimQK, kDimV: 96 -> 128); TMA fills the
+/// padding with zeros (the tensor maps' head-dim extent is the real one), so it adds nothing to
+/// S and O's padded columns are never stored.
+///
+/// Variant (common/variants.cuh): every mask, score mod, dropout, block sparsity (the tiles must
+/// divide the layout's block) and varlen.
 ///
 /// kPingPong: the consumer warpgroups take turns to issue their wgmmas (named barriers, a
 /// ring), so that one warpgroup's softmax overlaps the others' tensor-core work
 /// (FlashAttention-3, section 3.1) instead of all of them exponentiating at once.
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
-          bool kPingPong_, int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
-struct WsFwdConfig : FwdConfig<Element_, kHeadDim_, kBlockM_, kBlockN_, kStages_, Variant_,
-                               kExp2EmuPercent_, kExp2PolyDegree_, false, true> {
-  using Base = FwdConfig<Element_, kHeadDim_, kBlockM_, kBlockN_, kStages_, Variant_,
-                         kExp2EmuPercent_, kExp2PolyDegree_, false, true>;
+/// kExp2EmuPercent, kExp2PolyDegree: as FwdConfig.
+template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
+          int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
+          int kExp2PolyDegree_ = 3>
+struct WsFwdConfig {
+  using Element = Element_;
+  using Variant = Variant_;
+  using Mask = typename Variant::Mask;
+  using ScoreMod = typename Variant::ScoreMod;
+  using Dropout = typename Variant::Dropout;
+  using Sparsity = typename Variant::Sparsity;
+  static constexpr bool kVarlen = Variant::kVarlen;
+  static constexpr int kHeadDimQK = kHeadDimQK_;
+  static constexpr int kHeadDimV = kHeadDimV_;
+  static constexpr int kDimQK = (kHeadDimQK + 63) / 64 * 64; // as the MMAs see them
+  static constexpr int kDimV = (kHeadDimV + 63) / 64 * 64;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;
   static constexpr bool kPingPong = kPingPong_;
-  static constexpr int kConsumers = kBlockM_ / 64;
+  static constexpr int kExp2EmuPercent = kExp2EmuPercent_;
+  static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
+  static constexpr int kExp2EmuColumns = (kBlockN / 4 * kExp2EmuPercent + 50) / 100;
+
+  static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kMinBlocksPerSm = 1;
   // Registers a thread, 64 K per SM for one CTA: 2 consumers 24 + 2 x 240 (x 128 threads),
-  // 3 consumers 32 + 3 x 160, FlashAttention-3's split; the base's accumulator bound is the
-  // consumers' share less 32.
+  // 3 consumers 32 + 3 x 160, FlashAttention-3's split.
   static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
-  // mbarriers after the tiles: Q full, Q empty, then K full, V full, K empty, V empty per stage.
-  static constexpr int kBarrierOffset = Base::kSmemBytes - Base::kSmemAlignBytes;
-  static constexpr int kSmemBytes = Base::kSmemBytes + 8 * (2 + 4 * kStages_);
 
-  static_assert(kConsumers == 2 || kConsumers == 3,
+  // Shared memory, every tile in 128-byte-swizzled 64-column blocks (sm90/tile_ops.cuh): the Q
+  // tile, kStages K tiles, kStages V tiles, then the mbarriers (Q full, Q empty, then K full,
+  // V full, K empty, V empty per stage), plus 1024 bytes to align the base to a swizzle atom.
+  static constexpr int kSmemQBytes = kBlockM * kDimQK * 2;
+  static constexpr int kSmemKTileBytes = kBlockN * kDimQK * 2;
+  static constexpr int kSmemVTileBytes = kBlockN * kDimV * 2;
+  static constexpr int kSmemAlignBytes = 1024;
+  static constexpr int kBarrierOffset =
+      kSmemQBytes + kStages * (kSmemKTileBytes + kSmemVTileBytes);
+  static constexpr int kSmemBytes = kBarrierOffset + kSmemAlignBytes + 8 * (2 + 4 * kStages);
+
+  static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
+  static constexpr bool served_head_dim(int d) {
+    return d == 64 || d == 96 || d == 128 || d == 192 || d == 256;
+  }
+  static_assert(served_head_dim(kHeadDimQK) && served_head_dim(kHeadDimV),
+                "kHeadDimQK and kHeadDimV must be 64, 96, 128, 192 or 256 (padded to 64-column "
+                "swizzle blocks; wgmma N of O)");
+  static_assert(kConsumers * 64 == kBlockM && (kConsumers == 2 || kConsumers == 3),
                 "the warp-specialized kernel needs kBlockM 128 or 192 (2 or 3 consumer "
                 "warpgroups; registers are split for those)");
+  static_assert(kBlockN == 64 || kBlockN == 80 || kBlockN == 96 || kBlockN == 112 ||
+                    kBlockN == 128 || kBlockN == 176 || kBlockN == 256,
+                "kBlockN must be 64, 80, 96, 112, 128, 176 or 256 (the wgmma N of S, with an atom "
+                "in sm90/wgmma.cuh; whole 8-row swizzle atoms; 16-key steps of P V)");
+  static_assert(kStages >= 2 && kStages <= 4, "kStages must be in [2, 4]");
+  static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
+                "kExp2EmuPercent must be in [0, 50]");
+  static_assert(kExp2PolyDegree >= 3 && kExp2PolyDegree <= 5,
+                "kExp2PolyDegree must be in [3, 5] (degrees 1 and 2 fail the tolerance rule, "
+                "measured on the sm80 template)");
   static_assert(kSmemBytes <= 227 * 1024,
                 "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
                 "kStages, kBlockN or kBlockM");
+  // Registers per consumer thread: S (kBlockN / 2) + O (kDimV / 2) + P (kBlockN / 4), at most
+  // its share less 32.
+  static constexpr int kAccumulatorRegs = kConsumerRegs - 32;
+  static_assert(kBlockN / 2 + kDimV / 2 + kBlockN / 4 <= kAccumulatorRegs,
+                "S + O + P accumulators need more registers than a consumer thread has for them: "
+                "lower kBlockN (or kBlockM: three consumer warpgroups have 160 registers a "
+                "thread)");
+  static_assert(!Sparsity::kSparse ||
+                    (Sparsity::kBlock % kBlockM == 0 && Sparsity::kBlock % kBlockN == 0),
+                "kBlockM and kBlockN must divide the block-sparse layout's block");
 };
 
 } // namespace sm90

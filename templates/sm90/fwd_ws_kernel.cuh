@@ -4,7 +4,9 @@
 // loop of fwd_kernel.cuh (the next S = Q K^T and the current O += P V in flight while the
 // softmax of S runs), taking turns at the tensor cores (ping-pong). Persistent: each CTA walks
 // the work tiles of WsTileScheduler, and the producer loads the next tile while the consumers
-// finish the current one.
+// finish the current one. Variants (common/variants.cuh) as the sm80 template: masks and score
+// mods on S, dropout on P, skipped sparse blocks (no loads, no MMA), varlen sequences of packed
+// tensors (TMA rows from cu_seqlens).
 #ifndef FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
 
@@ -26,11 +28,11 @@ template <class Config> struct WsSmem {
   __device__ explicit WsSmem(u32 base) {
     q = (base + 1023) & ~1023u;
     k = q + Config::kSmemQBytes;
-    v = k + Config::kStages * Config::kSmemKvTileBytes;
+    v = k + Config::kStages * Config::kSmemKTileBytes;
     bars = q + Config::kBarrierOffset;
   }
-  __device__ u32 k_slot(int i) const { return k + (i % Config::kStages) * Config::kSmemKvTileBytes; }
-  __device__ u32 v_slot(int i) const { return v + (i % Config::kStages) * Config::kSmemKvTileBytes; }
+  __device__ u32 k_slot(int i) const { return k + (i % Config::kStages) * Config::kSmemKTileBytes; }
+  __device__ u32 v_slot(int i) const { return v + (i % Config::kStages) * Config::kSmemVTileBytes; }
   __device__ u32 q_full() const { return bars; }
   __device__ u32 q_empty() const { return bars + 8; }
   __device__ u32 k_full(int i) const { return bars + 8 * (2 + i % Config::kStages); }
@@ -58,7 +60,7 @@ template <class Config> struct WsTileScheduler {
     num_m = (p.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
     heads = p.heads_q;
     total = num_m * heads * p.batch;
-    const int64_t kv_bytes = int64_t(p.seqlen_k) * Config::kHeadDim * 4; // K + V of a head
+    const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2; // K + V of a head
     group = int(max(int64_t(1), min(int64_t(heads) * p.batch, kL2Bytes / kv_bytes)));
   }
   /// The tile of this CTA's round r (>= total: no more work).
@@ -76,69 +78,154 @@ template <class Config> struct WsTileScheduler {
   }
 };
 
-/// The problem's shape as the mask hooks read it: a window mask reads its bounds from it (the
-/// other masks leave them unbounded, as the dense kernels always did).
+/// Batch entry `batch`'s rows (varlen: from cu_seqlens) and shape as the mask hooks read it: a
+/// window mask reads its bounds from it (the other masks leave them unbounded, as the dense
+/// kernels always did).
 template <class Config>
-__device__ __forceinline__ AttentionShape ws_shape(const fagen_fwd_params &p) {
+__device__ __forceinline__ SequenceSpan ws_span(const fagen_fwd_params &p, int batch) {
   using Mask = typename Config::Mask;
+  SequenceSpan s = sequence_span<Config::kVarlen>(p, batch);
   if constexpr (std::is_same<Mask, NoMask>::value || Mask::kCausal)
-    return AttentionShape{p.seqlen_q, p.seqlen_k};
-  return AttentionShape{p.seqlen_q, p.seqlen_k, p.window_left, p.window_right};
+    s.shape.window_left = s.shape.window_right = -1;
+  return s;
 }
 
-/// The key tiles [n_begin, n_begin + n_tiles) a work tile visits.
+/// Whether work tile m_block of a sequence has rows: varlen tiles past the end of a shorter
+/// sequence have none and are skipped by every warpgroup alike.
 template <class Config>
-__device__ __forceinline__ int ws_key_tiles(int m_block, const AttentionShape &shape, int &n_begin) {
-  using Mask = typename Config::Mask;
-  n_begin = Mask::template n_block_begin<Config::kBlockM, Config::kBlockN>(m_block, shape);
-  return max(0, Mask::template n_block_end<Config::kBlockM, Config::kBlockN>(m_block, shape) -
-                    n_begin);
+__device__ __forceinline__ bool ws_has_rows(int m_block, const AttentionShape &shape) {
+  return !Config::kVarlen || m_block * Config::kBlockM < shape.seqlen_q;
 }
+
+/// The key tiles a work tile visits: those of [n_begin, n_end) (the mask's range) that the
+/// sparsity layout keeps. Dense: n_first = n_begin and every tile after it.
+template <class Config> struct WsKeyTiles {
+  using Sparsity = typename Config::Sparsity;
+  static constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  int n_first, n_end, count;
+
+  /// One thread's walk (the producer): reads the layout byte by byte.
+  __device__ static int next_scalar(const Sparsity &sp, int m_block, int n, int n_end) {
+    while (n < n_end && !sp.template visible<kBlockM, kBlockN>(m_block, n))
+      ++n;
+    return n;
+  }
+  /// Whole warps (the consumers): 32 tiles a step (sm80::next_visible_tile).
+  template <bool kWarp>
+  __device__ static int next(const Sparsity &sp, int m_block, int n, int n_end) {
+    if constexpr (!Sparsity::kSparse)
+      return n;
+    else if constexpr (kWarp)
+      return sm80::next_visible_tile<kBlockM, kBlockN>(sp, m_block, n, n_end);
+    else
+      return next_scalar(sp, m_block, n, n_end);
+  }
+
+  template <bool kWarp>
+  __device__ static WsKeyTiles make(const fagen_fwd_params &params, int m_block, int head,
+                                    int batch, const AttentionShape &shape) {
+    using Mask = typename Config::Mask;
+    WsKeyTiles t;
+    const int n_begin = Mask::template n_block_begin<kBlockM, kBlockN>(m_block, shape);
+    t.n_end = Mask::template n_block_end<kBlockM, kBlockN>(m_block, shape);
+    if constexpr (!Sparsity::kSparse) {
+      t.n_first = n_begin;
+      t.count = max(0, t.n_end - n_begin);
+    } else {
+      const Sparsity sp(params, batch, head);
+      t.n_first = next<kWarp>(sp, m_block, n_begin, t.n_end);
+      t.count = 0;
+      for (int n = t.n_first; n < t.n_end; n = next<kWarp>(sp, m_block, n + 1, t.n_end))
+        ++t.count;
+    }
+    return t;
+  }
+  /// The visible key tile after n.
+  template <bool kWarp>
+  __device__ static int after(const fagen_fwd_params &params, int head, int batch, int m_block,
+                              int n, int n_end) {
+    if constexpr (!Sparsity::kSparse)
+      return n + 1;
+    else
+      return next<kWarp>(Sparsity(params, batch, head), m_block, n + 1, n_end);
+  }
+};
 
 /// Producer (one thread): per work tile Q, then K_0, then K_{i+1} before V_i, so that a step's
 /// Q K^T never queues behind the previous step's V.
 template <class Config>
 __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen_fwd_tma_maps &maps,
                                            const fagen_fwd_params &params) {
-  constexpr int kColumnBlocks = Config::kHeadDim / 64;
+  using KeyTiles = WsKeyTiles<Config>;
   const WsTileScheduler<Config> sched(params);
-  const AttentionShape shape = ws_shape<Config>(params);
   int kv = 0; // K/V tiles loaded so far
-  auto load_kv = [&](const fagen_tensor_map &map, u32 slot, u32 full, int n_block, int kv_head,
-                     int batch) {
-    mbarrier_arrive_expect_tx(full, Config::kSmemKvTileBytes);
+  // A (kBlockN, kDim) tile as kDim / 64 boxes; varlen: rows of the packed tensor, batch 0.
+  auto load_kv = [&](const fagen_tensor_map &map, u32 slot, u32 full, int64_t row0, int n_block,
+                     int kv_head, int batch, auto dim, u32 bytes) {
+    mbarrier_arrive_expect_tx(full, bytes);
 #pragma unroll
-    for (int b = 0; b < kColumnBlocks; ++b)
-      tma_load_4d(slot + b * Config::kBlockN * 128, map, full, 64 * b, n_block * Config::kBlockN,
-                  kv_head, batch);
+    for (int b = 0; b < decltype(dim)::value / 64; ++b)
+      tma_load_4d(slot + b * Config::kBlockN * 128, map, full, 64 * b,
+                  int(row0) + n_block * Config::kBlockN, kv_head, Config::kVarlen ? 0 : batch);
   };
+  using DimQK = std::integral_constant<int, Config::kDimQK>;
+  using DimV = std::integral_constant<int, Config::kDimV>;
   for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
-    int m_block, head, batch, n_begin;
+    int m_block, head, batch;
     sched.tile(t, m_block, head, batch);
-    const int n_tiles = ws_key_tiles<Config>(m_block, shape, n_begin);
-    if (n_tiles == 0) // the consumers write its empty rows
+    const SequenceSpan span = ws_span<Config>(params, batch);
+    if (!ws_has_rows<Config>(m_block, span.shape))
+      continue;
+    const KeyTiles tiles = KeyTiles::template make<false>(params, m_block, head, batch, span.shape);
+    if (tiles.count == 0) // the consumers write its empty rows
       continue;
     const int kv_head = head / params.group_size;
     mbarrier_wait(sm.q_empty(), sm.empty_parity(work));
     mbarrier_arrive_expect_tx(sm.q_full(), Config::kSmemQBytes);
 #pragma unroll
-    for (int b = 0; b < kColumnBlocks; ++b)
+    for (int b = 0; b < Config::kDimQK / 64; ++b)
       tma_load_4d(sm.q + b * Config::kBlockM * 128, maps.q, sm.q_full(), 64 * b,
-                  m_block * Config::kBlockM, head, batch);
+                  int(span.q_row0) + m_block * Config::kBlockM, head,
+                  Config::kVarlen ? 0 : batch);
     mbarrier_wait(sm.k_empty(kv), sm.empty_parity(kv / Config::kStages));
-    load_kv(maps.k, sm.k_slot(kv), sm.k_full(kv), n_begin, kv_head, batch);
-    for (int i = 0; i < n_tiles; ++i) {
+    load_kv(maps.k, sm.k_slot(kv), sm.k_full(kv), span.k_row0, tiles.n_first, kv_head, batch,
+            DimQK(), Config::kSmemKTileBytes);
+    for (int i = 0, n = tiles.n_first; i < tiles.count; ++i) {
       const int j = kv + i;
-      if (i + 1 < n_tiles) {
+      const int n_next =
+          KeyTiles::template after<false>(params, head, batch, m_block, n, tiles.n_end);
+      if (i + 1 < tiles.count) {
         mbarrier_wait(sm.k_empty(j + 1), sm.empty_parity((j + 1) / Config::kStages));
-        load_kv(maps.k, sm.k_slot(j + 1), sm.k_full(j + 1), n_begin + i + 1, kv_head, batch);
+        load_kv(maps.k, sm.k_slot(j + 1), sm.k_full(j + 1), span.k_row0, n_next, kv_head, batch,
+                DimQK(), Config::kSmemKTileBytes);
       }
       mbarrier_wait(sm.v_empty(j), sm.empty_parity(j / Config::kStages));
-      load_kv(maps.v, sm.v_slot(j), sm.v_full(j), n_begin + i, kv_head, batch);
+      load_kv(maps.v, sm.v_slot(j), sm.v_full(j), span.k_row0, n, kv_head, batch, DimV(),
+              Config::kSmemVTileBytes);
+      n = n_next;
     }
-    kv += n_tiles;
+    kv += tiles.count;
     ++work;
   }
+}
+
+/// Where a work tile's rows of O and LSE start: batch entry `batch` (varlen: its first row in
+/// the packed tensors, from cu_seqlens, re-read here so that no offset stays live through the
+/// main loop), head `head`, row `row0` of the sequence.
+template <class Config>
+__device__ __forceinline__ typename Config::Element *ws_o_rows(const fagen_fwd_params &params,
+                                                               int batch, int head, int64_t row0) {
+  const int64_t seq = Config::kVarlen ? ws_span<Config>(params, batch).q_row0 * params.o_row_stride
+                                      : batch * params.o_batch_stride;
+  return static_cast<typename Config::Element *>(params.o) + seq + head * params.o_head_stride +
+         row0 * params.o_row_stride;
+}
+template <class Config>
+__device__ __forceinline__ float *ws_lse_rows(const fagen_fwd_params &params, int batch, int head,
+                                              int64_t row0) {
+  const int64_t seq = Config::kVarlen ? ws_span<Config>(params, batch).q_row0
+                                      : batch * params.lse_batch_stride;
+  return params.lse + seq + head * params.lse_head_stride + row0;
 }
 
 /// One consumer warpgroup's 64 rows of a work tile: O and LSE (fwd_kernel.cuh's step order).
@@ -146,20 +233,24 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
 template <class Config>
 __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
                                                 const fagen_fwd_params &params, int m_block,
-                                                int head, int batch, int n_begin, int n_tiles,
-                                                int kv, int work) {
+                                                int head, int batch, const AttentionShape &shape,
+                                                const WsKeyTiles<Config> &tiles, int kv,
+                                                int work) {
   using Element = typename Config::Element;
   using Mask = typename Config::Mask;
   using ScoreMod = typename Config::ScoreMod;
-  constexpr int kHeadDim = Config::kHeadDim, kBlockM = Config::kBlockM;
+  using Dropout = typename Config::Dropout;
+  using KeyTiles = WsKeyTiles<Config>;
+  constexpr int kDimQK = Config::kDimQK, kDimV = Config::kDimV, kBlockM = Config::kBlockM;
   constexpr int kBlockN = Config::kBlockN, kConsumers = Config::kConsumers;
-  const AttentionShape shape = ws_shape<Config>(params);
+  constexpr int kColTiles = kBlockN / 8;
+  const int n_tiles = tiles.count;
   const ScoreMod score_mod(params, batch, head, shape);
   // Score mods give natural-log logits: the softmax's exp2 then needs log2(e), not the scale.
   const float scale_log2 = ScoreMod::kIdentity ? params.scale_log2 : 1.4426950408889634f;
   const int consumer = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int first_row = 64 * consumer + 16 * warp; // the warp's first row in the tile
-  const int rows_left = params.seqlen_q - m_block * kBlockM - first_row;
+  const int rows_left = shape.seqlen_q - m_block * kBlockM - first_row;
   const u32 q_warpgroup = sm.q + consumer * 64 * 128; // its 64 rows in each column block
   // Ping-pong: consumer c issues its wgmmas after barrier 1 + c, then passes the turn on.
   auto my_turn = [&] {
@@ -175,14 +266,20 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
       mbarrier_arrive(bar);
   };
 
-  float acc_o[kHeadDim / 8][4]; // (64, kHeadDim) per warpgroup
+  float acc_o[kDimV / 8][4]; // (64, kDimV) per warpgroup
   zero_fill(acc_o);
   u32 p[kBlockN / 16][4]; // P_{i-1} (64, kBlockN) as A fragments
   OnlineSoftmax<1> softmax;
   softmax.init();
-  auto mask_and_exp = [&](float(&rescale)[2], float(&acc_s)[kBlockN / 8][4], int i) {
-    const int n_block = n_begin + i;
-    float(&s3)[1][kBlockN / 8][4] = reinterpret_cast<float(&)[1][kBlockN / 8][4]>(acc_s);
+  // Dropout's keep flags of the key tile whose S is in flight: drawn while its wgmmas run.
+  u32 keep_bits[ceil_div(kColTiles, 8)];
+  auto draw_keep_bits = [&](int n_block) {
+    if constexpr (Dropout::kEnabled)
+      sm80::dropout_keep_bits<1, kColTiles>(keep_bits, Dropout(params, batch, head),
+                                            m_block * kBlockM + first_row, n_block * kBlockN);
+  };
+  auto mask_and_exp = [&](float(&rescale)[2], float(&acc_s)[kColTiles][4], int n_block) {
+    float(&s3)[1][kColTiles][4] = reinterpret_cast<float(&)[1][kColTiles][4]>(acc_s);
     if constexpr (!ScoreMod::kIdentity)
       apply_score_mod(s3, score_mod, m_block * kBlockM + first_row, n_block * kBlockN);
     if ((n_block + 1) * kBlockN > shape.seqlen_k ||
@@ -191,8 +288,15 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     return softmax_exp<Config::kExp2EmuColumns, Config::kExp2PolyDegree>(rescale, softmax, acc_s,
                                                                           scale_log2);
   };
+  // P in the input type; dropout zeroes the dropped elements (the row sums keep them: the
+  // softmax is of the logits, dropout acts on its probabilities).
+  auto make_p = [&](const float(&acc_s)[kColTiles][4]) {
+    convert_p<Element>(p, acc_s);
+    if constexpr (Dropout::kEnabled)
+      sm80::apply_dropout_packed(reinterpret_cast<u32(&)[1][kBlockN / 16][4]>(p), keep_bits);
+  };
   // S_i landed: its K slot is free, and after the last one so is Q.
-  auto s_done = [&](float(&acc_s)[kBlockN / 8][4], int i) {
+  auto s_done = [&](float(&acc_s)[kColTiles][4], int i) {
     fence_operands(acc_s);
     release(sm.k_empty(kv + i));
     if (i == n_tiles - 1)
@@ -206,62 +310,66 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   auto wait_k = [&](int i) { mbarrier_wait(sm.k_full(kv + i), sm.full_parity((kv + i) / Config::kStages)); };
   auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity((kv + i) / Config::kStages)); };
 
-  // Step i (0 <= i <= n_tiles): S_i = Q K_i^T (i < n_tiles) and O += P_{i-1} V_{i-1} (i > 0).
-  // The first and last steps are peeled: with commits under a condition, ptxas serializes
-  // every wgmma (warning C7514).
+  // Step i (0 <= i <= n_tiles): S_i = Q K_i^T (i < n_tiles) and O += P_{i-1} V_{i-1} (i > 0),
+  // K_i being key tile n_block. The first and last steps are peeled: with commits under a
+  // condition, ptxas serializes every wgmma (warning C7514).
+  int n_block = tiles.n_first;
   mbarrier_wait(sm.q_full(), sm.full_parity(work));
   {
-    float acc_s[kBlockN / 8][4]; // (64, kBlockN) per warpgroup
+    float acc_s[kColTiles][4]; // (64, kBlockN) per warpgroup
     wait_k(0);
     my_turn();
     wgmma_fence();
-    gemm_qk_issue<Element, kHeadDim, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv));
+    gemm_qk_issue<Element, kDimQK, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv));
     wgmma_commit();
     next_turn();
+    draw_keep_bits(n_block);
     wgmma_wait<0>();
     s_done(acc_s, 0);
     float rescale[2];
-    mask_and_exp(rescale, acc_s, 0);
-    convert_p<Element>(p, acc_s);
+    mask_and_exp(rescale, acc_s, n_block);
+    make_p(acc_s);
   }
   for (int i = 1; i < n_tiles; ++i) {
-    float acc_s[kBlockN / 8][4];
+    float acc_s[kColTiles][4];
     wait_k(i);
     wait_v(i - 1);
     my_turn();
     wgmma_fence();
-    gemm_qk_issue<Element, kHeadDim, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv + i));
+    gemm_qk_issue<Element, kDimQK, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv + i));
     wgmma_commit();
-    gemm_pv_issue<Element, kHeadDim, kBlockN>(acc_o, p, sm.v_slot(kv + i - 1));
+    gemm_pv_issue<Element, kDimV, kBlockN>(acc_o, p, sm.v_slot(kv + i - 1));
     wgmma_commit();
     next_turn();
+    n_block = KeyTiles::template after<true>(params, head, batch, m_block, n_block, tiles.n_end);
+    draw_keep_bits(n_block);
     // S_i is the older group: its softmax runs while P_{i-1} V_{i-1} is still in flight.
     wgmma_wait<1>();
     s_done(acc_s, i);
     float rescale[2];
-    const bool grew = mask_and_exp(rescale, acc_s, i);
+    const bool grew = mask_and_exp(rescale, acc_s, n_block);
     end_block_after(softmax.row_sum); // keeps the wait below the softmax
     wgmma_wait<0>();
     pv_done(i);
     if (grew)
       rescale_o(acc_o, rescale);
-    convert_p<Element>(p, acc_s);
+    make_p(acc_s);
   }
   wait_v(n_tiles - 1);
   my_turn();
   wgmma_fence();
-  gemm_pv_issue<Element, kHeadDim, kBlockN>(acc_o, p, sm.v_slot(kv + n_tiles - 1));
+  gemm_pv_issue<Element, kDimV, kBlockN>(acc_o, p, sm.v_slot(kv + n_tiles - 1));
   wgmma_commit();
   next_turn();
   wgmma_wait<0>();
   pv_done(n_tiles);
 
   float row_lse[2];
-  float(&o3)[1][kHeadDim / 8][4] = reinterpret_cast<float(&)[1][kHeadDim / 8][4]>(acc_o);
-  softmax.finalize(o3, scale_log2, row_lse);
+  float(&o3)[1][kDimV / 8][4] = reinterpret_cast<float(&)[1][kDimV / 8][4]>(acc_o);
+  softmax.finalize(o3, scale_log2, row_lse, Dropout::kEnabled ? params.dropout_rescale : 1.f);
   const int64_t row0 = int64_t(m_block) * kBlockM + first_row;
   if (lane % 4 == 0) {
-    float *lse = params.lse + batch * params.lse_batch_stride + head * params.lse_head_stride + row0;
+    float *lse = ws_lse_rows<Config>(params, batch, head, row0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = 8 * h + lane / 4;
@@ -269,20 +377,19 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
         lse[row] = row_lse[h];
     }
   }
-  Element *o = static_cast<Element *>(params.o) + batch * params.o_batch_stride +
-               head * params.o_head_stride + row0 * params.o_row_stride;
-  store_o_rows<Element, kHeadDim>(o, params.o_row_stride, rows_left, acc_o);
+  store_o_rows<Element, kDimV, Config::kHeadDimV>(ws_o_rows<Config>(params, batch, head, row0),
+                                                  params.o_row_stride, rows_left, acc_o);
 }
 
 /// Launch: a 1-D grid of at most the work tiles, ceil(seqlen_q / kBlockM) * heads_q * batch
-/// (any size is correct: WsTileScheduler deals the tiles out in rounds of gridDim.x; the
-/// runtime launches one CTA per tile, or one per SM for a persistent plan), block kThreads,
+/// (varlen: seqlen_q is the longest sequence; tiles past a shorter one's end do nothing). Any
+/// grid size is correct: WsTileScheduler deals the tiles out in rounds of gridDim.x; the
+/// runtime launches one CTA per tile, or one per SM for a persistent plan. Block kThreads,
 /// kSmemBytes of dynamic shared memory; `maps` as common/tma_params.h describes, from the same
 /// tensors.
 template <class Config>
 __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
                                               const fagen_fwd_tma_maps &maps) {
-  using Element = typename Config::Element;
   constexpr int kConsumers = Config::kConsumers;
   extern __shared__ __align__(1024) unsigned char smem[];
   const WsSmem<Config> sm(sm80::smem_addr(smem));
@@ -314,24 +421,25 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
   if (Config::kPingPong && consumer == kConsumers - 1)
     named_barrier_arrive<256>(1);
   const WsTileScheduler<Config> sched(params);
-  const AttentionShape shape = ws_shape<Config>(params);
   int kv = 0;
   for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
-    int m_block, head, batch, n_begin;
+    int m_block, head, batch;
     sched.tile(t, m_block, head, batch);
-    const int n_tiles = ws_key_tiles<Config>(m_block, shape, n_begin);
-    if (n_tiles == 0) { // rows that see no key: O = 0, LSE = -inf
+    const AttentionShape shape = ws_span<Config>(params, batch).shape;
+    if (!ws_has_rows<Config>(m_block, shape))
+      continue;
+    const WsKeyTiles<Config> tiles =
+        WsKeyTiles<Config>::template make<true>(params, m_block, head, batch, shape);
+    if (tiles.count == 0) { // rows that see no key: O = 0, LSE = -inf
       const int64_t row0 = int64_t(m_block) * Config::kBlockM + 64 * consumer;
-      sm80::store_empty_rows<64, Config::kHeadDim, 128>(
-          static_cast<Element *>(params.o) + batch * params.o_batch_stride +
-              head * params.o_head_stride + row0 * params.o_row_stride,
-          params.o_row_stride,
-          params.lse + batch * params.lse_batch_stride + head * params.lse_head_stride + row0,
-          int(min(int64_t(64), params.seqlen_q - row0)), threadIdx.x % 128);
+      sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
+          ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride,
+          ws_lse_rows<Config>(params, batch, head, row0),
+          int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
       continue;
     }
-    ws_consume_tile<Config>(sm, params, m_block, head, batch, n_begin, n_tiles, kv, work);
-    kv += n_tiles;
+    ws_consume_tile<Config>(sm, params, m_block, head, batch, shape, tiles, kv, work);
+    kv += tiles.count;
     ++work;
   }
   if (Config::kPingPong && consumer == 0)

@@ -159,8 +159,9 @@ __device__ __forceinline__ void rescale_o(float (&o)[kDimTiles][4], const float 
 }
 
 /// Writes one warp's 16 output rows (rows >= rows_valid are not written) straight from the
-/// accumulator fragments: each quad writes 16 contiguous bytes of a row.
-template <class Element, int kHeadDim>
+/// accumulator fragments: each quad writes 16 contiguous bytes of a row. Only the first kCols
+/// columns (a multiple of 8): the rest are padding.
+template <class Element, int kHeadDim, int kCols = kHeadDim>
 __device__ __forceinline__ void store_o_rows(Element *gmem, int64_t row_stride, int rows_valid,
                                              const float (&o)[kHeadDim / 8][4]) {
   const int lane = threadIdx.x % 32;
@@ -170,7 +171,7 @@ __device__ __forceinline__ void store_o_rows(Element *gmem, int64_t row_stride, 
     if (row < rows_valid) {
       Element *dst = gmem + row * row_stride + 2 * (lane % 4);
 #pragma unroll
-      for (int d = 0; d < kHeadDim / 8; ++d)
+      for (int d = 0; d < kCols / 8; ++d)
         *reinterpret_cast<u32 *>(dst + 8 * d) = pack2<Element>(o[d][2 * h], o[d][2 * h + 1]);
     }
   }

@@ -128,7 +128,7 @@ static void launch(const KernelInfo &k, const fagen_fwd_params &p) {
   grid = dim3(k.persistent ? std::min(tiles, sms) : tiles);
   fagen_fwd_tma_maps maps;
   std::string what;
-  if (int r = fagen::encodeFwdTmaMaps(tensor_map_encoder(), p, k.head_dim, k.block_m,
+  if (int r = fagen::encodeFwdTmaMaps(tensor_map_encoder(), p, k.head_dim, k.head_dim, k.block_m,
                                       k.tma_block_n, maps, what)) {
     std::fprintf(stderr, "%s: cuTensorMapEncodeTiled failed for %s (CUresult %d)\n", k.name,
                  what.c_str(), r);

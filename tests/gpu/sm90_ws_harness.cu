@@ -12,7 +12,7 @@
 // twice: one CTA per work tile, and persistent (_pers: as many CTAs as SMs).
 #define WS_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, MASK, MASKNAME, PP, EMU, SUFFIX)                \
   using wcfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX =                            \
-      fagen::sm90::WsFwdConfig<fagen::EL, HD, BM, BN, S, fagen::Variant<fagen::MASK>, PP, EMU>;    \
+      fagen::sm90::WsFwdConfig<fagen::EL, HD, HD, BM, BN, S, fagen::Variant<fagen::MASK>, PP, EMU>;\
   extern "C" __global__ void __launch_bounds__(                                                    \
       wcfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX::kThreads, 1)                  \
       fagen_fwd_sm90ws_##ELNAME##_hd##HD##_##MASKNAME##_m##BM##n##BN##s##S##SUFFIX(                \

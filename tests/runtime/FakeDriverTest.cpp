@@ -698,6 +698,48 @@ TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
       << fagen_last_error();
 }
 
+TEST_F(FakeVariantTest, TmaMapsOfVarlenCallsSpanThePackedTensors) {
+  // A warp-specialized varlen kernel: its maps cover every sequence's rows (total_q / total_k)
+  // as one batch; the kernel adds each sequence's first row. V's map has V's head dim.
+  Bundle b = makeVariantBundle();
+  KernelRecord &k = b.kernels[3]; // bf16 hd64 window tl + softcap + dropout + varlen
+  k.name = "fagen_fwd_bf16_hd64x128_windowtl_softcap_drop_varlen_sm90ws_m128n128w8s2";
+  k.templ = "sm90ws";
+  k.headDimV = 128;
+  k.blockM = 128;
+  k.blockN = 128;
+  k.threads = 384;
+  load(b);
+  fagen_fwd_problem p = windowProblem(); // batch 3, total_q 1500, total_k 2000, 16/4 heads
+  p.head_dim_v = 128;
+  fagen_fwd_problem_set_bshd_strides(&p);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), k.name);
+  EXPECT_EQ(plan.grid[0], 6 * 16 * 3); // ceil(700 / 128) x heads x sequences
+  alignas(16) static char q[16], kk[16], v[16], o[16];
+  static float lse[4];
+  static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
+  fagen_run_args args = {};
+  args.cu_seqlens_q = cuQ;
+  args.cu_seqlens_k = cuK;
+  fake().tensorMaps.clear();
+  ASSERT_EQ(fagen_run_forward_with_args(&plan, q, kk, v, o, lse, &args, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  ASSERT_EQ(fake().tensorMaps.size(), 3u);
+  const FakeTensorMap &mq = fake().tensorMaps[0], &mk = fake().tensorMaps[1],
+                      &mv = fake().tensorMaps[2];
+  using Dims = std::vector<unsigned long long>;
+  EXPECT_EQ(Dims(mq.dims, mq.dims + 4), (Dims{64, 1500, 16, 1}));
+  EXPECT_EQ(Dims(mk.dims, mk.dims + 4), (Dims{64, 2000, 4, 1}));
+  EXPECT_EQ(Dims(mv.dims, mv.dims + 4), (Dims{128, 2000, 4, 1}));
+  // Rows and heads strided as packed BSHD; the batch of one gets the smallest legal stride.
+  EXPECT_EQ(Dims(mq.strides, mq.strides + 3), (Dims{16 * 64 * 2, 64 * 2, 16}));
+  EXPECT_EQ(Dims(mv.strides, mv.strides + 3), (Dims{4 * 128 * 2, 128 * 2, 16}));
+  EXPECT_EQ(mq.box[1], 128u);
+  EXPECT_EQ(mv.box[1], 128u);
+}
+
 TEST_F(FakeVariantTest, VarlenBackwardWorkspaceAndArguments) {
   fagen_fwd_problem p = windowProblem(); // total_q 1500, longest 700
   fagen_plan plan;

@@ -70,7 +70,7 @@ TEST(Plan, ArchSpecificDefaults) {
   EXPECT_EQ(p[2].templ, "sm90ws");
   EXPECT_EQ(p[2].name, "fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2");
   EXPECT_EQ(p[2].threads, 384);
-  EXPECT_EQ(p[2].smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 2));
+  EXPECT_EQ(p[2].smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 128, 2));
   EXPECT_EQ(p[2].smemBytes, sm90FwdSmemBytes(128, 128, 128, 2) + 8 * 10); // + 10 mbarriers
   EXPECT_FALSE(bool(applyConfig(p[2], [] {
     KernelConfig c;
@@ -138,7 +138,16 @@ TEST(Plan, KernelNamesSpellTheVariant) {
   EXPECT_TRUE(featureTokens(dense[0]).empty());
 }
 
-TEST(Plan, Sm90WsServesMasksAndScoreMods) {
+/// The plan of variant `name` (plans come sorted by kernel name, not in spec order).
+const KernelPlan &planNamed(const std::vector<KernelPlan> &plans, const std::string &name) {
+  for (const KernelPlan &p : plans)
+    if (p.variant == name)
+      return p;
+  ADD_FAILURE() << "no plan of variant " << name;
+  return plans.front();
+}
+
+TEST(Plan, Sm90WsServesEveryForwardVariant) {
   std::vector<KernelPlan> p = planOf(R"(variants:
   - {name: dense, dtype: bf16, head_dim: 64, mask: causal}
   - {name: tl, dtype: bf16, head_dim: 64, mask: causal, mask_align: top_left}
@@ -147,17 +156,47 @@ TEST(Plan, Sm90WsServesMasksAndScoreMods) {
   - {name: drop, dtype: bf16, head_dim: 64, dropout: true}
   - {name: vl, dtype: bf16, head_dim: 64, varlen: true}
   - {name: bs, dtype: bf16, head_dim: 64, block_sparse: {block: 128, layout: runtime}}
-  - {name: mla, dtype: bf16, head_dim_qk: 128, head_dim_v: 64}
+  - {name: mla, dtype: bf16, head_dim_qk: 192, head_dim_v: 128}
+  - {name: hd96, dtype: bf16, head_dim: 96}
+  - {name: bs64, dtype: bf16, head_dim: 64, block_sparse: {block: 64, layout: runtime}}
+  - {name: hd72, dtype: bf16, head_dim: 72}
   - {name: bwd, dtype: bf16, head_dim: 64, passes: [bwd]}
 )",
                                      {"sm_90a"});
-  ASSERT_EQ(p.size(), 9u);
+  ASSERT_EQ(p.size(), 12u);
+  for (const KernelPlan &k : p) {
+    // Blocks of 64 tokens are below its 128-row query tiles; hd 72 is not one of its head dims.
+    bool portable = k.variant == "bs64" || k.variant == "hd72" || k.variant == "bwd";
+    EXPECT_EQ(k.templ, portable ? "sm80" : "sm90ws") << k.name;
+    EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
+  }
+  // Sparse blocks of 128 take query tiles of 128 rows (hd 64's default is 192).
+  EXPECT_EQ(configOf(planNamed(p, "bs")).text(), "m128n128w8s2");
+  // Only 64-wide head dims run persistent.
+  EXPECT_TRUE(planNamed(p, "dense").persistent);
+  const KernelPlan &mla = planNamed(p, "mla");
+  EXPECT_FALSE(mla.persistent);
+  EXPECT_EQ(mla.smemBytes, sm90WsFwdSmemBytes(192, 128, 128, 128, 2));
+  EXPECT_EQ(mla.smemBytes, 128 * 192 * 2 + 2 * 128 * (192 + 128) * 2 + 1024 + 8 * 10);
+  // hd 96 is padded to 128 columns.
+  EXPECT_EQ(planNamed(p, "hd96").smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 128, 2));
+}
+
+TEST(Plan, Sm90WsTilesFitEachHeadDim) {
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: a, dtype: bf16, head_dim: 192, mask: causal}
+  - {name: b, dtype: bf16, head_dim: 256}
+  - {name: c, dtype: bf16, head_dim: 256, dropout: true}
+  - {name: d, dtype: bf16, head_dim: 128, block_sparse: {block: 192, layout: runtime}}
+)",
+                                     {"sm_90a"});
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(configOf(planNamed(p, "a")).text(), "m128n112w8s2"); // 128 keys: 240 KB of smem
+  EXPECT_EQ(configOf(planNamed(p, "b")).text(), "m128n80w8s2");
+  EXPECT_EQ(configOf(planNamed(p, "c")).text(), "m128n64w8s2");  // dropout: 80 keys spilled
+  EXPECT_EQ(configOf(planNamed(p, "d")).text(), "m192n64w12s2"); // 96 keys: 136 registers
   for (const KernelPlan &k : p)
-    EXPECT_EQ(k.templ, k.variant == "dense" || k.variant == "tl" || k.variant == "win" ||
-                               k.variant == "cap"
-                           ? "sm90ws"
-                           : "sm80")
-        << k.name;
+    EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
 }
 
 TEST(Plan, Sm90AtHeadDim256) {
@@ -177,10 +216,12 @@ TEST(Plan, Sm90AtHeadDim256) {
   llvm::Expected<KernelPlan> refused = applyConfig(p[0], c);
   ASSERT_FALSE(bool(refused));
   EXPECT_NE(llvm::toString(refused.takeError()).find("rows a round"), std::string::npos);
-  // Head dims the template has not run at stay on the portable one.
-  std::vector<KernelPlan> q = planOf(
-      "variants: [{name: a, dtype: bf16, head_dim: 192, mask: causal}]", {"sm_90a"});
-  EXPECT_EQ(q[0].templ, "sm80");
+  // The cp.async template serves head dims 64, 128 and 256 only.
+  EXPECT_NE(planError("variants: [{name: a, dtype: bf16, head_dim: 192, mask: causal, tile: "
+                      "{template: sm90}}]",
+                      {"sm_90a"})
+                .find("template sm90 does not serve head dims other than 64, 128 and 256"),
+            std::string::npos);
 }
 
 TEST(Plan, SparseBlocksShrinkTheTiles) {
