@@ -8,6 +8,8 @@
 #   3. bench/bench_fwd.py and bench/bench_bwd.py: fagen vs SDPA flash and cuDNN, forward (the
 #      sm_90 and, with .carry/bench90a.fab, the sm_90a bundle) and backward (with the
 #      deterministic kernels), same inputs, one process.
+#   4. bench/bench_variants.py (with .carry/bench-variants*.fab): dropout, block sparsity, varlen
+#      and head dims 96/192/192x128, forward, both templates, vs SDPA flash and cuDNN.
 #   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
 #   forward and backward, and the sanitizers on it; with .carry/nonfinite.fab
 #   (tests/gpu/check-nonfinite.yaml): fagen check --nonfinite (docs/numerics.md).
@@ -61,6 +63,10 @@ if [ -f "$C/bench.fab" ] && [ -z "${SKIP_BENCH:-}" ]; then
   sed -n '/^hd  causal/,$p' "$OUT/bench.log"
   step "bench bwd" bash -c "python3 bench/bench_bwd.py --bundle $C/bench.fab --deterministic --out $OUT/bench-bwd.json ${BENCH_BWD_ARGS:-} >$OUT/bench-bwd.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench-bwd.log"
+  if [ -f "$C/bench-variants90a.fab" ]; then
+    step "bench variants fwd" bash -c "python3 bench/bench_variants.py --bundle sm_90a=$C/bench-variants90a.fab --bundle sm_90=$C/bench-variants.fab --dense sm_90a=$C/bench90a.fab --dense sm_90=$C/bench.fab --out $OUT/bench-variants.json >$OUT/bench-variants.log 2>&1"
+    sed -n '/^part /,$p' "$OUT/bench-variants.log"
+  fi
 fi
 echo
 printf '%s\n' "${summary[@]}"
