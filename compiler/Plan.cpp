@@ -642,9 +642,9 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
       p.blockM = p.blockM == 192 ? 128 : 192;
     p.warps = p.blockM / 16;
     for (int blockN : {128, 112, 96, 80, 64}) {
-      // Dropout's Philox rounds need registers beside S, O and P: at head dim 256, 80 keys
-      // spilled 68 bytes (nvcc 13.0), 64 none.
-      if (p.dropout && dim == 256 && blockN > 64)
+      // Dropout's Philox rounds need registers beside S, O and P. With O of 192 or 256
+      // columns, 112 and 80 keys spilled 28-68 bytes, 96 and 64 none (nvcc 13.0).
+      if (p.dropout && sm90WsPaddedHeadDim(p.headDimV) >= 192 && blockN != 96 && blockN != 64)
         continue;
       p.blockN = blockN;
       if (sm90ConfigProblem(p, /*ws=*/true).empty() && sparseBlockProblem(p).empty())

@@ -35,7 +35,7 @@ SearchSpace searchSpaceFor(const KernelPlan &base) {
   if (base.templ != "sm90ws")
     return space;
   space.blockM = {128, 192};
-  space.blockN = {64, 80, 128, 176};
+  space.blockN = {64, 80, 96, 112, 128, 176};
   space.warps = {8, 12};
   space.stages = {2};
   space.rescaleTau = {0};

@@ -188,13 +188,15 @@ TEST(Plan, Sm90WsTilesFitEachHeadDim) {
   - {name: b, dtype: bf16, head_dim: 256}
   - {name: c, dtype: bf16, head_dim: 256, dropout: true}
   - {name: d, dtype: bf16, head_dim: 128, block_sparse: {block: 192, layout: runtime}}
+  - {name: e, dtype: bf16, head_dim: 192, dropout: true}
 )",
                                      {"sm_90a"});
-  ASSERT_EQ(p.size(), 4u);
+  ASSERT_EQ(p.size(), 5u);
   EXPECT_EQ(configOf(planNamed(p, "a")).text(), "m128n112w8s2"); // 128 keys: 240 KB of smem
   EXPECT_EQ(configOf(planNamed(p, "b")).text(), "m128n80w8s2");
   EXPECT_EQ(configOf(planNamed(p, "c")).text(), "m128n64w8s2");  // dropout: 80 keys spilled
   EXPECT_EQ(configOf(planNamed(p, "d")).text(), "m192n64w12s2"); // 96 keys: 136 registers
+  EXPECT_EQ(configOf(planNamed(p, "e")).text(), "m128n96w8s2");  // dropout: 112 keys spilled
   for (const KernelPlan &k : p)
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
 }

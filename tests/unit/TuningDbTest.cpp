@@ -334,11 +334,12 @@ TEST(SearchSpace, WarpSpecializedTemplateHasItsOwnSpace) {
     EXPECT_EQ(x.plan.threads, 32 * x.plan.warps + 128) << x.plan.name;
     configs.insert(x.config.text());
   }
-  // 2 x 4 x 2 x 1 = 16 grid points: warps must be block_m / 16 (8 refused), and three consumer
-  // warpgroups (160 registers) hold S + O + P at hd 128 only up to 80 keys (2 more).
+  // 2 x 6 x 2 x 1 = 24 grid points: warps must be block_m / 16 (12 refused), and three consumer
+  // warpgroups (160 registers) hold S + O + P at hd 128 only up to 80 keys (4 more).
   EXPECT_EQ(configs, (std::set<std::string>{"m128n128w8s2", "m128n64w8s2", "m128n80w8s2",
-                                            "m128n176w8s2", "m192n64w12s2", "m192n80w12s2"}));
-  EXPECT_EQ(pruned, 10u);
+                                            "m128n96w8s2", "m128n112w8s2", "m128n176w8s2",
+                                            "m192n64w12s2", "m192n80w12s2"}));
+  EXPECT_EQ(pruned, 16u);
   // Stage 2: only emulated exp2 (no rescale threshold on sm90ws).
   std::vector<Candidate> soft =
       softmaxCandidates(base, searchSpaceFor(base), {configOf(base)});
