@@ -116,6 +116,11 @@ std::string forwardConfig(const KernelPlan &p) {
                                             p.exp2EmuPercent, p.exp2PolyDegree)
                                   .str()
                             : "";
+    if (ws && p.stagedEpilogue)
+      extra = llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}, "
+                            "/*kStagedEpilogue=*/true",
+                            p.exp2EmuPercent, p.exp2PolyDegree)
+                  .str();
     if (ws)
       return llvm::formatv("using Config = fagen::sm90::WsFwdConfig<{0}, /*kHeadDimQK=*/{1}, "
                            "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, "

@@ -407,6 +407,12 @@ std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
     return llvm::formatv("stages must be in 2..4, got {0}", p.stages);
   if (p.rescaleTau != 0)
     return "the " + name + " template rescales only when a row max grows (rescale_tau 0)";
+  if (p.stagedEpilogue && !ws)
+    return "staged_epilogue is an option of the sm90ws template: use template: sm90ws";
+  if (p.stagedEpilogue && sm90WsPaddedHeadDim(p.headDimV) > sm90WsPaddedHeadDim(p.headDimQK))
+    return llvm::formatv("staged_epilogue writes O through the Q tile, which is narrower "
+                         "(head dims {0}/{1}): remove staged_epilogue",
+                         p.headDimQK, p.headDimV);
   int smem = ws ? sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages)
                 : sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   if (smem > archSmemLimit(p.arch))
@@ -511,6 +517,8 @@ std::string kernelName(const KernelPlan &p) {
     name += p.rescaleTau < 0 ? "_ra" : llvm::formatv("_r{0}", p.rescaleTau).str();
   if (p.exp2EmuPercent != 0)
     name += llvm::formatv("_e{0}d{1}", p.exp2EmuPercent, p.exp2PolyDegree).str();
+  if (p.stagedEpilogue)
+    name += "_so";
   return name;
 }
 
@@ -529,6 +537,8 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
                                       p.headDimV, p.arch);
   if (problem.empty())
     problem = fa4ParamsProblem(p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree);
+  if (problem.empty() && p.stagedEpilogue && p.templ != "sm90ws")
+    problem = "staged_epilogue is an option of the sm90ws template: use template: sm90ws";
   if (problem.empty())
     problem = sparseBlockProblem(p);
   if (problem.empty())
@@ -543,12 +553,14 @@ std::string KernelConfig::text() const {
     s += rescaleTau < 0 ? " tau-1" : llvm::formatv(" tau{0}", rescaleTau).str();
   if (exp2EmuPercent != 0)
     s += llvm::formatv(" emu{0}d{1}", exp2EmuPercent, exp2PolyDegree).str();
+  if (stagedEpilogue)
+    s += " staged";
   return s;
 }
 
 static auto configTie(const KernelConfig &c) {
   return std::tie(c.blockM, c.blockN, c.warps, c.stages, c.rescaleTau, c.exp2EmuPercent,
-                  c.exp2PolyDegree);
+                  c.exp2PolyDegree, c.stagedEpilogue);
 }
 
 bool KernelConfig::operator==(const KernelConfig &o) const {
@@ -565,6 +577,7 @@ KernelConfig configOf(const KernelPlan &p) {
   c.rescaleTau = p.rescaleTau;
   c.exp2EmuPercent = p.exp2EmuPercent;
   c.exp2PolyDegree = p.exp2PolyDegree;
+  c.stagedEpilogue = p.stagedEpilogue;
   return c;
 }
 
@@ -577,6 +590,7 @@ llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const KernelConfi
   p.rescaleTau = c.rescaleTau;
   p.exp2EmuPercent = c.exp2EmuPercent;
   p.exp2PolyDegree = c.exp2PolyDegree;
+  p.stagedEpilogue = c.stagedEpilogue;
   finalizePlan(p);
   if (llvm::Error err = checkKernelPlan(p))
     return err;
@@ -680,6 +694,7 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
   if (tile.rescaleTau) p.rescaleTau = *tile.rescaleTau;
   if (tile.exp2EmuPercent) p.exp2EmuPercent = *tile.exp2EmuPercent;
   if (tile.exp2PolyDegree) p.exp2PolyDegree = *tile.exp2PolyDegree;
+  if (tile.stagedEpilogue) p.stagedEpilogue = *tile.stagedEpilogue;
   p.tuning = "spec";
   finalizePlan(p);
   if (llvm::Error err = checkKernelPlan(p)) {
@@ -877,6 +892,8 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
       out += llvm::formatv("  rescale_tau={0} exp2_emu_percent={1} exp2_poly_degree={2}\n",
                            p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree)
                  .str();
+    if (p.stagedEpilogue)
+      out += "  staged_epilogue=true\n";
     if (p.seqlenMin != 0 || p.seqlenMax != (int64_t(1) << 40))
       out += llvm::formatv("  seqlen={0}..{1}\n", p.seqlenMin, p.seqlenMax).str();
   }

@@ -25,8 +25,9 @@ struct KernelConfig {
   int rescaleTau = 0;     ///< -1 always rescale, 0 exact skip, > 0 FA4's threshold (log2 units)
   int exp2EmuPercent = 0; ///< percent of exp2 on the FMA units
   int exp2PolyDegree = 3;
+  bool stagedEpilogue = false; ///< sm90ws: O out through shared memory (KernelPlan)
 
-  /// "m128n64w4s2" plus " tau8" / " emu25d3" where not the default.
+  /// "m128n64w4s2" plus " tau8" / " emu25d3" / " staged" where not the default.
   std::string text() const;
   bool operator==(const KernelConfig &o) const;
   bool operator!=(const KernelConfig &o) const { return !(*this == o); }
@@ -66,6 +67,10 @@ struct KernelPlan {
   int rescaleTau = 0;
   int exp2EmuPercent = 0; ///< percent of exp2 computed by a polynomial on the FMA units
   int exp2PolyDegree = 3; ///< degree of that polynomial
+  /// sm90ws: each warp writes O through its rows of the Q tile, with 16-byte stores (the
+  /// template's kStagedEpilogue); a tuning choice (H200: +2-9 % at seqlen 2k for hd 128 causal
+  /// and hd 256, -2..-6 % at 16k causal; docs/perf/sm90-fwd.md run 13).
+  bool stagedEpilogue = false;
   /// sm90ws launch: one CTA per SM, each walking its share of the work tiles (else one CTA per
   /// work tile); derived by finalizePlan.
   bool persistent = false;

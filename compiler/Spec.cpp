@@ -1068,7 +1068,8 @@ void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
     return;
   }
   Entries keys = readMapping(entry.value, {"block_m", "block_n", "warps", "stages", "template",
-                                          "rescale_tau", "exp2_emu_percent", "exp2_poly_degree"});
+                                          "rescale_tau", "exp2_emu_percent", "exp2_poly_degree",
+                                          "staged_epilogue"});
   TileOverride tile;
   tile.loc = entry.valueLoc;
   for (const auto &[key, item] : keys) {
@@ -1086,6 +1087,8 @@ void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
       tile.exp2EmuPercent = readRange(item, what, 0, 50, 1);
     else if (key == "exp2_poly_degree")
       tile.exp2PolyDegree = readRange(item, what, 3, 5, 1);
+    else if (key == "staged_epilogue")
+      tile.stagedEpilogue = readBool(item, what);
     else if (key == "template") {
       std::string templ = item.value.IsScalar() ? item.value.Scalar() : "";
       if (templ == "sm80" || templ == "sm90" || templ == "sm90ws")

@@ -41,6 +41,7 @@ struct TileOverride {
   std::optional<int> rescaleTau;     ///< FA4 conditional-rescaling threshold, -1..8
   std::optional<int> exp2EmuPercent; ///< percent of exp2 on the FMA units, 0..50
   std::optional<int> exp2PolyDegree; ///< that polynomial's degree, 3..5
+  std::optional<bool> stagedEpilogue; ///< sm90ws: O out through shared memory
   SourceLoc loc; ///< of the `tile` mapping, where the planner reports a combination it rejects
 };
 

@@ -40,6 +40,7 @@ SearchSpace searchSpaceFor(const KernelPlan &base) {
   space.stages = {2};
   space.rescaleTau = {0};
   space.exp2EmuPercent = {0, 25};
+  space.stagedEpilogue = {false, true};
   return space;
 }
 
@@ -76,15 +77,17 @@ std::vector<Candidate> softmaxCandidates(const KernelPlan &base, const SearchSpa
   unsigned refused = 0;
   for (const TuneConfig &tile : tiles)
     for (int tau : space.rescaleTau)
-      for (int emu : space.exp2EmuPercent) {
-        if (tau == 0 && emu == 0)
-          continue; // measured in stage 1
-        TuneConfig c = tile;
-        c.rescaleTau = tau;
-        c.exp2EmuPercent = emu;
-        c.exp2PolyDegree = space.exp2PolyDegree;
-        addCandidate(base, c, "softmax", out, refused);
-      }
+      for (int emu : space.exp2EmuPercent)
+        for (bool staged : space.stagedEpilogue) {
+          if (tau == 0 && emu == 0 && !staged)
+            continue; // measured in stage 1
+          TuneConfig c = tile;
+          c.rescaleTau = tau;
+          c.exp2EmuPercent = emu;
+          c.exp2PolyDegree = space.exp2PolyDegree;
+          c.stagedEpilogue = staged;
+          addCandidate(base, c, "softmax", out, refused);
+        }
   if (pruned)
     *pruned = refused;
   return out;
@@ -103,6 +106,7 @@ std::vector<TuneConfig> bestTiles(const std::vector<const TuningRecord *> &recor
     TuneConfig t = r->config;
     t.rescaleTau = 0;
     t.exp2EmuPercent = 0;
+    t.stagedEpilogue = false;
     if (std::find(tiles.begin(), tiles.end(), t) != tiles.end())
       continue;
     if (tiles.size() == n)

@@ -35,13 +35,15 @@ struct SearchSpace {
   std::vector<int> rescaleTau = {-1, 0, 8};
   std::vector<int> exp2EmuPercent = {0, 10, 25};
   int exp2PolyDegree = 3;
+  std::vector<bool> stagedEpilogue = {false}; ///< sm90ws: also {true} (stage 2)
   unsigned softmaxTiles = 2; ///< stage 2 runs on this many best tiles per bucket
 };
 
 /// The space for the template of `base`. sm90ws: block_m 128/192 (2 or 3 consumer
 /// warpgroups, warps = block_m / 16), block_n 64/80/128/176 (176: +3-8 % at hd 128 and
 /// seqlen >= 8k, -7 % at 2k; H200, docs/perf/sm90-fwd.md run 6), two stages, no rescale
-/// threshold, emulated exp2 0 or 25 % (it lost on the H200, run 7; another GPU may differ).
+/// threshold, emulated exp2 0 or 25 % (it lost on the H200, run 7; another GPU may differ),
+/// the staged epilogue or not (stage 2; it wins at 2k, loses at 16k causal: run 13).
 SearchSpace searchSpaceFor(const KernelPlan &base);
 
 /// A config made into a plan, or why the planner's checks refuse it.

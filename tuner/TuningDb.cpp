@@ -77,6 +77,7 @@ llvm::json::Value toJson(const TuningRecord &r) {
                 {"rescale_tau", c.rescaleTau},
                 {"exp2_emu_percent", c.exp2EmuPercent},
                 {"exp2_poly_degree", c.exp2PolyDegree},
+                {"staged_epilogue", c.stagedEpilogue},
                 {"kernel", r.kernel}};
   const Validators &v = r.validators;
   Object validators{{"gpu", v.gpu},       {"sms", v.sms},
@@ -218,6 +219,8 @@ llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
     r.config.rescaleTau = int(f.integer("rescale_tau"));
     r.config.exp2EmuPercent = int(f.integer("exp2_emu_percent"));
     r.config.exp2PolyDegree = int(f.integer("exp2_poly_degree"));
+    // Absent in records made before the field existed: those kernels had no staged epilogue.
+    r.config.stagedEpilogue = c->get("staged_epilogue") ? f.boolean("staged_epilogue") : false;
     r.kernel = f.string("kernel");
   }
   if (const llvm::json::Object *v = top.object("validators")) {

@@ -110,9 +110,14 @@ struct FwdConfig {
 /// ring), so that one warpgroup's softmax overlaps the others' tensor-core work
 /// (FlashAttention-3, section 3.1) instead of all of them exponentiating at once.
 /// kExp2EmuPercent, kExp2PolyDegree: as FwdConfig.
+/// kStagedEpilogue: each warp writes its O rows through its own (dead) rows of the Q tile and
+/// out with 16-byte stores (O no wider than Q); the Q tile is then handed back to the producer
+/// after the epilogue instead of after the last S, which delays a persistent kernel's next Q.
+/// A tuning choice (H200, docs/perf/sm90-fwd.md run 13): +2-9 % at seqlen 2k for hd 128 causal
+/// and hd 256, -2..-6 % at 16k causal, -4..-7 % for the persistent hd 64 kernels.
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
-          int kExp2PolyDegree_ = 3>
+          int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false>
 struct WsFwdConfig {
   using Element = Element_;
   using Variant = Variant_;
@@ -132,6 +137,7 @@ struct WsFwdConfig {
   static constexpr int kExp2EmuPercent = kExp2EmuPercent_;
   static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
   static constexpr int kExp2EmuColumns = (kBlockN / 4 * kExp2EmuPercent + 50) / 100;
+  static constexpr bool kStagedEpilogue = kStagedEpilogue_;
 
   static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -182,6 +188,9 @@ struct WsFwdConfig {
                 "S + O + P accumulators need more registers than a consumer thread has for them: "
                 "lower kBlockN (or kBlockM: three consumer warpgroups have 160 registers a "
                 "thread)");
+  static_assert(!kStagedEpilogue || kDimV <= kDimQK,
+                "kStagedEpilogue writes O through the Q tile: kHeadDimV must not be wider (in "
+                "64-column blocks) than kHeadDimQK");
   static_assert(!Sparsity::kSparse ||
                     (Sparsity::kBlock % kBlockM == 0 && Sparsity::kBlock % kBlockN == 0),
                 "kBlockM and kBlockN must divide the block-sparse layout's block");

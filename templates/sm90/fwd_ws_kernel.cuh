@@ -295,11 +295,12 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     if constexpr (Dropout::kEnabled)
       sm80::apply_dropout_packed(reinterpret_cast<u32(&)[1][kBlockN / 16][4]>(p), keep_bits);
   };
-  // S_i landed: its K slot is free, and after the last one so is Q.
+  // S_i landed: its K slot is free, and after the last one so is Q (unless the epilogue
+  // stages O in it).
   auto s_done = [&](float(&acc_s)[kColTiles][4], int i) {
     fence_operands(acc_s);
     release(sm.k_empty(kv + i));
-    if (i == n_tiles - 1)
+    if (!Config::kStagedEpilogue && i == n_tiles - 1)
       release(sm.q_empty());
   };
   auto pv_done = [&](int i) {
@@ -377,8 +378,17 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
         lse[row] = row_lse[h];
     }
   }
-  store_o_rows<Element, kDimV, Config::kHeadDimV>(ws_o_rows<Config>(params, batch, head, row0),
-                                                  params.o_row_stride, rows_left, acc_o);
+  if constexpr (Config::kStagedEpilogue) {
+    store_o_rows_staged<Element, kDimV, Config::kHeadDimV, kBlockM>(
+        ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride, rows_left, sm.q,
+        first_row, acc_o);
+    fence_proxy_async_smem(); // TMA writes the next Q over these rows
+    __syncwarp();
+    release(sm.q_empty());
+  } else {
+    store_o_rows<Element, kDimV, Config::kHeadDimV>(ws_o_rows<Config>(params, batch, head, row0),
+                                                    params.o_row_stride, rows_left, acc_o);
+  }
 }
 
 /// Launch: a 1-D grid of at most the work tiles, ceil(seqlen_q / kBlockM) * heads_q * batch

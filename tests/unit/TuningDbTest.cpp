@@ -125,6 +125,22 @@ TEST(TuningDb, RecordRoundTripsWithSortedKeys) {
   EXPECT_EQ(formatRecordLine(*back), line);
 }
 
+TEST(TuningDb, StagedEpilogueRoundTripsAndDefaultsToOff) {
+  TuningRecord r = okRecord("s2048", tile(128, 128, 8, 2, 0, 0), 1.0);
+  r.config.stagedEpilogue = true;
+  std::string line = formatRecordLine(r);
+  EXPECT_NE(line.find("\"staged_epilogue\":true"), std::string::npos) << line;
+  llvm::Expected<TuningRecord> back = parseRecordLine(line);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  EXPECT_TRUE(back->config.stagedEpilogue);
+  // Records written before the field existed read as without it.
+  std::string old = line;
+  old.replace(old.find("\"staged_epilogue\":true,"), std::string("\"staged_epilogue\":true,").size(), "");
+  llvm::Expected<TuningRecord> legacy = parseRecordLine(old);
+  ASSERT_TRUE(bool(legacy)) << llvm::toString(legacy.takeError()) << old;
+  EXPECT_FALSE(legacy->config.stagedEpilogue);
+}
+
 TEST(TuningDb, FailedRecordsRoundTrip) {
   TuningRecord r = okRecord("s512", tile(128, 128, 4, 3), 1);
   r.status = RecordStatus::Spills;
@@ -340,11 +356,27 @@ TEST(SearchSpace, WarpSpecializedTemplateHasItsOwnSpace) {
                                             "m128n96w8s2", "m128n112w8s2", "m128n176w8s2",
                                             "m192n64w12s2", "m192n80w12s2"}));
   EXPECT_EQ(pruned, 16u);
-  // Stage 2: only emulated exp2 (no rescale threshold on sm90ws).
+  // Stage 2: emulated exp2 (no rescale threshold on sm90ws) and the staged epilogue.
   std::vector<Candidate> soft =
       softmaxCandidates(base, searchSpaceFor(base), {configOf(base)});
-  ASSERT_EQ(soft.size(), 1u);
-  EXPECT_EQ(soft[0].config.exp2EmuPercent, 25);
+  std::set<std::string> stage2;
+  for (const Candidate &x : soft) {
+    stage2.insert(x.config.text());
+    EXPECT_EQ(x.plan.name.find("_so") != std::string::npos, x.config.stagedEpilogue)
+        << x.plan.name;
+  }
+  EXPECT_EQ(stage2, (std::set<std::string>{"m128n128w8s2 emu25d3", "m128n128w8s2 staged",
+                                           "m128n128w8s2 emu25d3 staged"}));
+  // Where O is wider than Q the staged epilogue cannot be built.
+  KernelPlan wideV = base;
+  wideV.headDimQK = 64;
+  finalizePlan(wideV);
+  KernelConfig staged = configOf(wideV);
+  staged.stagedEpilogue = true;
+  llvm::Expected<KernelPlan> refused = applyConfig(wideV, staged);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("staged_epilogue writes O through the Q tile"),
+            std::string::npos);
 }
 
 TEST(SearchSpace, SoftmaxStageRunsOnTheBestTiles) {
