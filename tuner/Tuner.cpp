@@ -366,11 +366,29 @@ TimingOutcome Tuner::timeCandidate(const fagen_bundle *bundle, int index,
                              reinterpret_cast<const void *>(s.v), reinterpret_cast<void *>(s.o),
                              reinterpret_cast<float *>(s.lse), stream);
   };
-  unsigned total = Opt.warmup + Opt.runs;
+  // Warm-up: Opt.warmup launches, more if they take under Opt.warmupMs (one launch timed to
+  // size them; at most 1000).
+  unsigned warmup = Opt.warmup;
+  if (Opt.warmupMs > 0 && Opt.runs > 0) {
+    FAGEN_TUNE_CU(Api.cuEventRecord(Events[0], stream));
+    if (fagen_status st = launch(0); st != FAGEN_OK) {
+      out.kind = TimingOutcome::LaunchFailed;
+      out.message = std::string("run: ") + fagen_status_name(st) + ": " + fagen_last_error();
+      FAGEN_TUNE_CU(Api.cuCtxSynchronize());
+      return out;
+    }
+    FAGEN_TUNE_CU(Api.cuEventRecord(Events[1], stream));
+    FAGEN_TUNE_CU(Api.cuEventSynchronize(Events[1]));
+    float once = 0;
+    FAGEN_TUNE_CU(Api.cuEventElapsedTime(&once, Events[0], Events[1]));
+    if (once > 0)
+      warmup = unsigned(std::min(1000.0, std::max(double(warmup), Opt.warmupMs / once)));
+  }
+  unsigned total = warmup + Opt.runs;
   for (unsigned i = 0; i < total; ++i) {
     FAGEN_TUNE_CU(Api.cuMemsetD8(FlushBuffer, static_cast<unsigned char>(i), FlushBytes));
-    bool timed = i >= Opt.warmup;
-    unsigned run = i - Opt.warmup;
+    bool timed = i >= warmup;
+    unsigned run = i - warmup;
     if (timed)
       FAGEN_TUNE_CU(Api.cuEventRecord(Events[2 * run], stream));
     if (fagen_status st = launch(i); st != FAGEN_OK) {

@@ -27,7 +27,11 @@ struct TuneOptions {
   std::string reportPath;         ///< SVG plot of every candidate; "" = none
   unsigned jobs = 0;              ///< parallel nvcc jobs; 0 = one per core
   unsigned runs = 30;             ///< timed launches per candidate and bucket
-  unsigned warmup = 5;            ///< untimed launches before them
+  unsigned warmup = 5;            ///< untimed launches before them, at least
+  /// ... and at least this much GPU time of them: after the compiles and numerics checks the
+  /// GPU's clocks ramp up over tens of milliseconds (H200: the first candidate of a bucket,
+  /// warmed by 5 launches, had a 11-13 % p10-p90 spread and lost 6 % to later ones).
+  double warmupMs = 100.0;
   /// Resume from records of the same GPU made with another toolchain, driver or fagen.
   bool allowMismatch = false;
   std::string kernelFilter;       ///< only workloads whose default kernel or key contains it
