@@ -370,7 +370,8 @@ std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
 
 /// Mirrors templates/sm90/fwd_config.cuh's static_asserts (FwdConfig; WsFwdConfig when `ws`:
 /// the warp-specialized template, a producer warpgroup and 2 or 3 consumer warpgroups) and
-/// sm90/tile_ops.cuh's loader, restricted to what has run on the H200 (head dims 64, 128, 256).
+/// sm90/tile_ops.cuh's loader, restricted to what has run on the H200 (sm90: head dims 64, 128,
+/// 256; sm90ws: 64, 96, 128, 192, 256).
 std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
   const std::string name = ws ? "sm90ws" : "sm90";
   if (p.arch != "sm_90a")

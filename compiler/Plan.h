@@ -98,9 +98,9 @@ std::string maskToken(const KernelPlan &plan);
 /// bsr{B} | bs{B}_{hash8}, varlen, det. Empty for a dense, plain kernel.
 std::vector<std::string> featureTokens(const KernelPlan &plan);
 
-/// Whether the sm90ws (wgmma, TMA) forward template serves `plan`'s variant: any mask and
-/// score mod with head_dim_qk == head_dim_v in {64, 128, 256}, and no dropout, sparsity or
-/// varlen.
+/// Whether the sm90ws (wgmma, TMA) forward template serves `plan`'s variant: any mask, score
+/// mod, dropout and varlen, head dims (Q/K and V each) in {64, 96, 128, 192, 256}, block-sparse
+/// blocks of 128, 192 or 256 tokens.
 bool sm90ServesVariant(const KernelPlan &plan);
 
 /// A static block layout as a table: rows x cols bytes, row-major, 1 = computed.

@@ -214,7 +214,8 @@ int main(int argc, char **argv) {
                "  fagen tune specs/default.yaml --arch sm_90a -o tuning.db   (on a GPU)\n"
                "  fagen build specs/default.yaml --arch sm_90a --tuning tuning.db -o attn.fab\n\n"
                "Targets: sm_80/86/89 and sm_90 build the portable mma.sync template; sm_90a uses\n"
-               "the wgmma template at head dims 64, 128 and 256; sm_100/100a the portable one.\n"
+               "the warp-specialized wgmma template for forwards at head dims 64, 96, 128, 192\n"
+               "and 256 (every variant), the portable one otherwise; sm_100/100a the portable one.\n"
                "Reference: README.md, docs/spec.md, docs/tuning.md, docs/bundle-format.md.\n",
                "fagen"};
   app.footer(kExitCodesHelp);
