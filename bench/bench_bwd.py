@@ -26,6 +26,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fagen_rt  # noqa: E402
+from tables import fmt, ratio  # noqa: E402
 
 SEQLENS = (2048, 4096, 8192, 16384)
 
@@ -136,12 +137,6 @@ def main():
                 print(json.dumps(row), flush=True)
                 del q, k, v, do, ref_grads
                 torch.cuda.empty_cache()
-
-    def fmt(x):
-        return "%.1f" % x if x else "-"
-
-    def ratio(a, b):
-        return "%.2fx" % (a / b) if a and b else "-"
 
     print("\n%-3s %-6s %6s %8s %8s %8s %8s %12s %12s %12s  kernel" % (
         "hd", "causal", "seqlen", "fagen", "det", "flash", "cudnn", "fagen/flash", "fagen/cudnn",

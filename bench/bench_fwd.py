@@ -23,6 +23,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fagen_rt  # noqa: E402
+from tables import fmt, ratio  # noqa: E402
 
 SEQLENS = {64: (512, 1024, 2048, 4096, 8192, 16384), 128: (512, 1024, 2048, 4096, 8192, 16384),
            256: (2048, 8192)}
@@ -106,12 +107,6 @@ def main():
                 print(json.dumps(row), flush=True)
                 del q, k, v
                 torch.cuda.empty_cache()
-
-    def fmt(x):
-        return "%.1f" % x if x else "-"
-
-    def ratio(a, b):
-        return "%.2fx" % (a / b) if a and b else "-"
 
     head = "%-3s %-6s %6s " % ("hd", "causal", "seqlen") + " ".join("%8s" % l[:8] for l in labels)
     head += "    flash    cudnn " + " ".join("%12s" % (l[:6] + "/flash") for l in labels)

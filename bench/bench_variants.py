@@ -32,6 +32,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fagen_rt  # noqa: E402
+from tables import fmt, ratio  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -263,9 +264,6 @@ def main():
         ms = r.get(key + "_ms")
         return r["flops"] / ms / 1e9 if ms else None
 
-    def ratio(a, b):
-        return "%.2fx" % (a / b) if a and b else "-"
-
     cols = [l for l in labels] + ["flash", "cudnn"]
     head = "%-8s %-7s %-6s %6s " % ("part", "hd", "causal", "seqlen") + " ".join("%8s" % c[:8] for c in cols)
     head += " " + " ".join("%12s" % (l[:6] + "/flash") for l in labels)
@@ -279,7 +277,7 @@ def main():
         t = {c: tf(r, c) for c in cols}
         hd = "%d" % r["head_dim"] + ("x%d" % r["head_dim_v"] if r.get("head_dim_v", r["head_dim"]) != r["head_dim"] else "")
         line = "%-8s %-7s %-6s %6d " % (r["part"], hd, "yes" if r["causal"] else "no", r["seqlen"])
-        line += " ".join("%8s" % ("%.1f" % t[c] if t[c] else "-") for c in cols)
+        line += " ".join("%8s" % fmt(t[c]) for c in cols)
         line += " " + " ".join("%12s" % ratio(t[l], t["flash"]) for l in labels)
         line += " " + " ".join("%12s" % ratio(t[l], t["cudnn"]) for l in labels)
         line += " " + " ".join("%12s" % ratio(r.get(l + "_dense_ms"), r.get(l + "_ms"))

@@ -215,7 +215,8 @@ int main(int argc, char **argv) {
                "  fagen build specs/default.yaml --arch sm_90a --tuning tuning.db -o attn.fab\n\n"
                "Targets: sm_80/86/89 and sm_90 build the portable mma.sync template; sm_90a uses\n"
                "the warp-specialized wgmma template for forwards at head dims 64, 96, 128, 192\n"
-               "and 256 (every variant), the portable one otherwise; sm_100/100a the portable one.\n"
+               "and 256 (every variant), the portable one otherwise; sm_100/100a the portable\n"
+               "one.\n"
                "Reference: README.md, docs/spec.md, docs/tuning.md, docs/bundle-format.md.\n",
                "fagen"};
   app.footer(kExitCodesHelp);

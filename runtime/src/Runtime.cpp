@@ -191,7 +191,8 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
   };
   const char *dims[3] = {"batch", "head", "row"};
   // Varlen: packed tensors, whose batch stride is unused and whose rows are all sequences'.
-  const int64_t rowsQ = p.varlen ? p.total_q : p.seqlen_q, rowsK = p.varlen ? p.total_k : p.seqlen_k;
+  const int64_t rowsQ = p.varlen ? p.total_q : p.seqlen_q;
+  const int64_t rowsK = p.varlen ? p.total_k : p.seqlen_k;
   for (const Tensor &t : {Tensor{"q", p.q_strides, p.heads_q, rowsQ},
                           Tensor{"k", p.k_strides, p.heads_kv, rowsK},
                           Tensor{"v", p.v_strides, p.heads_kv, rowsK}}) {

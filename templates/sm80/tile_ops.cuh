@@ -285,6 +285,26 @@ __device__ __forceinline__ void gemm_pv(float (&o)[kRowTiles][kHeadDim / 8][4],
     }
 }
 
+/// Copies a warp's kRows x kChunksPerRow 16-byte chunks from shared memory to global memory
+/// (rows >= rows_valid are not written) with coalesced 16-byte stores: consecutive lanes take
+/// consecutive chunks of a row. smem_chunk(row, chunk) is a chunk's shared-memory address.
+template <int kRows, int kChunksPerRow, class Element, class SmemChunk>
+__device__ __forceinline__ void copy_rows_to_global(Element *gmem, int64_t row_stride,
+                                                    int rows_valid, int lane,
+                                                    SmemChunk smem_chunk) {
+  constexpr int kChunks = kRows * kChunksPerRow;
+#pragma unroll
+  for (int i = 0; i < ceil_div(kChunks, 32); ++i) {
+    const int c = lane + 32 * i;
+    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+    if ((kChunks % 32 == 0 || c < kChunks) && row < rows_valid) {
+      u32 v[4];
+      ld_shared_v4(v, smem_chunk(row, chunk));
+      st_global_v4(gmem + row * row_stride + chunk * 8, v);
+    }
+  }
+}
+
 /// Writes the warp's (16 * kRowTiles, kCols) output rows from fragments kColsPad wide (the
 /// padded columns are dropped): fragments go to the warp's own rows of shared memory (rows
 /// SmemRow<kColsPad>::kBytes apart; no other warp reads them, so __syncwarp suffices), then out
@@ -305,18 +325,9 @@ __device__ __forceinline__ void store_o_cols(Element *gmem, int64_t row_stride, 
       st_shared_b32(addr + 8 * kRow, pack2<Element>(o[t][d][2], o[t][d][3]));
     }
   __syncwarp();
-  constexpr int kChunksPerRow = kCols / 8;
-  constexpr int kChunks = 16 * kRowTiles * kChunksPerRow;
-#pragma unroll
-  for (int i = 0; i < ceil_div(kChunks, 32); ++i) {
-    const int c = lane + 32 * i;
-    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    if ((kChunks % 32 == 0 || c < kChunks) && row < rows_valid) {
-      u32 v[4];
-      ld_shared_v4(v, smem + row * kRow + chunk * 16);
-      st_global_v4(gmem + row * row_stride + chunk * 8, v);
-    }
-  }
+  copy_rows_to_global<16 * kRowTiles, kCols / 8>(
+      gmem, row_stride, rows_valid, lane,
+      [smem](int row, int chunk) { return smem + row * kRow + chunk * 16; });
 }
 
 /// Writes the warp's (16 * kRowTiles, kHeadDim) output rows (store_o_cols without padding).

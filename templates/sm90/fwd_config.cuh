@@ -12,6 +12,15 @@
 namespace fagen {
 namespace sm90 {
 
+/// The emulated-exp2 parameters of both wgmma configs, checked in one place.
+template <int kExp2EmuPercent, int kExp2PolyDegree> struct Exp2EmuChecks {
+  static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
+                "kExp2EmuPercent must be in [0, 50]");
+  static_assert(kExp2PolyDegree >= 3 && kExp2PolyDegree <= 5,
+                "kExp2PolyDegree must be in [3, 5] (degrees 1 and 2 fail the tolerance rule, "
+                "measured on the sm80 template)");
+};
+
 /// One CTA computes a kBlockM-row query tile of one (batch, head) with kBlockM / 64 consumer
 /// warpgroups (64 rows each, the M of one wgmma), visiting kBlockN-row key/value tiles held in
 /// a ring of kStages K slots and kStages V slots (cp.async, prefetch distance kStages - 1 tiles).
@@ -78,11 +87,7 @@ struct FwdConfig {
                 "kBlockN must be 64, 80, 128, 176 or 256 (the wgmma N of S, with an atom in "
                 "sm90/wgmma.cuh; whole 8-row swizzle atoms; 16-key steps of P V)");
   static_assert(kStages >= 2 && kStages <= 4, "kStages must be in [2, 4]");
-  static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
-                "kExp2EmuPercent must be in [0, 50]");
-  static_assert(kExp2PolyDegree >= 3 && kExp2PolyDegree <= 5,
-                "kExp2PolyDegree must be in [3, 5] (degrees 1 and 2 fail the tolerance rule, "
-                "measured on the sm80 template)");
+  static_assert(sizeof(Exp2EmuChecks<kExp2EmuPercent, kExp2PolyDegree>) > 0, "");
   static_assert(kSmemBytes <= 227 * 1024,
                 "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
                 "kStages, kBlockN or kBlockM");
@@ -173,11 +178,7 @@ struct WsFwdConfig {
                 "kBlockN must be 64, 80, 96, 112, 128, 176 or 256 (the wgmma N of S, with an atom "
                 "in sm90/wgmma.cuh; whole 8-row swizzle atoms; 16-key steps of P V)");
   static_assert(kStages >= 2 && kStages <= 4, "kStages must be in [2, 4]");
-  static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
-                "kExp2EmuPercent must be in [0, 50]");
-  static_assert(kExp2PolyDegree >= 3 && kExp2PolyDegree <= 5,
-                "kExp2PolyDegree must be in [3, 5] (degrees 1 and 2 fail the tolerance rule, "
-                "measured on the sm80 template)");
+  static_assert(sizeof(Exp2EmuChecks<kExp2EmuPercent, kExp2PolyDegree>) > 0, "");
   static_assert(kSmemBytes <= 227 * 1024,
                 "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
                 "kStages, kBlockN or kBlockM");

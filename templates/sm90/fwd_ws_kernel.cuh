@@ -60,7 +60,8 @@ template <class Config> struct WsTileScheduler {
     num_m = (p.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
     heads = p.heads_q;
     total = num_m * heads * p.batch;
-    const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2; // K + V of a head
+    // K and V of a head
+    const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
     group = int(max(int64_t(1), min(int64_t(heads) * p.batch, kL2Bytes / kv_bytes)));
   }
   /// The tile of this CTA's round r (>= total: no more work).

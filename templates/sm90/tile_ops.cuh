@@ -201,17 +201,10 @@ __device__ __forceinline__ void store_o_rows_staged(Element *gmem, int64_t row_s
       sm80::st_shared_b32((base ^ (d % 8) << 4) + (d / 8) * kTileRows * 128 + h * 8 * 128,
                           pack2<Element>(o[d][2 * h], o[d][2 * h + 1]));
   __syncwarp();
-  constexpr int kChunksPerRow = kCols / 8, kChunks = 16 * kChunksPerRow;
-#pragma unroll
-  for (int i = 0; i < ceil_div(kChunks, 32); ++i) {
-    const int c = lane + 32 * i;
-    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    if ((kChunks % 32 == 0 || c < kChunks) && row < rows_valid) {
-      u32 v[4];
-      sm80::ld_shared_v4(v, tile + swizzled_offset<kTileRows>(row0 + row, chunk));
-      sm80::st_global_v4(gmem + row * row_stride + chunk * 8, v);
-    }
-  }
+  auto chunk_addr = [tile, row0](int row, int chunk) {
+    return tile + swizzled_offset<kTileRows>(row0 + row, chunk);
+  };
+  sm80::copy_rows_to_global<16, kCols / 8>(gmem, row_stride, rows_valid, lane, chunk_addr);
 }
 
 } // namespace sm90
