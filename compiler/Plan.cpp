@@ -767,8 +767,15 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   // forward kernel only.
   if (v.tile && pass == "fwd")
     return pinnedPlan(p, *v.tile);
-  if (pass == "fwd" && arch == "sm_90a" && sm90ServesVariant(p))
-    return sm90Plan(p, /*ws=*/true);
+  // sm90ws where it serves the variant and one of its tiles fits (a 192-token sparse block at
+  // hd 192/256 needs 192-row tiles whose S + O + P exceed the registers: portable then).
+  if (pass == "fwd" && arch == "sm_90a" && sm90ServesVariant(p)) {
+    KernelPlan ws = sm90Plan(p, /*ws=*/true);
+    llvm::Error err = checkKernelPlan(ws);
+    if (!err)
+      return ws;
+    llvm::consumeError(std::move(err));
+  }
   if (llvm::Error err = checkKernelPlan(p)) {
     std::string message = llvm::toString(std::move(err));
     return makeSpecError(v.loc, "no default " + pass + " kernel of variant '" + v.name +
