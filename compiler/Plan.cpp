@@ -821,9 +821,38 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 
 } // namespace
 
+/// The seqlen buckets for dense sm90ws forwards, from `fagen tune` on the H200
+/// (bf16, 2026-11-30, docs/perf/sm90-fwd.md run 14) where bench_fwd.py and the A/B runs of run
+/// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal and hd 256 up to 4k with
+/// the staged epilogue (+4-9 %); the rest stays the single default. fp16 shares the rule (same
+/// tiles; not measured). Empty where none applies; a tuning database overrides it.
+std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
+  const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
+                     base.sparsity == "none" &&
+                     (base.mask == "none" ||
+                      (base.mask == "causal" && base.maskAlign == "bottom_right"));
+  if (base.pass != "fwd" || base.templ != "sm90ws" || base.tuning != "default" || !dense ||
+      base.headDimQK != base.headDimV || (base.headDimQK != 128 && base.headDimQK != 256))
+    return {};
+  const std::string provenance = "built in: fagen tune on an H200, 2026-11-30";
+  KernelConfig shortSeq = configOf(base), longSeq = configOf(base);
+  if (base.headDimQK == 128) {
+    shortSeq.stagedEpilogue = base.mask == "causal";
+    longSeq.blockM = 192;
+    longSeq.blockN = 80;
+    longSeq.warps = 12;
+  } else {
+    shortSeq.stagedEpilogue = true;
+  }
+  constexpr int64_t kShortMax = 4096;
+  return {{1, kShortMax, shortSeq, provenance},
+          {kShortMax + 1, int64_t(1) << 40, longSeq, provenance}};
+}
+
 llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
                                                     const std::vector<std::string> &archs,
-                                                    const TuningTable *tuning) {
+                                                    const TuningTable *tuning,
+                                                    bool builtinBuckets) {
   std::map<std::tuple<std::string, std::string, int64_t>, KernelPlan> byKey;
   for (const VariantSpec &v : spec.variants) {
     std::vector<std::string> targets = !archs.empty() ? archs
@@ -839,14 +868,21 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
         if (!base)
           return base.takeError();
         std::vector<KernelPlan> kernels = {*base};
+        const std::vector<TunedConfig> *configs = nullptr;
+        std::vector<TunedConfig> builtin =
+            builtinBuckets ? builtinSeqlenConfigs(*base) : std::vector<TunedConfig>();
+        if (!builtin.empty())
+          configs = &builtin;
         if (tuning && !(v.tile && pass == "fwd")) {
           auto it = tuning->find(workloadKey(*base));
-          if (it != tuning->end()) {
-            llvm::Expected<std::vector<KernelPlan>> tuned = tunedPlans(*base, it->second);
-            if (!tuned)
-              return tuned.takeError();
-            kernels = std::move(*tuned);
-          }
+          if (it != tuning->end())
+            configs = &it->second;
+        }
+        if (configs) {
+          llvm::Expected<std::vector<KernelPlan>> tuned = tunedPlans(*base, *configs);
+          if (!tuned)
+            return tuned.takeError();
+          kernels = std::move(*tuned);
         }
         for (KernelPlan &p : kernels) {
           auto key = std::make_tuple(p.name, p.arch, p.seqlenMin);

@@ -163,11 +163,19 @@ int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int 
 /// variant (sm90ServesVariant), else sm80. A spec's `tile:` pins the forward kernel only.
 /// With `tuning`, a workload that has tuned configs gets one kernel per tuned seqlen range
 /// (contiguous ranges with the same config merged), plus the default kernel for calls no
-/// range covers; a spec's `tile:` still wins over tuning. Kernels that come out identical
-/// for several variants are planned once. Sorted by (name, arch, seqlenMin): deterministic.
+/// range covers; a spec's `tile:` still wins over tuning. Without tuning for a workload, the
+/// planner's own seqlen buckets apply where it has measured some (dense sm90ws forwards at hd
+/// 128 and 256: builtinSeqlenConfigs), unless `builtinBuckets` is false (the tuner's view: one
+/// default per workload). Kernels that come out identical for several variants are planned
+/// once. Sorted by (name, arch, seqlenMin): deterministic.
 llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
                                                     const std::vector<std::string> &archs,
-                                                    const TuningTable *tuning = nullptr);
+                                                    const TuningTable *tuning = nullptr,
+                                                    bool builtinBuckets = true);
+
+/// The planner's seqlen buckets for `base` (one config per range of max(seqlen_q, seqlen_k)),
+/// measured on the H200; empty for workloads without any.
+std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base);
 
 /// The printable artifact of this stage (`fagen plan`): one block per kernel.
 std::string formatPlans(const std::vector<KernelPlan> &plans);

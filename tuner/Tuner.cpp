@@ -901,7 +901,10 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
       return c.takeError();
     archs.push_back(*c);
   }
-  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, archs);
+  // One default per workload: the candidates are measured against it, not against the
+  // planner's built-in seqlen buckets.
+  llvm::Expected<std::vector<KernelPlan>> plans =
+      planKernels(*spec, archs, nullptr, /*builtinBuckets=*/false);
   if (!plans)
     return plans.takeError();
   std::vector<int> seqlens = opt.seqlens.empty() ? defaultBucketSeqlens() : opt.seqlens;

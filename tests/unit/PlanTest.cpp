@@ -7,15 +7,20 @@
 #include "Spec.h"
 
 #include "gtest/gtest.h"
+#include "llvm/Support/FormatVariadic.h"
 
 using namespace fagen;
 
 namespace {
 
-std::vector<KernelPlan> planOf(const std::string &yaml, std::vector<std::string> archs) {
+/// The planner's defaults, one kernel per workload (without its built-in seqlen buckets, which
+/// Plan.BuiltinSeqlenBuckets covers).
+std::vector<KernelPlan> planOf(const std::string &yaml, std::vector<std::string> archs,
+                               bool builtinBuckets = false) {
   llvm::Expected<AttentionSpec> spec = parseSpec(yaml, "t.yaml");
   EXPECT_TRUE(bool(spec)) << (spec ? "" : llvm::toString(spec.takeError()));
-  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, archs);
+  llvm::Expected<std::vector<KernelPlan>> plans =
+      planKernels(*spec, archs, nullptr, builtinBuckets);
   EXPECT_TRUE(bool(plans)) << (plans ? "" : llvm::toString(plans.takeError()));
   return *plans;
 }
@@ -180,6 +185,38 @@ TEST(Plan, Sm90WsServesEveryForwardVariant) {
   EXPECT_EQ(mla.smemBytes, 128 * 192 * 2 + 2 * 128 * (192 + 128) * 2 + 1024 + 8 * 10);
   // hd 96 is padded to 128 columns.
   EXPECT_EQ(planNamed(p, "hd96").smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 128, 2));
+}
+
+TEST(Plan, BuiltinSeqlenBuckets) {
+  // Dense sm90ws forwards at hd 128 and 256 get the H200-measured kernels per seqlen range.
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: a, dtype: bf16, head_dim: 128, mask: causal}
+  - {name: b, dtype: bf16, head_dim: 128}
+  - {name: c, dtype: fp16, head_dim: 256, mask: causal}
+  - {name: d, dtype: bf16, head_dim: 64}
+  - {name: e, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap}
+  - {name: f, dtype: bf16, head_dim: 128, tile: {template: sm90ws}}
+)",
+                                     {"sm_90a"}, /*builtinBuckets=*/true);
+  std::map<std::string, std::string> ranges;
+  for (const KernelPlan &k : p)
+    ranges[k.name] = llvm::formatv("{0}..{1}", k.seqlenMin, k.seqlenMax).str();
+  const std::string all = llvm::formatv("0..{0}", int64_t(1) << 40).str();
+  const std::string from4k = llvm::formatv("4097..{0}", int64_t(1) << 40).str();
+  EXPECT_EQ(ranges, (std::map<std::string, std::string>{
+                        {"fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_so", "1..4096"},
+                        {"fagen_fwd_bf16_hd128_causal_sm90ws_m192n80w12s2", from4k},
+                        {"fagen_fwd_bf16_hd128_none_sm90ws_m128n128w8s2", "1..4096"},
+                        {"fagen_fwd_bf16_hd128_none_sm90ws_m192n80w12s2", from4k},
+                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_so", "1..4096"},
+                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2", from4k},
+                        // Variants without measured buckets, and pinned tiles: one kernel.
+                        {"fagen_fwd_bf16_hd64_none_sm90ws_m192n128w12s2", all},
+                        {"fagen_fwd_bf16_hd128_causal_softcap_sm90ws_m128n128w8s2", all},
+                    }))
+      << "plans: " << p.size();
+  for (const KernelPlan &k : p)
+    EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
 }
 
 TEST(Plan, Sm90WsTilesFitEachHeadDim) {
