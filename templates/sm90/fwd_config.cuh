@@ -151,6 +151,13 @@ struct WsFwdConfig {
   // 3 consumers 32 + 3 x 160, FlashAttention-3's split.
   static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
   static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  // setmaxnreg only moves registers within what the CTA got at launch: kThreads x the
+  // per-thread count of a 64 K register file (rounded down to 8). Asking for more makes
+  // setmaxnreg.inc wait forever (an experiment with 64 + 2 x 224 over 384 x 168 hung on the H200).
+  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
+                "the warpgroups' registers after setmaxnreg exceed what the CTA was launched "
+                "with");
 
   // Shared memory, every tile in 128-byte-swizzled 64-column blocks (sm90/tile_ops.cuh): the Q
   // tile, kStages K tiles, kStages V tiles, then the mbarriers (Q full, Q empty, then K full,
