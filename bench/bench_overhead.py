@@ -4,7 +4,8 @@ At a fixed query length (Sq = 2048, batch 8, hidden 2048, non-causal, bf16) the 
 the same while the keys grow, so t(Sk) = fixed + Sk * per_key. A least-squares line over
 Sk = 1k..16k separates what every work tile pays once (launch, Q load, pipeline fill, the first
 and last steps that nothing overlaps, the O/LSE epilogue, the wave tail) from the main loop's
-rate. fagen (a bundle of bench/bench.yaml) and SDPA's flash and cuDNN backends, same inputs.
+rate. fagen (a bundle of bench/bench.yaml; the kernel its runtime picks at Sk = 2k, pinned for
+every Sk) and SDPA's flash and cuDNN backends, same inputs.
 
     python3 bench/bench_overhead.py --bundle bench90a.fab [--head-dims 64,128,256] [--out f.json]
 """
@@ -48,12 +49,16 @@ def main():
     for d in [int(x) for x in args.head_dims.split(",")]:
         h = 2048 // d
         times = {"fagen": []} if args.fagen_only else {"fagen": [], "flash": [], "cudnn": []}
-        kernel = "-"
+        # One kernel for every Sk, the one the runtime picks for Sq = Sk = 2k: with seqlen
+        # buckets in the bundle the runtime's own choice would switch kernels along the line.
+        probe = torch.empty(BATCH, h, SQ, d, device=dev, dtype=torch.bfloat16).transpose(1, 2)
+        index = bundle.plan_forward(probe, probe, probe)._plan.kernel_index
+        del probe
         for sk in KEYS:
             q = torch.randn(BATCH, h, SQ, d, device=dev, dtype=torch.bfloat16)
             k, v = (torch.randn(BATCH, h, sk, d, device=dev, dtype=torch.bfloat16) for _ in range(2))
             qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            plan = bundle.plan_forward(qt, kt, vt)
+            plan = bundle.plan_forward(qt, kt, vt, kernel_index=index)
             kernel = plan.kernel.split(" ")[0]
             o = torch.full((BATCH, SQ, h, d), float("nan"), device=dev, dtype=torch.bfloat16)
             lse = torch.empty(BATCH, h, SQ, device=dev, dtype=torch.float32)

@@ -112,15 +112,14 @@ std::string forwardConfig(const KernelPlan &p) {
     // The wgmma templates: no warps or rescale threshold parameters; sm90 one head dim; the
     // warp-specialized one two, with its consumer warpgroups taking turns (ping-pong).
     bool ws = p.templ == "sm90ws";
-    std::string extra = emu ? llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}",
-                                            p.exp2EmuPercent, p.exp2PolyDegree)
-                                  .str()
-                            : "";
-    if (ws && p.stagedEpilogue)
-      extra = llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}, "
-                            "/*kStagedEpilogue=*/true",
-                            p.exp2EmuPercent, p.exp2PolyDegree)
-                  .str();
+    // Template parameters past the defaults, spelled only where one differs.
+    bool staged = ws && p.stagedEpilogue;
+    std::string extra =
+        emu || staged ? llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}{2}",
+                                      p.exp2EmuPercent, p.exp2PolyDegree,
+                                      staged ? ", /*kStagedEpilogue=*/true" : "")
+                            .str()
+                      : "";
     if (ws)
       return llvm::formatv("using Config = fagen::sm90::WsFwdConfig<{0}, /*kHeadDimQK=*/{1}, "
                            "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, "

@@ -332,7 +332,8 @@ std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
 
 /// What the sm90 template (`ws`: sm90ws) serves, for error messages.
 const char *sm90Serves(bool ws) {
-  return ws ? "every mask, score mod, dropout, block sparsity with blocks of 128, 192 or 256 "
+  return ws ? "every mask, score mod, dropout, block sparsity with blocks of 128, 192 (head_dim_v "
+              "<= 128) or 256 "
               "tokens, and varlen, at head dims 64, 96, 128, 192 and 256 (Q/K and V each)"
             : "dense none/causal attention at head dims 64, 128 and 256 only";
 }
@@ -655,7 +656,7 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
     p.blockM = dim == 64 ? 192 : 128;
     if (p.sparsity != "none" && p.sparseBlock % p.blockM != 0)
       p.blockM = p.blockM == 192 ? 128 : 192;
-    p.warps = p.blockM / 16;
+    p.warps = p.blockM / 16; // sm90ConfigProblem below checks it
     for (int blockN : {128, 112, 96, 80, 64}) {
       // Dropout's Philox rounds need registers beside S, O and P. With O of 192 or 256
       // columns, 112 and 80 keys spilled 28-68 bytes, 96 and 64 none (nvcc 13.0).
@@ -797,9 +798,10 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
     if (!tuned)
       return llvm::createStringError(
           std::errc::invalid_argument,
-          "tuning database: the config tuned for %s, seqlen %lld..%lld cannot be built: %s: "
-          "re-tune with this fagen",
+          "the config for %s, seqlen %lld..%lld (%s) cannot be built: %s: re-tune with this "
+          "fagen",
           workloadKey(base).c_str(), (long long)c.seqlenMin, (long long)c.seqlenMax,
+          c.provenance.c_str(),
           llvm::toString(tuned.takeError()).c_str());
     KernelPlan p = std::move(*tuned);
     p.seqlenMin = c.seqlenMin;

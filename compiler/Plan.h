@@ -100,7 +100,8 @@ std::vector<std::string> featureTokens(const KernelPlan &plan);
 
 /// Whether the sm90ws (wgmma, TMA) forward template serves `plan`'s variant: any mask, score
 /// mod, dropout and varlen, head dims (Q/K and V each) in {64, 96, 128, 192, 256}, block-sparse
-/// blocks of 128, 192 or 256 tokens.
+/// blocks of 128, 192 or 256 tokens (192: only where a 192-row tile fits, head_dim_v <= 128; the
+/// planner falls back to the portable template otherwise).
 bool sm90ServesVariant(const KernelPlan &plan);
 
 /// A static block layout as a table: rows x cols bytes, row-major, 1 = computed.
