@@ -297,6 +297,26 @@ struct Variant {
   static constexpr bool kVarlen = kVarlen_;
 };
 
+/// The parts of a kernel's Variant by name: the base of every template's Config, so that kernels
+/// read Config::Mask, Config::Dropout, ... alike.
+template <class Variant_> struct VariantParts {
+  using Variant = Variant_;
+  using Mask = typename Variant::Mask;
+  using ScoreMod = typename Variant::ScoreMod;
+  using Dropout = typename Variant::Dropout;
+  using Sparsity = typename Variant::Sparsity;
+  static constexpr bool kVarlen = Variant::kVarlen;
+};
+
+/// A config's check that its tiles divide the block-sparse layout's block (dense: always);
+/// referencing kOk instantiates it.
+template <class Sparsity, int kBlockM, int kBlockN> struct SparseTilesCheck {
+  static_assert(!Sparsity::kSparse ||
+                    (Sparsity::kBlock % kBlockM == 0 && Sparsity::kBlock % kBlockN == 0),
+                "kBlockM and kBlockN must divide the block-sparse layout's block (kBlock)");
+  static constexpr bool kOk = true;
+};
+
 /// Row offsets and lengths of one batch entry: dense, or from cu_seqlens (varlen).
 struct SequenceSpan {
   int64_t q_row0, k_row0; // first row of this sequence in the packed tensors (dense: 0)

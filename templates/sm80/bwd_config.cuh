@@ -48,13 +48,8 @@ template <int kRows, int kCols, int kWarps> struct WarpGrid {
 /// ordered by dq_semaphore, so that dQ is bitwise repeatable.
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kWarps_, int kStages_, class Variant_, bool kDeterministic_>
-struct BwdConfig {
+struct BwdConfig : VariantParts<Variant_> {
   using Element = Element_;
-  using Variant = Variant_;
-  using Mask = typename Variant::Mask;
-  using ScoreMod = typename Variant::ScoreMod;
-  using Dropout = typename Variant::Dropout;
-  using Sparsity = typename Variant::Sparsity;
   static constexpr int kHeadDimQK = kHeadDimQK_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
@@ -137,9 +132,7 @@ struct BwdConfig {
                 "sides are multiples of 16");
   static_assert(kDqChunkCols % 16 == 0 && GridQ::kTileCols % kDqChunkCols == 0,
                 "the dQ warp tile must split into chunks of a multiple of 16 columns");
-  static_assert(!Sparsity::kSparse ||
-                    (Sparsity::kBlock % kBlockM == 0 && Sparsity::kBlock % kBlockN == 0),
-                "kBlockM and kBlockN must divide the block-sparse layout's block");
+  static_assert(SparseTilesCheck<typename Variant_::Sparsity, kBlockM, kBlockN>::kOk, "");
 };
 
 } // namespace sm80

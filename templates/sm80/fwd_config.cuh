@@ -29,14 +29,8 @@ namespace sm80 {
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kWarps_, int kStages_, class Variant_, int kRescaleTau_ = 0,
           int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
-struct FwdConfig {
+struct FwdConfig : VariantParts<Variant_> {
   using Element = Element_;
-  using Variant = Variant_;
-  using Mask = typename Variant::Mask;
-  using ScoreMod = typename Variant::ScoreMod;
-  using Dropout = typename Variant::Dropout;
-  using Sparsity = typename Variant::Sparsity;
-  static constexpr bool kVarlen = Variant::kVarlen;
   static constexpr int kHeadDimQK = kHeadDimQK_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kBlockM = kBlockM_;
@@ -91,9 +85,7 @@ struct FwdConfig {
   static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
                 "kExp2EmuPercent must be in [0, 50]");
   static_assert(kExp2PolyDegree >= 1 && kExp2PolyDegree <= 5, "kExp2PolyDegree must be in [1, 5]");
-  static_assert(!Sparsity::kSparse ||
-                    (Sparsity::kBlock % kBlockM == 0 && Sparsity::kBlock % kBlockN == 0),
-                "kBlockM and kBlockN must divide the block-sparse layout's block (kBlock)");
+  static_assert(SparseTilesCheck<typename Variant_::Sparsity, kBlockM, kBlockN>::kOk, "");
 };
 
 } // namespace sm80

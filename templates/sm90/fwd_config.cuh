@@ -19,6 +19,7 @@ template <int kExp2EmuPercent, int kExp2PolyDegree> struct Exp2EmuChecks {
   static_assert(kExp2PolyDegree >= 3 && kExp2PolyDegree <= 5,
                 "kExp2PolyDegree must be in [3, 5] (degrees 1 and 2 fail the tolerance rule, "
                 "measured on the sm80 template)");
+  static constexpr bool kOk = true;
 };
 
 /// One CTA computes a kBlockM-row query tile of one (batch, head) with kBlockM / 64 consumer
@@ -39,11 +40,8 @@ template <int kExp2EmuPercent, int kExp2PolyDegree> struct Exp2EmuChecks {
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
           int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3,
           bool kRefillAfterIssue_ = (kHeadDim_ == 256)>
-struct FwdConfig {
+struct FwdConfig : VariantParts<Variant_> {
   using Element = Element_;
-  using Variant = Variant_;
-  using Mask = typename Variant::Mask;
-  using ScoreMod = typename Variant::ScoreMod;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
@@ -71,11 +69,12 @@ struct FwdConfig {
       (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + kSmemAlignBytes;
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
-  static_assert((std::is_same<Mask, NoMask>::value || std::is_same<Mask, CausalMask>::value) &&
-                    std::is_same<ScoreMod, NoScoreMod>::value &&
-                    std::is_same<typename Variant::Dropout, NoDropout>::value &&
-                    std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
-                    !Variant::kVarlen,
+  static_assert((std::is_same<typename Variant_::Mask, NoMask>::value ||
+                 std::is_same<typename Variant_::Mask, CausalMask>::value) &&
+                    std::is_same<typename Variant_::ScoreMod, NoScoreMod>::value &&
+                    std::is_same<typename Variant_::Dropout, NoDropout>::value &&
+                    std::is_same<typename Variant_::Sparsity, DenseBlocks>::value &&
+                    !Variant_::kVarlen,
                 "the sm90 template serves only dense Variant<NoMask> and Variant<CausalMask> (no "
                 "score mod, dropout, block sparsity or varlen): use the sm80 template");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
@@ -87,7 +86,7 @@ struct FwdConfig {
                 "kBlockN must be 64, 80, 128, 176 or 256 (the wgmma N of S, with an atom in "
                 "sm90/wgmma.cuh; whole 8-row swizzle atoms; 16-key steps of P V)");
   static_assert(kStages >= 2 && kStages <= 4, "kStages must be in [2, 4]");
-  static_assert(sizeof(Exp2EmuChecks<kExp2EmuPercent, kExp2PolyDegree>) > 0, "");
+  static_assert(Exp2EmuChecks<kExp2EmuPercent, kExp2PolyDegree>::kOk, "");
   static_assert(kSmemBytes <= 227 * 1024,
                 "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
                 "kStages, kBlockN or kBlockM");
@@ -123,14 +122,8 @@ struct FwdConfig {
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
           int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false>
-struct WsFwdConfig {
+struct WsFwdConfig : VariantParts<Variant_> {
   using Element = Element_;
-  using Variant = Variant_;
-  using Mask = typename Variant::Mask;
-  using ScoreMod = typename Variant::ScoreMod;
-  using Dropout = typename Variant::Dropout;
-  using Sparsity = typename Variant::Sparsity;
-  static constexpr bool kVarlen = Variant::kVarlen;
   static constexpr int kHeadDimQK = kHeadDimQK_;
   static constexpr int kHeadDimV = kHeadDimV_;
   static constexpr int kDimQK = (kHeadDimQK + 63) / 64 * 64; // as the MMAs see them
@@ -185,7 +178,7 @@ struct WsFwdConfig {
                 "kBlockN must be 64, 80, 96, 112, 128, 176 or 256 (the wgmma N of S, with an atom "
                 "in sm90/wgmma.cuh; whole 8-row swizzle atoms; 16-key steps of P V)");
   static_assert(kStages >= 2 && kStages <= 4, "kStages must be in [2, 4]");
-  static_assert(sizeof(Exp2EmuChecks<kExp2EmuPercent, kExp2PolyDegree>) > 0, "");
+  static_assert(Exp2EmuChecks<kExp2EmuPercent, kExp2PolyDegree>::kOk, "");
   static_assert(kSmemBytes <= 227 * 1024,
                 "kSmemBytes exceeds the 227 KB of shared memory a Hopper CTA may use: lower "
                 "kStages, kBlockN or kBlockM");
@@ -199,9 +192,7 @@ struct WsFwdConfig {
   static_assert(!kStagedEpilogue || kDimV <= kDimQK,
                 "kStagedEpilogue writes O through the Q tile: kHeadDimV must not be wider (in "
                 "64-column blocks) than kHeadDimQK");
-  static_assert(!Sparsity::kSparse ||
-                    (Sparsity::kBlock % kBlockM == 0 && Sparsity::kBlock % kBlockN == 0),
-                "kBlockM and kBlockN must divide the block-sparse layout's block");
+  static_assert(SparseTilesCheck<typename Variant_::Sparsity, kBlockM, kBlockN>::kOk, "");
 };
 
 } // namespace sm90
