@@ -16,6 +16,7 @@
 #include "llvm/Support/ThreadPool.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <mutex>
@@ -354,6 +355,22 @@ llvm::Expected<std::vector<CompiledKernel>> compileKernels(const Toolchain &tool
       pool.async([&, i] {
         llvm::Expected<CompiledKernel> r =
             compileOne(toolchain, plans[i], options, cacheDir, *templateDir);
+        if (r && options.spillFallbacks && plans[i].spillFallback &&
+            r->report.maxSpillBytes > 0) {
+          llvm::Expected<KernelPlan> second = applyConfig(plans[i], *plans[i].spillFallback);
+          if (!second) {
+            r = second.takeError();
+          } else {
+            llvm::Expected<CompiledKernel> r2 =
+                compileOne(toolchain, *second, options, cacheDir, *templateDir);
+            if (r2) {
+              r2->replaced = plans[i].name;
+              r2->replacedSpillBytes = r->report.maxSpillBytes;
+              r2->seconds += r->seconds;
+            }
+            r = std::move(r2);
+          }
+        }
         std::lock_guard<std::mutex> lock(mutex);
         ++done;
         std::string status;
@@ -361,11 +378,16 @@ llvm::Expected<std::vector<CompiledKernel>> compileKernels(const Toolchain &tool
           errors[i] = llvm::toString(r.takeError());
           status = llvm::formatv("{0} ({1}): FAILED", plans[i].name, plans[i].arch).str();
         } else {
-          status = r->cached ? llvm::formatv("{0} ({1}): cached", plans[i].name, plans[i].arch).str()
+          const std::string &name = r->plan.name;
+          status = r->cached ? llvm::formatv("{0} ({1}): cached", name, plans[i].arch).str()
                              : llvm::formatv("{0} ({1}): {2:f1} s, {3} registers, {4} spill bytes",
-                                             plans[i].name, plans[i].arch, r->seconds,
+                                             name, plans[i].arch, r->seconds,
                                              r->report.registers, r->report.spillBytes())
                                    .str();
+          if (!r->replaced.empty())
+            status += llvm::formatv(" (instead of {0}, which spilled {1} bytes)", r->replaced,
+                                    r->replacedSpillBytes)
+                          .str();
           results[i] = std::move(*r);
         }
         if (options.progress)
@@ -381,8 +403,18 @@ llvm::Expected<std::vector<CompiledKernel>> compileKernels(const Toolchain &tool
   if (!allErrors.empty())
     return llvm::createStringError(std::errc::io_error, "%s", allErrors.c_str());
   std::vector<CompiledKernel> out;
-  for (auto &r : results)
+  for (auto &r : results) {
+    // A fallback can be a kernel that another plan asked for: keep one, serving both.
+    auto same = std::find_if(out.begin(), out.end(), [&](const CompiledKernel &k) {
+      return k.plan.name == r->plan.name && k.plan.arch == r->plan.arch &&
+             k.plan.seqlenMin == r->plan.seqlenMin && k.plan.seqlenMax == r->plan.seqlenMax;
+    });
+    if (same != out.end()) {
+      same->plan.variant += "," + r->plan.variant;
+      continue;
+    }
     out.push_back(std::move(*r));
+  }
   return out;
 }
 

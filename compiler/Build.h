@@ -69,6 +69,9 @@ struct BuildOptions {
   std::string cacheDir;       ///< "" = defaultCacheDir()
   bool useCache = true;
   std::string dumpDir;        ///< keep .cu/.ptx/.cubin/.ptxas.txt here when non-empty
+  /// Compile a plan's spillFallback instead when ptxas reports spills for the plan (`fagen
+  /// build`); off for the tuner, which times exactly the configs it asks for.
+  bool spillFallbacks = false;
   /// Called (under a lock) after each kernel: index done so far, total, a one-line status.
   std::function<void(unsigned, unsigned, const std::string &)> progress;
 };
@@ -79,10 +82,16 @@ struct CompiledKernel {
   PtxasReport report;
   bool cached = false;
   double seconds = 0;         ///< wall time of this kernel's compile (0 when cached)
+  /// Set when this kernel replaced a planned one that spilled: that kernel's name and spill bytes.
+  std::string replaced;
+  int replacedSpillBytes = 0;
 };
 
 /// Compiles every plan; on any failure returns an error naming each failed kernel with the
-/// compiler's message. Results are in the order of `plans`.
+/// compiler's message. Results are in the order of `plans`. With options.spillFallbacks, a
+/// plan that spills and has a spillFallback is replaced by that config's kernel (the result's
+/// plan says which was built; a replacement that duplicates another result is merged into it).
+
 llvm::Expected<std::vector<CompiledKernel>> compileKernels(const Toolchain &toolchain,
                                                            const std::vector<KernelPlan> &plans,
                                                            const BuildOptions &options);

@@ -100,15 +100,21 @@ bool hasElementwiseWork(const VariantSpec &v) {
   return v.mask == "window" || v.scoreMod != "none" || v.dropout;
 }
 
-/// The dense default tile made to fit such a variant's registers: at 4 warps, hd 64 with 128
-/// keys per tile spilled 164-888 bytes (dropout, window, all features) and hd 128 16-316
-/// bytes (window, all); 64 keys (hd <= 64) and 8 warps (hd <= 128) spilled none with any
-/// feature (nvcc 13.0, sm_90, 2026-11-30; speed not measured).
+/// The fallback for such a variant when the dense default tile spills (the build tries the
+/// dense tile first: KernelPlan::spillFallback). At the dense tiles nvcc 13.0 spills window
+/// masks (sm_90: hd 64 188 bytes, hd 128 16) and, on sm_80 / sm_100a, several hd 64 score mod
+/// and dropout kernels (16-204 bytes); dropout, softcap and ALiBi fit on sm_90. 64 keys a tile
+/// (hd <= 64) and 64 x 64 tiles on 4 warps (hd <= 128) spilled none with any feature (sm_80,
+/// sm_90, sm_100a, 2026-11-30). Measured on the H200 (bf16, 2k-16k, docs/perf/sm80-fwd.md):
+/// where the dense tile fits it is the fastest (hd 128 dropout, softcap, ALiBi: the 8-warp
+/// tile planned before was 1.3-1.6x slower); hd 128 window on 64 x 64 beat the dense tile
+/// (with its 16-byte spill) by 12-14 % and 8 warps by 33 %; hd 64 window on 64 keys matched
+/// 128 keys.
 Tile elementwiseVariantTile(Tile t, int headDim) {
   if (headDim <= 64)
     return {t.blockM, 64, t.warps, t.stages};
   if (headDim <= 128 && t.blockM == 128)
-    return {t.blockM, t.blockN, 8, t.stages};
+    return {64, 64, 4, t.stages};
   return t;
 }
 
@@ -585,6 +591,7 @@ KernelConfig configOf(const KernelPlan &p) {
 
 llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const KernelConfig &c) {
   KernelPlan p = base;
+  p.spillFallback.reset();
   p.blockM = c.blockM;
   p.blockN = c.blockN;
   p.warps = c.warps;
@@ -641,6 +648,7 @@ namespace {
 ///   one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; hd 256 128 x 64,
 ///   197632 bytes of shared memory (128 x 80 wins only causal 16k by 3-4% and spills 4 bytes).
 KernelPlan sm90Plan(KernelPlan p, bool ws) {
+  p.spillFallback.reset();
   p.templ = ws ? "sm90ws" : "sm90";
   p.stages = 2;
   p.rescaleTau = 0;
@@ -674,6 +682,9 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
 
 /// A spec's tile: pins the template and any of its parameters; the rest stay the planner's.
 llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
+  // The default tile's spill fallback stays only where the spec pins no tile dimension.
+  if (tile.blockM || tile.blockN || tile.warps || tile.stages)
+    p.spillFallback.reset();
   if (tile.templ == "sm90" || tile.templ == "sm90ws") {
     if (p.arch != "sm_90a")
       return makeSpecError(tile.loc, "template " + tile.templ + " needs the sm_90a target, not " +
@@ -699,6 +710,14 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
   if (tile.stagedEpilogue) p.stagedEpilogue = *tile.stagedEpilogue;
   p.tuning = "spec";
   finalizePlan(p);
+  if (p.spillFallback) {
+    KernelConfig pinned = configOf(p);
+    pinned.blockM = p.spillFallback->blockM;
+    pinned.blockN = p.spillFallback->blockN;
+    pinned.warps = p.spillFallback->warps;
+    pinned.stages = p.spillFallback->stages;
+    p.spillFallback = pinned;
+  }
   if (llvm::Error err = checkKernelPlan(p)) {
     std::string message = llvm::toString(std::move(err));
     return makeSpecError(tile.loc, message.substr(message.find(": ") + 2));
@@ -743,8 +762,10 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   copyVariant(v, p);
   int headDim = paddedHeadDim(std::max(v.headDimQK, v.headDimV));
   Tile t = pass == "bwd" ? defaultBwdTile(headDim) : defaultTile(headDim, arch);
+  std::optional<Tile> fallback;
   if (pass == "fwd" && hasElementwiseWork(v))
-    t = elementwiseVariantTile(t, headDim);
+    fallback = fitSmem(fitSparseBlock(elementwiseVariantTile(t, headDim), p.sparseBlock), pass,
+                       v.headDimQK, v.headDimV, arch);
   if (pass == "bwd" && v.scoreMod != "none")
     t = scoreModBwdTile(t, headDim);
   t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, arch);
@@ -764,6 +785,19 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   p.rescaleTau = pass == "bwd" ? 0 : defaultRescaleTau(headDim, v.mask == "causal", arch);
   p.tuning = "default";
   finalizePlan(p);
+  if (fallback && (fallback->blockM != t.blockM || fallback->blockN != t.blockN ||
+                   fallback->warps != t.warps || fallback->stages != t.stages)) {
+    KernelConfig c = configOf(p);
+    c.blockM = fallback->blockM;
+    c.blockN = fallback->blockN;
+    c.warps = fallback->warps;
+    c.stages = fallback->stages;
+    llvm::Expected<KernelPlan> second = applyConfig(p, c);
+    if (second)
+      p.spillFallback = c;
+    else
+      llvm::consumeError(second.takeError());
+  }
   // A pinned tile keeps the portable template unless it names another one; it pins the
   // forward kernel only.
   if (v.tile && pass == "fwd")
@@ -940,6 +974,10 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                  .str();
     if (p.stagedEpilogue)
       out += "  staged_epilogue=true\n";
+    if (p.spillFallback)
+      out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports spills)\n",
+                           p.spillFallback->text())
+                 .str();
     if (p.seqlenMin != 0 || p.seqlenMax != (int64_t(1) << 40))
       out += llvm::formatv("  seqlen={0}..{1}\n", p.seqlenMin, p.seqlenMax).str();
   }

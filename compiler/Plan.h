@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,11 @@ struct KernelPlan {
   int64_t seqlenMin = 0;
   int64_t seqlenMax = int64_t(1) << 40;
   std::string tuning;   ///< "default", "spec" (forced by the spec's tile:) or a tuning record
+  /// A planner default's second choice: `fagen build` compiles this config instead when ptxas
+  /// reports spills for the first (variants with per-logit work on the portable forward,
+  /// whose register needs differ by arch and nvcc version). Empty for pinned, tuned and
+  /// sm90ws plans; cleared by applyConfig.
+  std::optional<KernelConfig> spillFallback;
 };
 
 /// The kernel's symbol, spelling its specialization (docs/design/variants-and-backward.md):

@@ -122,6 +122,7 @@ int commandBuild(const std::string &specPath, const std::vector<std::string> &ar
     return reportError(in.takeError(), kExitRejected);
 
   BuildOptions options = baseOptions;
+  options.spillFallbacks = true;
   bool tty = isatty(STDERR_FILENO);
   if (!quiet)
     options.progress = [tty](unsigned done, unsigned total, const std::string &status) {
