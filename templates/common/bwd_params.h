@@ -16,7 +16,8 @@
 
 #include "fwd_params.h" // same folder: found whatever the include path
 
-#define FAGEN_BWD_PARAMS_VERSION 1
+// Version 2: the dropout rule draws Philox4x32-7 (common/philox.h; version 1: 10 rounds).
+#define FAGEN_BWD_PARAMS_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {

@@ -302,6 +302,43 @@ TEST(ReferenceGradients, EveryFeatureAtOnce) {
 // Dropout
 //===----------------------------------------------------------------------===//
 
+// Known answers from Random123's kat_vectors (philox4x32, 7 and 10 rounds): the round function
+// and key schedule are Philox's, whatever rounds the dropout rule uses.
+TEST(ReferenceDropout, PhiloxMatchesRandom123KnownAnswers) {
+  struct Kat {
+    Philox4 Ctr;
+    uint32_t K0, K1;
+    Philox4 Out7, Out10;
+  };
+  const Kat Kats[] = {
+      {{0, 0, 0, 0}, 0, 0,
+       {0x5f6fb709, 0x0d893f64, 0x4f121f81, 0x4f730a48},
+       {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff}, 0xffffffff, 0xffffffff,
+       {0x5207ddc2, 0x45165e59, 0x4d8ee751, 0x8c52f662},
+       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344}, 0xa4093822, 0x299f31d0,
+       {0x4dfccaba, 0x190a87f0, 0xc47362ba, 0xb6b5242a},
+       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+  };
+  auto Same = [](Philox4 A, Philox4 B) {
+    return A.x == B.x && A.y == B.y && A.z == B.z && A.w == B.w;
+  };
+  for (const Kat &K : Kats) {
+    EXPECT_TRUE(Same(philox4x32<7>(K.Ctr, K.K0, K.K1), K.Out7)) << std::hex << K.Ctr.x;
+    EXPECT_TRUE(Same(philox4x32<10>(K.Ctr, K.K0, K.K1), K.Out10)) << std::hex << K.Ctr.x;
+  }
+  // The dropout rule draws 7 rounds on the counter and key its comment documents.
+  static_assert(kDropoutPhiloxRounds == 7, "docs/spec.md and the params versions say 7");
+  const uint64_t Seed = 0x0123456789abcdefull, Offset = 0x1122334455667788ull;
+  const int I = 37, J = 77;
+  const Philox4 Ctr{(uint32_t(J) >> 5) * 4u + ((uint32_t(J) >> 1) & 3u),
+                    (uint32_t(I) >> 4) * 8u + (uint32_t(I) & 7u), 9u, uint32_t(Offset)};
+  EXPECT_TRUE(Same(dropout_patch(Seed, Offset, 9, I, J),
+                   philox4x32<7>(Ctr, uint32_t(Seed),
+                                 uint32_t(Seed >> 32) ^ uint32_t(Offset >> 32))));
+}
+
 TEST(ReferenceDropout, KeepRateWithinItsStatisticalBound) {
   for (float P : {0.1f, 0.25f, 0.5f}) {
     const uint32_t Threshold = dropout_threshold(P);

@@ -204,7 +204,7 @@ TEST(RuntimeTest, PlanRefusesOtherParamsLayouts) {
   fagen_plan plan;
   EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
   EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 1 but this runtime "
-                                           "fills version 3: rebuild the bundle"))
+                                           "fills version 4: rebuild the bundle"))
       << fagen_last_error();
   fagen_bundle_destroy(bundle);
 }
@@ -508,8 +508,8 @@ TEST(RuntimeTest, BackwardParamsVersionIsChecked) {
   fagen_fwd_problem p = testProblem();
   fagen_plan plan;
   EXPECT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_ERROR_NOT_SUPPORTED);
-  EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 3 but this runtime "
-                                           "fills version 1"))
+  EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 4 but this runtime "
+                                           "fills version 2"))
       << fagen_last_error();
   fagen_bundle_destroy(bundle);
 }
