@@ -356,7 +356,7 @@ llvm::Expected<std::vector<CompiledKernel>> compileKernels(const Toolchain &tool
         llvm::Expected<CompiledKernel> r =
             compileOne(toolchain, plans[i], options, cacheDir, *templateDir);
         if (r && options.spillFallbacks && plans[i].spillFallback &&
-            r->report.maxSpillBytes > 0) {
+            r->report.maxSpillBytes > kSpillFallbackBytes) {
           llvm::Expected<KernelPlan> second = applyConfig(plans[i], *plans[i].spillFallback);
           if (!second) {
             r = second.takeError();

@@ -101,14 +101,13 @@ bool hasElementwiseWork(const VariantSpec &v) {
 }
 
 /// The fallback for such a variant when the dense default tile spills (the build tries the
-/// dense tile first: KernelPlan::spillFallback). At the dense tiles nvcc 13.0 spills window
-/// masks (sm_90: hd 64 188 bytes, hd 128 16) and, on sm_80 / sm_100a, several hd 64 score mod
-/// and dropout kernels (16-204 bytes); dropout, softcap and ALiBi fit on sm_90. 64 keys a tile
+/// dense tile first: KernelPlan::spillFallback, kSpillFallbackBytes). At the dense tiles nvcc
+/// 13.0 spills hd 64 window masks (188 bytes on sm_90), hd 128 window and softcap (16), and on
+/// sm_80 / sm_100a several hd 64 score mod and dropout kernels (16-204 bytes); 64 keys a tile
 /// (hd <= 64) and 64 x 64 tiles on 4 warps (hd <= 128) spilled none with any feature (sm_80,
 /// sm_90, sm_100a, 2026-11-30). Measured on the H200 (bf16, 2k-16k, docs/perf/sm80-fwd.md):
 /// where the dense tile fits it is the fastest (hd 128 dropout, softcap, ALiBi: the 8-warp
-/// tile planned before was 1.3-1.6x slower); hd 128 window on 64 x 64 beat the dense tile
-/// (with its 16-byte spill) by 12-14 % and 8 warps by 33 %; hd 64 window on 64 keys matched
+/// tile planned before was 1.3-1.6x slower, 64 x 64 1.1-1.3x); hd 64 window on 64 keys matched
 /// 128 keys.
 Tile elementwiseVariantTile(Tile t, int headDim) {
   if (headDim <= 64)
@@ -116,6 +115,28 @@ Tile elementwiseVariantTile(Tile t, int headDim) {
   if (headDim <= 128 && t.blockM == 128)
     return {64, 64, 4, t.stages};
   return t;
+}
+
+/// The sm90ws fallback for a variant with per-logit work, when its default tile spills: 128
+/// query rows (2 consumer warpgroups of 240 registers) instead of 192 (3 of 160), else 64 keys
+/// a tile. nvcc 13.0 spilled hd 64 softcap (192 x 128: 32-88 bytes) and hd 256 ALiBi
+/// (128 x 80: 104-120 bytes); 128 x 128 and 128 x 64 spilled none (2026-11-30).
+std::optional<KernelConfig> sm90WsElementwiseFallback(const KernelPlan &ws) {
+  KernelConfig c = configOf(ws);
+  if (c.blockM == 192) {
+    c.blockM = 128;
+    c.warps = 8;
+  } else if (c.blockN > 64) {
+    c.blockN = 64;
+  } else {
+    return std::nullopt;
+  }
+  llvm::Expected<KernelPlan> second = applyConfig(ws, c);
+  if (!second) {
+    llvm::consumeError(second.takeError());
+    return std::nullopt;
+  }
+  return c;
 }
 
 /// The backward's default tile made to fit a score mod's registers (its dlogit per element):
@@ -683,7 +704,8 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
 /// A spec's tile: pins the template and any of its parameters; the rest stay the planner's.
 llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
   // The default tile's spill fallback stays only where the spec pins no tile dimension.
-  if (tile.blockM || tile.blockN || tile.warps || tile.stages)
+  const bool dimsPinned = tile.blockM || tile.blockN || tile.warps || tile.stages;
+  if (dimsPinned)
     p.spillFallback.reset();
   if (tile.templ == "sm90" || tile.templ == "sm90ws") {
     if (p.arch != "sm_90a")
@@ -696,6 +718,8 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
                                          " (" + sm90Serves(ws) + "): remove template: " +
                                          tile.templ);
     p = sm90Plan(p, ws);
+    if (ws && !dimsPinned && (p.mask == "window" || p.scoreMod != "none" || p.dropout))
+      p.spillFallback = sm90WsElementwiseFallback(p);
   }
   if (tile.blockM) p.blockM = tile.blockM;
   if (tile.blockN) p.blockN = tile.blockN;
@@ -807,8 +831,11 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   if (pass == "fwd" && arch == "sm_90a" && sm90ServesVariant(p)) {
     KernelPlan ws = sm90Plan(p, /*ws=*/true);
     llvm::Error err = checkKernelPlan(ws);
-    if (!err)
+    if (!err) {
+      if (hasElementwiseWork(v))
+        ws.spillFallback = sm90WsElementwiseFallback(ws);
       return ws;
+    }
     llvm::consumeError(std::move(err));
   }
   if (llvm::Error err = checkKernelPlan(p)) {
@@ -975,7 +1002,7 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
     if (p.stagedEpilogue)
       out += "  staged_epilogue=true\n";
     if (p.spillFallback)
-      out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports spills)\n",
+      out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over 16 spill bytes)\n",
                            p.spillFallback->text())
                  .str();
     if (p.seqlenMin != 0 || p.seqlenMax != (int64_t(1) << 40))

@@ -81,8 +81,8 @@ struct KernelPlan {
   int64_t seqlenMax = int64_t(1) << 40;
   std::string tuning;   ///< "default", "spec" (forced by the spec's tile:) or a tuning record
   /// A planner default's second choice: `fagen build` compiles this config instead when ptxas
-  /// reports spills for the first (variants with per-logit work on the portable forward,
-  /// whose register needs differ by arch and nvcc version). Empty for pinned, tuned and
+  /// reports more than kSpillFallbackBytes (16) of spills for the first (forward variants with
+  /// per-logit work, whose register needs differ by arch and nvcc version). Empty for pinned, tuned and
   /// sm90ws plans; cleared by applyConfig.
   std::optional<KernelConfig> spillFallback;
 };
