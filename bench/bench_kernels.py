@@ -7,7 +7,7 @@ a variant costs against the dense kernels of the same bundle (tile A/B runs, pla
 A LABEL names a bundle's kernels LABEL/NAME (an A/B of two template builds with equal names).
 
 The kernels' names say what to run (fagen_fwd_{dtype}_hd{D}_{mask}[_features]_{template}_
-{config}): masks none, causal and window (256 keys to the left), score mods softcap (30) and
+{config}): masks none, causal and window (--window-left keys to the left, default 256), score mods softcap (30) and
 alibi (slopes 2^-(8 (h + 1) / H)), dropout (p = 0.1, seed 7). Varlen, block-sparse and backward
 kernels are left out. FA3's protocol: batch x seqlen = 16k tokens, hidden 2048, BSHD memory,
 bf16 or fp16, triton's do_bench median. Each output is poisoned (NaN) before the first run and
@@ -32,7 +32,6 @@ DEV = torch.device("cuda")
 NAME = re.compile(r"^fagen_fwd_(?P<dtype>bf16|fp16)_hd(?P<qk>\d+)(?:x(?P<v>\d+))?_"
                   r"(?P<mask>[a-z]+)(?P<features>(?:_[a-z0-9]+)*?)_(?P<templ>sm80|sm90ws|sm90)_"
                   r"(?P<config>m\d+n\d+w\d+s\d+.*)$")
-WINDOW_LEFT = 256
 
 
 def parse(name):
@@ -60,6 +59,8 @@ def main():
                     help="a bundle (repeatable; kernels of every bundle are timed)")
     ap.add_argument("--seqlens", default="2048,16384")
     ap.add_argument("--filter", default="", help="only kernels whose name contains TEXT")
+    ap.add_argument("--window-left", type=int, default=256,
+                    help="keys to the left of the diagonal that window kernels see")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     seqlens = [int(s) for s in args.seqlens.split(",")]
@@ -97,7 +98,7 @@ def main():
                 variant = dict(mask=c["mask"], softcap=30.0 if c["softcap"] else 0.0,
                                alibi=c["alibi"], dropout_p=0.1 if c["dropout"] else 0.0)
                 if c["mask"] == "window":
-                    variant["window"] = (WINDOW_LEFT, 0)
+                    variant["window"] = (args.window_left, 0)
                 run = fagen_rt.run_args(alibi_slopes=slopes if c["alibi"] else None,
                                         dropout_seed=7)
                 try:
@@ -112,10 +113,11 @@ def main():
                 failed |= not finite
                 ms = do_bench(lambda: plan.run(q, k, v, o, lse, args=run), warmup=25, rep=100,
                               return_mode="median")
-                keys = s if c["mask"] == "none" else min(s, WINDOW_LEFT + 1) \
+                keys = s if c["mask"] == "none" else min(s, args.window_left + 1) \
                     if c["mask"] == "window" else (s + 1) / 2
                 flops = 2.0 * b * h * s * keys * (qk + dv)
                 row = dict(kernel=name, seqlen=s, ms=ms, tflops=flops / ms * 1e-9,
+                           window_left=args.window_left if c["mask"] == "window" else None,
                            finite=finite, **c)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
