@@ -32,12 +32,19 @@ int paddedHeadDim(int headDim) {
 /// ldmatrix is bank-conflict free (a row stride of 16 * odd bytes).
 static int sm80SmemRowBytes(int headDim) { return paddedHeadDim(headDim) * 2 + 16; }
 
+/// A forward tile's shared-memory row (templates/sm80/tile_ops.cuh's SmemRow): head dims 192
+/// and 256 unpadded (their 128-byte lines swizzled), others padded by 16 bytes.
+static int sm80FwdSmemRowBytes(int headDim) {
+  int padded = paddedHeadDim(headDim);
+  return padded % 64 == 0 && padded >= 192 ? padded * 2 : padded * 2 + 16;
+}
+
 int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
-  // Q tile + kStages x (K tile + V tile). The O epilogue reuses the Q tile, which therefore
-  // holds max(qk, v) columns. Mirrors templates/sm80/fwd_config.cuh (the emitted code
-  // static_asserts that they agree).
-  int qRow = sm80SmemRowBytes(std::max(headDimQK, headDimV));
-  return blockM * qRow + stages * blockN * (sm80SmemRowBytes(headDimQK) + sm80SmemRowBytes(headDimV));
+  // Q tile + kStages x (K tile + V tile). The O epilogue reuses the Q tile, whose rows are
+  // therefore as wide as the wider of the two. Mirrors templates/sm80/fwd_config.cuh (the
+  // emitted code static_asserts that they agree).
+  int qkRow = sm80FwdSmemRowBytes(headDimQK), vRow = sm80FwdSmemRowBytes(headDimV);
+  return blockM * std::max(qkRow, vRow) + stages * blockN * (qkRow + vRow);
 }
 
 int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {

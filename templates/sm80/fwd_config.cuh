@@ -5,6 +5,7 @@
 
 #include "common/types.cuh"
 #include "common/variants.cuh"
+#include "sm80/tile_ops.cuh"
 
 namespace fagen {
 namespace sm80 {
@@ -51,12 +52,12 @@ struct FwdConfig : VariantParts<Variant_> {
   static constexpr int kHeadDimQKPad = (kHeadDimQK + 15) / 16 * 16;
   static constexpr int kHeadDimVPad = (kHeadDimV + 15) / 16 * 16;
 
-  // Shared memory: Q tile, then kStages K tiles, then kStages V tiles, every row padded by
-  // 16 bytes. A row stride of 16 * odd bytes puts the 8 rows of each ldmatrix phase in 8
-  // different 16-byte bank groups for every padded head dim, so no swizzle is needed. The O
-  // epilogue reuses the Q tile, whose rows are therefore wide enough for either head dim.
-  static constexpr int kSmemQkRowBytes = kHeadDimQKPad * 2 + 16;
-  static constexpr int kSmemVRowBytes = kHeadDimVPad * 2 + 16;
+  // Shared memory: Q tile, then kStages K tiles, then kStages V tiles, rows as SmemRow lays
+  // them out (tile_ops.cuh: swizzled 128-byte lines at head dims that are multiples of 64, else
+  // padded by 16 bytes). The O epilogue reuses the Q tile, whose rows are therefore wide enough
+  // for either head dim.
+  static constexpr int kSmemQkRowBytes = SmemRow<kHeadDimQKPad>::kBytes;
+  static constexpr int kSmemVRowBytes = SmemRow<kHeadDimVPad>::kBytes;
   static constexpr int kSmemQRowBytes =
       kSmemQkRowBytes > kSmemVRowBytes ? kSmemQkRowBytes : kSmemVRowBytes;
   static constexpr int kSmemQBytes = kBlockM * kSmemQRowBytes;

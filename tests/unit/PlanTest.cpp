@@ -39,13 +39,15 @@ TEST(Plan, SmemFormulaMirrorsTemplate) {
   // (kBlockM + 2 * kStages * kBlockN) * (kHeadDim * 2 + 16), as templates/sm80/fwd_config.cuh.
   EXPECT_EQ(sm80FwdSmemBytes(128, 128, 128, 64, 2), 104448);
   EXPECT_EQ(sm80FwdSmemBytes(64, 64, 128, 128, 2), 92160);
-  EXPECT_EQ(sm80FwdSmemBytes(256, 256, 64, 64, 1), 101376);
+  // Head dims 192 and 256: rows unpadded (swizzled 128-byte lines), 512 bytes at hd 256.
+  EXPECT_EQ(sm80FwdSmemBytes(256, 256, 64, 64, 1), 64 * 512 + 64 * 1024);
   // Head dims that are not multiples of 16 are stored padded to 16.
   EXPECT_EQ(paddedHeadDim(72), 80);
   EXPECT_EQ(paddedHeadDim(80), 80);
   EXPECT_EQ(sm80FwdSmemBytes(72, 72, 128, 64, 2), sm80FwdSmemBytes(80, 80, 128, 64, 2));
-  // qk != v: Q (and the O epilogue) holds max(qk, v), K holds qk and V holds v.
-  EXPECT_EQ(sm80FwdSmemBytes(192, 128, 64, 64, 1), 64 * 400 + 64 * (400 + 272));
+  // qk != v: Q (and the O epilogue) holds max(qk, v), K holds qk and V holds v (192: 384-byte
+  // swizzled rows, 128: 272-byte padded ones).
+  EXPECT_EQ(sm80FwdSmemBytes(192, 128, 64, 64, 1), 64 * 384 + 64 * (384 + 272));
 }
 
 TEST(Plan, EveryDefaultFitsItsArch) {
@@ -422,7 +424,7 @@ TEST(Plan, TileOverrideErrorsNameTheSpecLine) {
                       {"sm_90"}),
             "t.yaml:5:11: error: tile 128x128 with 4 warps needs 256 fp32 accumulator registers "
             "per thread (at most 192 fit without spills): use more warps or a smaller block_n");
-  EXPECT_NE(planError("variants: [{name: v, dtype: bf16, head_dim: 256, tile: {stages: 3}}]",
+  EXPECT_NE(planError("variants: [{name: v, dtype: bf16, head_dim: 256, tile: {stages: 4}}]",
                       {"sm_90"})
                 .find("bytes of shared memory; sm_90 allows 232448"),
             std::string::npos);
