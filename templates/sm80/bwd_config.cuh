@@ -5,6 +5,7 @@
 
 #include "common/types.cuh"
 #include "common/variants.cuh"
+#include "sm80/tile_ops.cuh"
 
 namespace fagen {
 namespace sm80 {
@@ -91,13 +92,20 @@ struct BwdConfig : VariantParts<Variant_> {
   static constexpr int kTileDK = kHeadDimQKPad / GridKV::kWarpsCols; // dK columns per warp
   static constexpr int kTileDV = kHeadDimVPad / GridKV::kWarpsCols;  // dV columns per warp
 
-  // Shared memory, every row padded by 16 bytes: a row stride of 16 * odd bytes puts the 8 rows
-  // of each ldmatrix phase (plain or .trans) and of each fragment store in distinct banks.
+  // Shared memory. Rows of head dims 192 and 256 are unpadded 128-byte lines with their 16-byte
+  // chunks XOR-swizzled by row % 8 (tile_ops.cuh's SmemRow: each cp.async line fills one
+  // aligned line); other rows are padded by 16 bytes: a row stride of 16 * odd bytes puts the 8
+  // rows of each ldmatrix phase (plain or .trans) and of each fragment store in distinct banks.
   //   K (kBlockN, QKPad) | V (kBlockN, VPad) | kStages x Q (kBlockM, QKPad) |
   //   kStages x dO (kBlockM, VPad) | P (kBlockM, kBlockN) | dS (kBlockM, kBlockN)
   // The dK / dV epilogue reuses K and V.
-  static constexpr int kRowQK = kHeadDimQKPad * 2 + 16;
-  static constexpr int kRowV = kHeadDimVPad * 2 + 16;
+  // Not under causal masks: there the swizzled addressing took hd 256 over 255 registers (60
+  // spill bytes) and measured 1-5 % slower, where non-causal gained 5-6 % (H200, 2026-11-30).
+  static constexpr bool kSwizzleRows = !VariantParts<Variant_>::Mask::kCausal;
+  static constexpr bool kSwizzleQK = kSwizzleRows && SmemRow<kHeadDimQKPad>::kSwizzled;
+  static constexpr bool kSwizzleV = kSwizzleRows && SmemRow<kHeadDimVPad>::kSwizzled;
+  static constexpr int kRowQK = kSwizzleQK ? kHeadDimQKPad * 2 : kHeadDimQKPad * 2 + 16;
+  static constexpr int kRowV = kSwizzleV ? kHeadDimVPad * 2 : kHeadDimVPad * 2 + 16;
   static constexpr int kRowP = kBlockN * 2 + 16;
   static constexpr int kSmemKBytes = kBlockN * kRowQK;
   static constexpr int kSmemVBytes = kBlockN * kRowV;

@@ -93,13 +93,13 @@ __device__ __forceinline__ void load_query_tile(const fagen_bwd_params &params, 
   const int rows = st.shape.seqlen_q - st.m_block * Config::kBlockM;
   const fagen_fwd_params &f = params.fwd;
   load_rows_async<Config::kBlockM, Config::kHeadDimQK, Config::kHeadDimQKPad, Config::kRowQK,
-                  Config::kThreads>(
+                  Config::kThreads, Config::kSwizzleQK>(
       sm.q_stage(stage),
       static_cast<const Element *>(f.q) + batch_offset<kVarlen>(st.batch, f.q_batch_stride) +
           st.head * f.q_head_stride + row * f.q_row_stride,
       f.q_row_stride, rows);
   load_rows_async<Config::kBlockM, Config::kHeadDimV, Config::kHeadDimVPad, Config::kRowV,
-                  Config::kThreads>(
+                  Config::kThreads, Config::kSwizzleV>(
       sm.dout_stage(stage),
       static_cast<const Element *>(params.dout) +
           batch_offset<kVarlen>(st.batch, params.do_batch_stride) +
@@ -167,8 +167,9 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
 
   float s[kRowTiles][kColTiles][4] = {}; // (tile rows, tile cols): S, then P
   gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimQKPad / 16, false, false,
-            Config::kRowQK, Config::kRowQK>(s, sm.q_stage(stage) + wm * G::kTileRows * Config::kRowQK,
-                                            sm.k + wn * G::kTileCols * Config::kRowQK);
+            Config::kRowQK, Config::kRowQK, Config::kSwizzleQK, Config::kSwizzleQK>(
+      s, sm.q_stage(stage) + wm * G::kTileRows * Config::kRowQK,
+      sm.k + wn * G::kTileCols * Config::kRowQK);
 
   const ScoreMod mod(params.fwd, st.batch, st.head, st.shape);
   const bool masked = (st.n_block + 1) * kBlockN > st.shape.seqlen_k ||
@@ -182,9 +183,9 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
     if (masked)
       apply_mask<Mask>(s, row0, col0, st.shape);
     gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimVPad / 16, false, false,
-              Config::kRowV, Config::kRowV>(dp,
-                                            sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,
-                                            sm.v + wn * G::kTileCols * Config::kRowV);
+              Config::kRowV, Config::kRowV, Config::kSwizzleV, Config::kSwizzleV>(
+        dp, sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,
+        sm.v + wn * G::kTileCols * Config::kRowV);
 #pragma unroll
     for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
@@ -209,9 +210,9 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
           s[t][j][e] = exp2_approx(x);
         }
     gemm_smem<Element, kRowTiles, kColTiles, Config::kHeadDimVPad / 16, false, false,
-              Config::kRowV, Config::kRowV>(dp,
-                                            sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,
-                                            sm.v + wn * G::kTileCols * Config::kRowV);
+              Config::kRowV, Config::kRowV, Config::kSwizzleV, Config::kSwizzleV>(
+        dp, sm.dout_stage(stage) + wm * G::kTileRows * Config::kRowV,
+        sm.v + wn * G::kTileCols * Config::kRowV);
   }
 
   const Dropout drop(params.fwd, st.batch, st.head);
@@ -261,12 +262,18 @@ __device__ __forceinline__ void accumulate_dk_dv(AccK &acc_dk, AccV &acc_dv,
   constexpr int kRowTiles = G::kTileRows / 16, kKTiles = Config::kBlockM / 16;
   const int warp = threadIdx.x / 32;
   const int wn = warp / G::kWarpsCols, wd = warp % G::kWarpsCols;
+  // Swizzled rows take the warp's first column as a chunk index, the base at column 0.
+  constexpr bool kSwV = Config::kSwizzleV, kSwQK = Config::kSwizzleQK;
   gemm_smem<Element, kRowTiles, Config::kTileDV / 8, kKTiles, true, true, Config::kRowP,
-            Config::kRowV>(acc_dv, sm.p + wn * G::kTileRows * 2,
-                           sm.dout_stage(stage) + wd * Config::kTileDV * 2);
+            Config::kRowV, false, kSwV>(
+      acc_dv, sm.p + wn * G::kTileRows * 2,
+      sm.dout_stage(stage) + (kSwV ? 0 : wd * Config::kTileDV * 2), 0,
+      kSwV ? wd * Config::kTileDV / 8 : 0);
   gemm_smem<Element, kRowTiles, Config::kTileDK / 8, kKTiles, true, true, Config::kRowP,
-            Config::kRowQK>(acc_dk, sm.ds + wn * G::kTileRows * 2,
-                            sm.q_stage(stage) + wd * Config::kTileDK * 2);
+            Config::kRowQK, false, kSwQK>(
+      acc_dk, sm.ds + wn * G::kTileRows * 2,
+      sm.q_stage(stage) + (kSwQK ? 0 : wd * Config::kTileDK * 2), 0,
+      kSwQK ? wd * Config::kTileDK / 8 : 0);
 }
 
 /// How many key tiles add to dQ of (head, m_block) before st.n_block in the deterministic
@@ -341,7 +348,9 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
     const int col0 = wd * G::kTileCols + c * kChunk; // the chunk's first column
     float dq[kRowTiles][kChunk / 8][4] = {};
     gemm_smem<Element, kRowTiles, kChunk / 8, Config::kBlockN / 16, false, true, Config::kRowP,
-              Config::kRowQK>(dq, sm.ds + wm * G::kTileRows * Config::kRowP, sm.k + col0 * 2);
+              Config::kRowQK, false, Config::kSwizzleQK>(
+        dq, sm.ds + wm * G::kTileRows * Config::kRowP,
+        sm.k + (Config::kSwizzleQK ? 0 : col0 * 2), 0, Config::kSwizzleQK ? col0 / 8 : 0);
     if (Config::kDeterministic && c == 0)
       semaphore_wait(sem, dq_rank<Config>(params, st));
     // Full tiles in DqAccumOrder (one 256-byte run per instruction), partial ones row-major.
@@ -384,17 +393,20 @@ __device__ __forceinline__ void store_dk_dv(const fagen_bwd_params &params, int 
   const float dk_scale = Config::ScoreMod::kIdentity ? params.fwd.softmax_scale : 1.f;
   cp_async_wait<0>();
   __syncthreads();
-  store_fragments<Element, Config::kRowQK>(
-      sm.k + wn * G::kTileRows * Config::kRowQK + wd * Config::kTileDK * 2, acc_dk, dk_scale);
-  store_fragments<Element, Config::kRowV>(
-      sm.v + wn * G::kTileRows * Config::kRowV + wd * Config::kTileDV * 2, acc_dv);
+  constexpr bool kSwQK = Config::kSwizzleQK, kSwV = Config::kSwizzleV;
+  store_fragments<Element, Config::kRowQK, kSwQK>(
+      sm.k + wn * G::kTileRows * Config::kRowQK + (kSwQK ? 0 : wd * Config::kTileDK * 2), acc_dk,
+      dk_scale, kSwQK ? wd * Config::kTileDK / 8 : 0);
+  store_fragments<Element, Config::kRowV, kSwV>(
+      sm.v + wn * G::kTileRows * Config::kRowV + (kSwV ? 0 : wd * Config::kTileDV * 2), acc_dv,
+      1.f, kSwV ? wd * Config::kTileDV / 8 : 0);
   __syncthreads();
   const int64_t row = k_row0 + int64_t(n_block) * Config::kBlockN;
-  store_rows<Config::kBlockN, Config::kHeadDimQK, Config::kRowQK, Config::kThreads>(
+  store_rows<Config::kBlockN, Config::kHeadDimQK, Config::kRowQK, Config::kThreads, kSwQK>(
       static_cast<Element *>(params.dk) + batch_offset<kVarlen>(batch, params.dk_batch_stride) +
           kv_head * params.dk_head_stride + row * params.dk_row_stride,
       params.dk_row_stride, rows_valid, sm.k);
-  store_rows<Config::kBlockN, Config::kHeadDimV, Config::kRowV, Config::kThreads>(
+  store_rows<Config::kBlockN, Config::kHeadDimV, Config::kRowV, Config::kThreads, kSwV>(
       static_cast<Element *>(params.dv) + batch_offset<kVarlen>(batch, params.dv_batch_stride) +
           kv_head * params.dv_head_stride + row * params.dv_row_stride,
       params.dv_row_stride, rows_valid, sm.v);
@@ -428,13 +440,13 @@ template <class Config> __device__ __forceinline__ void bwd_kernel(const fagen_b
     const fagen_fwd_params &f = params.fwd;
     const int64_t row = span.k_row0 + int64_t(n_block) * kBlockN;
     load_rows_async<kBlockN, Config::kHeadDimQK, Config::kHeadDimQKPad, Config::kRowQK,
-                    Config::kThreads>(
+                    Config::kThreads, Config::kSwizzleQK>(
         sm.k,
         static_cast<const Element *>(f.k) + batch_offset<kVarlen>(batch, f.k_batch_stride) +
             kv_head * f.k_head_stride + row * f.k_row_stride,
         f.k_row_stride, rows_k);
     load_rows_async<kBlockN, Config::kHeadDimV, Config::kHeadDimVPad, Config::kRowV,
-                    Config::kThreads>(
+                    Config::kThreads, Config::kSwizzleV>(
         sm.v,
         static_cast<const Element *>(f.v) + batch_offset<kVarlen>(batch, f.v_batch_stride) +
             kv_head * f.v_head_stride + row * f.v_row_stride,

@@ -69,18 +69,21 @@ __device__ __forceinline__ void semaphore_signal(int32_t *sem) {
 /// Issues the cp.async copies of a (kRows, kCols) tile by all kThreads threads into shared
 /// memory rows kRowBytes apart, kColsPad columns wide: rows >= rows_valid and the columns in
 /// [kCols, kColsPad) are zero-filled, so MMAs over them add zeros, never stale NaNs.
-template <int kRows, int kCols, int kColsPad, int kRowBytes, int kThreads, class Element>
+/// kSwizzled: chunk c of row r lands at chunk c ^ (r % 8) (rows of whole 128-byte lines; the
+/// layout of tile_ops.cuh's SmemRow).
+template <int kRows, int kCols, int kColsPad, int kRowBytes, int kThreads, bool kSwizzled = false,
+          class Element>
 __device__ __forceinline__ void load_rows_async(u32 smem, const Element *gmem, int64_t row_stride,
                                                 int rows_valid) {
   static_assert(kCols % 8 == 0 && kColsPad % 8 == 0 && kCols <= kColsPad,
                 "columns come in 16-byte chunks");
-  load_chunks_async<kRows, kColsPad / 8, kCols / 8, kRowBytes, kThreads>(smem, gmem, row_stride,
-                                                                         rows_valid);
+  load_chunks_async<kRows, kColsPad / 8, kCols / 8, kRowBytes, kThreads, kSwizzled>(
+      smem, gmem, row_stride, rows_valid);
 }
 
 /// Copies a (kRows, kCols) tile from shared memory (rows kRowBytes apart) to global memory with
 /// 16-byte stores by all kThreads threads; rows >= rows_valid are not written.
-template <int kRows, int kCols, int kRowBytes, int kThreads, class Element>
+template <int kRows, int kCols, int kRowBytes, int kThreads, bool kSwizzled = false, class Element>
 __device__ __forceinline__ void store_rows(Element *gmem, int64_t row_stride, int rows_valid,
                                            u32 smem) {
   constexpr int kChunksPerRow = kCols / 8;
@@ -88,7 +91,7 @@ __device__ __forceinline__ void store_rows(Element *gmem, int64_t row_stride, in
     const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
     if (row < rows_valid) {
       u32 v[4];
-      ld_shared_v4(v, smem + row * kRowBytes + chunk * 16);
+      ld_shared_v4(v, smem + row * kRowBytes + (kSwizzled ? chunk ^ (row & 7) : chunk) * 16);
       st_global_v4(gmem + row * row_stride + chunk * 8, v);
     }
   }
@@ -96,18 +99,22 @@ __device__ __forceinline__ void store_rows(Element *gmem, int64_t row_stride, in
 
 // --- registers <-> shared --------------------------------------------------------------------
 /// Rounds a warp's (16 kRowTiles, 8 kColTiles) fragment tile (times `scale`) to Element and
-/// writes it at `smem` (the warp tile's origin, rows kRowBytes apart).
-template <class Element, int kRowBytes, int kRowTiles, int kColTiles>
+/// writes it at `smem` (the warp tile's origin, rows kRowBytes apart). kSwizzled: `smem` is the
+/// tile rows' origin (a multiple of 8 rows) and chunk0 the warp tile's first 16-byte chunk.
+template <class Element, int kRowBytes, bool kSwizzled = false, int kRowTiles, int kColTiles>
 __device__ __forceinline__ void store_fragments(u32 smem,
                                                 const float (&x)[kRowTiles][kColTiles][4],
-                                                float scale = 1.f) {
+                                                float scale = 1.f, int chunk0 = 0) {
   const int lane = threadIdx.x % 32;
   const u32 base = smem + (lane / 4) * kRowBytes + (lane % 4) * 4;
 #pragma unroll
   for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
     for (int j = 0; j < kColTiles; ++j) {
-      const u32 addr = base + 16 * t * kRowBytes + j * 16;
+      // Rows lane / 4 and 8 below it: the same row % 8.
+      const u32 addr = kSwizzled
+                           ? (base + chunk0 * 16 + 16 * t * kRowBytes + j * 16) ^ ((lane / 4) * 16)
+                           : base + 16 * t * kRowBytes + j * 16;
       st_shared_b32(addr, pack2<Element>(x[t][j][0] * scale, x[t][j][1] * scale));
       st_shared_b32(addr + 8 * kRowBytes, pack2<Element>(x[t][j][2] * scale, x[t][j][3] * scale));
     }
@@ -121,11 +128,54 @@ __device__ __forceinline__ void store_fragments(u32 smem,
 ///                  from the (query, key) tiles P and dS) and ldmatrix transposes.
 ///   kBTrans false: `b` is the origin of B^T stored row-major (k contiguous: K, V as in Q K^T).
 ///   kBTrans true:  `b` is B's origin, B row-major (n contiguous: dO, Q, K as in P^T dO).
+/// kASwizzled / kBSwizzled: that operand's rows are swizzled 128-byte lines (SmemRow's layout),
+/// `a` / `b` its rows' origin (a multiple of 8 rows) and a_chunk0 / b_chunk0 its first 16-byte
+/// chunk within them (A^T cannot be swizzled: P and dS rows are padded).
 template <class Element, int kRowTiles, int kColTiles, int kKTiles, bool kATrans, bool kBTrans,
-          int kARowBytes, int kBRowBytes>
-__device__ __forceinline__ void gemm_smem(float (&acc)[kRowTiles][kColTiles][4], u32 a, u32 b) {
+          int kARowBytes, int kBRowBytes, bool kASwizzled = false, bool kBSwizzled = false>
+__device__ __forceinline__ void gemm_smem(float (&acc)[kRowTiles][kColTiles][4], u32 a, u32 b,
+                                          int a_chunk0 = 0, int b_chunk0 = 0) {
   static_assert(kColTiles % 2 == 0, "B fragments come in pairs of 8 columns");
+  static_assert(!(kATrans && kASwizzled), "A^T comes from padded rows");
   const int lane = threadIdx.x % 32;
+  if constexpr (kASwizzled || kBSwizzled) {
+    // Every row a lane addresses is lane % 8 past a multiple of 8 and starts a 128-byte line,
+    // so its logical chunk c sits at chunk c ^ (lane % 8): the unswizzled address with bits 4-6
+    // flipped by (lane % 8) * 16 (one LOP3 an ldmatrix, no per-chunk registers). A loop of its
+    // own, so that the padded-row kernels keep the SASS they were measured with (checked).
+    const u32 flip = (lane % 8) * 16;
+    const u32 a_addr = kATrans ? a + (lane % 8 + (lane / 16) * 8) * kARowBytes + (lane / 8 % 2) * 16
+                               : a + (lane % 16) * kARowBytes + (a_chunk0 + lane / 16) * 16;
+    const u32 b_addr = kBTrans ? b + (lane % 16) * kBRowBytes + (b_chunk0 + lane / 16) * 16
+                               : b + (lane % 8 + (lane / 16) * 8) * kBRowBytes +
+                                     (b_chunk0 + lane / 8 % 2) * 16;
+    const u32 a_flip = kASwizzled ? flip : 0u, b_flip = kBSwizzled ? flip : 0u;
+#pragma unroll
+    for (int k = 0; k < kKTiles; ++k) {
+      u32 af[kRowTiles][4];
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t) {
+        if constexpr (kATrans)
+          ldmatrix_x4_trans(af[t], a_addr + k * 16 * kARowBytes + t * 32);
+        else
+          ldmatrix_x4(af[t], (a_addr + t * 16 * kARowBytes + k * 32) ^ a_flip);
+      }
+#pragma unroll
+      for (int j = 0; j < kColTiles; j += 2) {
+        u32 bf[4];
+        if constexpr (kBTrans)
+          ldmatrix_x4_trans(bf, (b_addr + k * 16 * kBRowBytes + j * 16) ^ b_flip);
+        else
+          ldmatrix_x4(bf, (b_addr + j * 8 * kBRowBytes + k * 32) ^ b_flip);
+#pragma unroll
+        for (int t = 0; t < kRowTiles; ++t) {
+          mma<Element>(acc[t][j], af[t], bf[0], bf[1]);
+          mma<Element>(acc[t][j + 1], af[t], bf[2], bf[3]);
+        }
+      }
+    }
+    return;
+  }
   // A: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in fragment order a0..a3.
   const u32 a_addr = kATrans ? a + (lane % 8 + (lane / 16) * 8) * kARowBytes + (lane / 8 % 2) * 16
                              : a + (lane % 16) * kARowBytes + (lane / 16) * 16;
