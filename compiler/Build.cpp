@@ -355,20 +355,24 @@ llvm::Expected<std::vector<CompiledKernel>> compileKernels(const Toolchain &tool
       pool.async([&, i] {
         llvm::Expected<CompiledKernel> r =
             compileOne(toolchain, plans[i], options, cacheDir, *templateDir);
+        // The fallback replaces the planned kernel only if it builds and spills less; a
+        // fallback that cannot be built leaves the planned kernel in place.
         if (r && options.spillFallbacks && plans[i].spillFallback &&
             r->report.maxSpillBytes > kSpillFallbackBytes) {
           llvm::Expected<KernelPlan> second = applyConfig(plans[i], *plans[i].spillFallback);
           if (!second) {
-            r = second.takeError();
+            llvm::consumeError(second.takeError());
           } else {
             llvm::Expected<CompiledKernel> r2 =
                 compileOne(toolchain, *second, options, cacheDir, *templateDir);
-            if (r2) {
+            if (!r2) {
+              llvm::consumeError(r2.takeError());
+            } else if (r2->report.maxSpillBytes < r->report.maxSpillBytes) {
               r2->replaced = plans[i].name;
               r2->replacedSpillBytes = r->report.maxSpillBytes;
               r2->seconds += r->seconds;
+              r = std::move(r2);
             }
-            r = std::move(r2);
           }
         }
         std::lock_guard<std::mutex> lock(mutex);

@@ -64,13 +64,6 @@ std::string templatesHash();
 /// The default cache folder: $FAGEN_CACHE_DIR, else $XDG_CACHE_HOME/fagen, else ~/.cache/fagen.
 std::string defaultCacheDir();
 
-/// A plan's spillFallback is built instead when ptxas reports more spill bytes than this. Up
-/// to 16 bytes (4 registers) the first config stays: on the H200 each such kernel measured
-/// faster than its spill-free alternatives (portable hd 128 softcap 1.29x over 64 x 64, hd 64
-/// softcap 1.02x, hd 128 window with windows of 1k-4k keys 1.12-1.23x; docs/perf/sm80-fwd.md),
-/// while 116 bytes (portable hd 64 causal softcap) measured 3 % slower than its fallback.
-constexpr int kSpillFallbackBytes = 16;
-
 struct BuildOptions {
   unsigned jobs = 0;          ///< 0 = one per core
   std::string cacheDir;       ///< "" = defaultCacheDir()
@@ -98,8 +91,8 @@ struct CompiledKernel {
 /// Compiles every plan; on any failure returns an error naming each failed kernel with the
 /// compiler's message. Results are in the order of `plans`. With options.spillFallbacks, a
 /// plan that spills more than kSpillFallbackBytes and has a spillFallback is replaced by that
-/// config's kernel (the result's
-/// plan says which was built; a replacement that duplicates another result is merged into it).
+/// config's kernel when it builds and spills less (the result's plan says which was built; a
+/// replacement that duplicates another result is merged into it).
 
 llvm::Expected<std::vector<CompiledKernel>> compileKernels(const Toolchain &toolchain,
                                                            const std::vector<KernelPlan> &plans,

@@ -965,6 +965,10 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
           auto found = byKey.find(key);
           if (found != byKey.end()) {
             found->second.variant += "," + v.name;
+            // A kernel that another variant pins, or whose fallback differs, is built as
+            // planned: the fallback must not swap a pinned kernel, whatever the variant order.
+            if (found->second.spillFallback != p.spillFallback)
+              found->second.spillFallback.reset();
             continue;
           }
           byKey.emplace(key, std::move(p));
@@ -1015,8 +1019,9 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
     if (p.stagedEpilogue)
       out += "  staged_epilogue=true\n";
     if (p.spillFallback)
-      out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over 16 spill bytes)\n",
-                           p.spillFallback->text())
+      out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over {1} spill "
+                           "bytes)\n",
+                           p.spillFallback->text(), kSpillFallbackBytes)
                  .str();
     if (p.seqlenMin != 0 || p.seqlenMax != (int64_t(1) << 40))
       out += llvm::formatv("  seqlen={0}..{1}\n", p.seqlenMin, p.seqlenMax).str();

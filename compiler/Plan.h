@@ -35,6 +35,13 @@ struct KernelConfig {
   bool operator<(const KernelConfig &o) const;
 };
 
+/// A plan's spillFallback is built instead when ptxas reports more spill bytes than this. Up
+/// to 16 bytes (4 registers) the first config stays: on the H200 each such kernel measured
+/// faster than its spill-free alternatives (portable hd 128 softcap 1.29x over 64 x 64, hd 64
+/// softcap 1.02x, hd 128 window with windows of 1k-4k keys 1.12-1.23x; docs/perf/sm80-fwd.md),
+/// while 116 bytes (portable hd 64 causal softcap) measured 3 % slower than its fallback.
+constexpr int kSpillFallbackBytes = 16;
+
 /// Everything the emitter and the bundle need to know about one kernel.
 struct KernelPlan {
   std::string name;     ///< the kernel's symbol; spells its specialization
@@ -81,9 +88,10 @@ struct KernelPlan {
   int64_t seqlenMax = int64_t(1) << 40;
   std::string tuning;   ///< "default", "spec" (forced by the spec's tile:) or a tuning record
   /// A planner default's second choice: `fagen build` compiles this config instead when ptxas
-  /// reports more than kSpillFallbackBytes (16) of spills for the first (forward variants with
-  /// per-logit work, whose register needs differ by arch and nvcc version). Empty for pinned, tuned and
-  /// sm90ws plans; cleared by applyConfig.
+  /// reports more than kSpillFallbackBytes of spills for the first and the second spills less
+  /// (forward variants with per-logit work, portable or sm90ws, whose register needs differ by
+  /// arch and nvcc version). Empty for plans that pin a tile dimension, tuned plans (cleared by
+  /// applyConfig) and kernels shared by variants whose fallbacks differ.
   std::optional<KernelConfig> spillFallback;
 };
 

@@ -377,6 +377,31 @@ TEST(Plan, BlockTables) {
   EXPECT_NE(blockTable(file).hash, f.hash);
 }
 
+TEST(Plan, SpillFallbackOnlyWhereNoVariantPinsTheKernel) {
+  // A window variant on the default tile gets a spill fallback; pinning the same tile in
+  // another variant merges the two into one kernel, which then keeps no fallback, in either
+  // order (the pinned kernel is built as written).
+  const std::string dflt = "  - {name: a, dtype: bf16, head_dim: 64, mask: window}\n";
+  const std::string pinned = "  - {name: b, dtype: bf16, head_dim: 64, mask: window, tile: "
+                             "{block_m: 128, block_n: 128, warps: 4, stages: 2}}\n";
+  std::vector<KernelPlan> alone = planOf("variants:\n" + dflt, {"sm_90"});
+  ASSERT_EQ(alone.size(), 1u);
+  ASSERT_TRUE(alone[0].spillFallback.has_value());
+  EXPECT_EQ(alone[0].spillFallback->text(), "m128n64w4s2");
+  for (const std::string &yaml : {"variants:\n" + dflt + pinned, "variants:\n" + pinned + dflt}) {
+    std::vector<KernelPlan> merged = planOf(yaml, {"sm_90"});
+    ASSERT_EQ(merged.size(), 1u) << yaml;
+    EXPECT_FALSE(merged[0].spillFallback.has_value()) << yaml;
+  }
+  // Tuned and sm90ws-pinned configs: none either.
+  std::vector<KernelPlan> ws = planOf(
+      "variants:\n  - {name: c, dtype: bf16, head_dim: 64, mask: causal, score_mod: softcap, "
+      "tile: {template: sm90ws, block_m: 192}}\n",
+      {"sm_90a"});
+  ASSERT_EQ(ws.size(), 1u);
+  EXPECT_FALSE(ws[0].spillFallback.has_value());
+}
+
 TEST(Plan, BackwardSmemFormulaMirrorsTemplate) {
   // K + V + kStages x (Q + dO) rows (padded head dims, + 16 bytes) and P, dS tiles, as
   // templates/sm80/bwd_config.cuh's kSmemBytes.
