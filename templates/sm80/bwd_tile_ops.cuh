@@ -138,50 +138,18 @@ __device__ __forceinline__ void gemm_smem(float (&acc)[kRowTiles][kColTiles][4],
   static_assert(kColTiles % 2 == 0, "B fragments come in pairs of 8 columns");
   static_assert(!(kATrans && kASwizzled), "A^T comes from padded rows");
   const int lane = threadIdx.x % 32;
-  if constexpr (kASwizzled || kBSwizzled) {
-    // Every row a lane addresses is lane % 8 past a multiple of 8 and starts a 128-byte line,
-    // so its logical chunk c sits at chunk c ^ (lane % 8): the unswizzled address with bits 4-6
-    // flipped by (lane % 8) * 16 (one LOP3 an ldmatrix, no per-chunk registers). A loop of its
-    // own, so that the padded-row kernels keep the SASS they were measured with (checked).
-    const u32 flip = (lane % 8) * 16;
-    const u32 a_addr = kATrans ? a + (lane % 8 + (lane / 16) * 8) * kARowBytes + (lane / 8 % 2) * 16
-                               : a + (lane % 16) * kARowBytes + (a_chunk0 + lane / 16) * 16;
-    const u32 b_addr = kBTrans ? b + (lane % 16) * kBRowBytes + (b_chunk0 + lane / 16) * 16
-                               : b + (lane % 8 + (lane / 16) * 8) * kBRowBytes +
-                                     (b_chunk0 + lane / 8 % 2) * 16;
-    const u32 a_flip = kASwizzled ? flip : 0u, b_flip = kBSwizzled ? flip : 0u;
-#pragma unroll
-    for (int k = 0; k < kKTiles; ++k) {
-      u32 af[kRowTiles][4];
-#pragma unroll
-      for (int t = 0; t < kRowTiles; ++t) {
-        if constexpr (kATrans)
-          ldmatrix_x4_trans(af[t], a_addr + k * 16 * kARowBytes + t * 32);
-        else
-          ldmatrix_x4(af[t], (a_addr + t * 16 * kARowBytes + k * 32) ^ a_flip);
-      }
-#pragma unroll
-      for (int j = 0; j < kColTiles; j += 2) {
-        u32 bf[4];
-        if constexpr (kBTrans)
-          ldmatrix_x4_trans(bf, (b_addr + k * 16 * kBRowBytes + j * 16) ^ b_flip);
-        else
-          ldmatrix_x4(bf, (b_addr + j * 8 * kBRowBytes + k * 32) ^ b_flip);
-#pragma unroll
-        for (int t = 0; t < kRowTiles; ++t) {
-          mma<Element>(acc[t][j], af[t], bf[0], bf[1]);
-          mma<Element>(acc[t][j + 1], af[t], bf[2], bf[3]);
-        }
-      }
-    }
-    return;
-  }
   // A: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in fragment order a0..a3.
   const u32 a_addr = kATrans ? a + (lane % 8 + (lane / 16) * 8) * kARowBytes + (lane / 8 % 2) * 16
-                             : a + (lane % 16) * kARowBytes + (lane / 16) * 16;
+                             : a + (lane % 16) * kARowBytes + (a_chunk0 + lane / 16) * 16;
   // B: b0, b1 of column tile j, then b0, b1 of tile j + 1.
-  const u32 b_addr = kBTrans ? b + (lane % 16) * kBRowBytes + (lane / 16) * 16
-                             : b + (lane % 8 + (lane / 16) * 8) * kBRowBytes + (lane / 8 % 2) * 16;
+  const u32 b_addr = kBTrans ? b + (lane % 16) * kBRowBytes + (b_chunk0 + lane / 16) * 16
+                             : b + (lane % 8 + (lane / 16) * 8) * kBRowBytes +
+                                   (b_chunk0 + lane / 8 % 2) * 16;
+  // Swizzled rows: every row a lane addresses is lane % 8 past a multiple of 8 and starts a
+  // 128-byte line, so its logical chunk c sits at chunk c ^ (lane % 8): the unswizzled address
+  // with bits 4-6 flipped by (lane % 8) * 16 (one LOP3 an ldmatrix, no per-chunk registers).
+  const u32 a_flip = kASwizzled ? (lane % 8) * 16 : 0u;
+  const u32 b_flip = kBSwizzled ? (lane % 8) * 16 : 0u;
 #pragma unroll
   for (int k = 0; k < kKTiles; ++k) {
     u32 af[kRowTiles][4];
@@ -190,15 +158,15 @@ __device__ __forceinline__ void gemm_smem(float (&acc)[kRowTiles][kColTiles][4],
       if constexpr (kATrans)
         ldmatrix_x4_trans(af[t], a_addr + k * 16 * kARowBytes + t * 32);
       else
-        ldmatrix_x4(af[t], a_addr + t * 16 * kARowBytes + k * 32);
+        ldmatrix_x4(af[t], (a_addr + t * 16 * kARowBytes + k * 32) ^ a_flip);
     }
 #pragma unroll
     for (int j = 0; j < kColTiles; j += 2) {
       u32 bf[4];
       if constexpr (kBTrans)
-        ldmatrix_x4_trans(bf, b_addr + k * 16 * kBRowBytes + j * 16);
+        ldmatrix_x4_trans(bf, (b_addr + k * 16 * kBRowBytes + j * 16) ^ b_flip);
       else
-        ldmatrix_x4(bf, b_addr + j * 8 * kBRowBytes + k * 32);
+        ldmatrix_x4(bf, (b_addr + j * 8 * kBRowBytes + k * 32) ^ b_flip);
 #pragma unroll
       for (int t = 0; t < kRowTiles; ++t) {
         mma<Element>(acc[t][j], af[t], bf[0], bf[1]);
