@@ -26,7 +26,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fagen_rt  # noqa: E402
-from tables import fmt, ratio  # noqa: E402
+from tables import fmt, ratio, write_json  # noqa: E402
 
 SEQLENS = (2048, 4096, 8192, 16384)
 
@@ -150,8 +150,7 @@ def main():
             r.get("fagen_kernel", "-").replace("fagen_bwd_bf16_", ""),
             "  WRONG" if r.get("wrong") else ""))
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(meta, fh, indent=1)
+        write_json(args.out, meta)
     return 1 if failed else 0
 
 

@@ -23,7 +23,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fagen_rt  # noqa: E402
-from tables import fmt, ratio  # noqa: E402
+from tables import fmt, ratio, write_json  # noqa: E402
 
 SEQLENS = {64: (512, 1024, 2048, 4096, 8192, 16384), 128: (512, 1024, 2048, 4096, 8192, 16384),
            256: (2048, 8192)}
@@ -125,8 +125,7 @@ def main():
         line += "  " + " ".join(r.get(l + "_kernel", "-").replace("fagen_fwd_bf16_", "") for l in labels)
         print(line + ("  WRONG" if r.get("wrong") else ""))
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(meta, fh, indent=1)
+        write_json(args.out, meta)
     return 1 if failed else 0
 
 

@@ -27,6 +27,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fagen_rt  # noqa: E402
+from tables import write_json  # noqa: E402
 
 DEV = torch.device("cuda")
 NAME = re.compile(r"^fagen_fwd_(?P<dtype>bf16|fp16)_hd(?P<qk>\d+)(?:x(?P<v>\d+))?_"
@@ -130,9 +131,7 @@ def main():
         r["x_best"] = r["ms"] / min(same)
         r["x_dense"] = r["ms"] / min(dense) if dense else None
     if args.out:
-        with open(args.out + ".tmp", "w") as f:
-            json.dump(rows, f, indent=1)
-        os.replace(args.out + ".tmp", args.out)
+        write_json(args.out, rows)
     print("\n| kernel | seqlen | ms | TFLOP/s | x best | x dense |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in sorted(rows, key=lambda r: (r["workload"], r["seqlen"], r["ms"])):

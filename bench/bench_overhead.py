@@ -21,6 +21,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fagen_rt  # noqa: E402
+from tables import write_json  # noqa: E402
 
 SQ, BATCH, KEYS = 2048, 8, (1024, 2048, 4096, 8192, 16384)
 
@@ -98,8 +99,7 @@ def main():
             r["head_dim"], r["impl"], r["fixed_us"], r["streaming_tflops"],
             100 * r["fixed_share_at_2k"], tf2k, r["kernel"]))
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(rows, fh, indent=1)
+        write_json(args.out, rows)
     return 0
 
 

@@ -32,7 +32,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fagen_rt  # noqa: E402
-from tables import fmt, ratio  # noqa: E402
+from tables import fmt, ratio, write_json  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -286,8 +286,7 @@ def main():
         print(line + "  " + kernels + ("  WRONG" if r.get("wrong") else ""))
         failed = failed or r.get("wrong", False)
     if args.out:
-        with open(args.out, "w") as fh:
-            json.dump(meta, fh, indent=1)
+        write_json(args.out, meta)
     return 1 if failed else 0
 
 

@@ -1,4 +1,7 @@
-"""Cells of the benchmarks' printed tables (bench_fwd.py, bench_bwd.py, bench_variants.py)."""
+"""Shared by the benchmarks (bench_fwd.py, bench_bwd.py, bench_variants.py, bench_kernels.py,
+bench_overhead.py): the cells of their printed tables and the JSON they write."""
+import json
+import os
 
 
 def fmt(x):
@@ -9,3 +12,12 @@ def fmt(x):
 def ratio(a, b):
     """a / b as "1.23x", or "-" where either is missing."""
     return "%.2fx" % (a / b) if a and b else "-"
+
+
+def write_json(path, obj):
+    """Writes obj as JSON to path through a temporary file and a rename: an interrupted run
+    leaves the previous file (or none), never half a file."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1)
+    os.replace(tmp, path)
