@@ -366,7 +366,8 @@ __device__ __forceinline__ void store_o_cols(Element *gmem, int64_t row_stride, 
   for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
     for (int d = 0; d < kCols / 8; ++d) {
-      // Rows 16 t + lane / 4 and 8 below it: the same row % 8.
+      // Rows 16 t + lane / 4 and 8 below it: the same row % 8. Padded rows keep their own
+      // expression: through Row::offset ptxas scheduled hd 64-128 differently (SASS compared).
       const u32 addr = Row::kSwizzled
                            ? smem + Row::offset(16 * t + lane / 4, d) + (lane % 4) * 4
                            : smem + (16 * t + lane / 4) * kRow + (8 * d + 2 * (lane % 4)) * 2;
