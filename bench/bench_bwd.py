@@ -9,6 +9,7 @@ dQ conversion) against SDPA's backward (torch.autograd.grad of its output, the f
 timed). triton.testing.do_bench: CUDA events, warm-up, L2 cleared before each run, median.
 
     python3 bench/bench_bwd.py --bundle bench.fab [--out results.json] [--deterministic]
+    python3 bench/bench_bwd.py --bundle old=a.fab --bundle new=b.fab   # A/B in one process
 
 Before timing, fagen's dQ, dK, dV are compared with SDPA flash's on the same inputs (max |diff|
 relative to max |grad| must stay under 2e-2 in bf16, else the row is marked WRONG and the run
@@ -39,8 +40,8 @@ def rel_diff(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
 
 
-def fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout):
-    """Runs fagen's forward then backward per deterministic mode; fills row[...] in place.
+def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout):
+    """Runs fagen's forward then backward per deterministic mode; fills row[name...] in place.
     q, k, v, do: [B, S, H, D]-indexed views of `layout` memory; O, dQ, dK, dV alike."""
     def empty_like_layout(t):
         if layout == "bhsd":
@@ -51,7 +52,7 @@ def fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout):
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     fplan.run(q, k, v, o, lse)
     for det in det_modes:
-        label = "fagen_det" if det else "fagen"
+        label = name + "_det" if det else name
         try:
             plan = bundle.plan_backward(q, k, v, deterministic=det, causal=causal, out_layout=layout)
         except fagen_rt.FagenError as e:
@@ -74,7 +75,9 @@ def fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--bundle", required=True, help="a bundle with bf16 fwd + bwd kernels")
+    ap.add_argument("--bundle", required=True, action="append",
+                    help="a bundle with bf16 fwd + bwd kernels (bench/bench.yaml); repeat as "
+                         "LABEL=PATH to time several bundles side by side (an A/B of templates)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
@@ -87,9 +90,14 @@ def main():
 
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(0)
-    bundle = fagen_rt.Bundle(args.bundle)
+    bundles = []
+    for i, spec in enumerate(args.bundle):
+        label, path = spec.split("=", 1) if "=" in spec else ("fagen" if i == 0 else "fagen%d" % i, spec)
+        bundles.append((label, fagen_rt.Bundle(path)))
+    labels = [label for label, _ in bundles]
     meta = {"gpu": props.name, "torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-            "fagen": fagen_rt.version(), "bundle": os.path.basename(args.bundle),
+            "fagen": fagen_rt.version(),
+            "bundles": {label: os.path.basename(p.split("=", 1)[-1]) for label, p in zip(labels, args.bundle)},
             "layout": args.layout, "rows": []}
     print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
     det_modes = (False, True) if args.deterministic else (False,)
@@ -127,9 +135,10 @@ def main():
                         print(f"{name} d={d} causal={causal} s={s}: {type(e).__name__}: "
                               f"{str(e)[:100]}", flush=True)
                 if ref_grads is not None:
-                    fagen_rows(bundle, q, k, v, do, causal, det_modes, row, ref_grads, args.layout)
-                labels = ["fagen", "fagen_det", "flash", "cudnn"]
-                for name in labels:
+                    for label, bundle in bundles:
+                        fagen_rows(label, bundle, q, k, v, do, causal, det_modes, row, ref_grads,
+                                   args.layout)
+                for name in labels + [l + "_det" for l in labels] + ["flash", "cudnn"]:
                     if row.get(name + "_ms"):
                         row[name + "_tflops"] = flops / row[name + "_ms"] / 1e9
                 failed = failed or row.get("wrong", False)
@@ -138,17 +147,24 @@ def main():
                 del q, k, v, do, ref_grads
                 torch.cuda.empty_cache()
 
-    print("\n%-3s %-6s %6s %8s %8s %8s %8s %12s %12s %12s  kernel" % (
-        "hd", "causal", "seqlen", "fagen", "det", "flash", "cudnn", "fagen/flash", "fagen/cudnn",
-        "det/fagen"))
+    dets = [l + "_det" for l in labels] if args.deterministic else []
+    cols = labels + dets
+    head = "%-3s %-6s %6s " % ("hd", "causal", "seqlen") + " ".join("%8s" % c[-8:] for c in cols)
+    head += "    flash    cudnn " + " ".join("%12s" % (l[:6] + "/flash") for l in labels)
+    head += " " + " ".join("%12s" % (l[:6] + "/cudnn") for l in labels)
+    head += "".join(" %13s" % (l[:6] + "/" + labels[0][:6]) for l in labels[1:])
+    head += "".join(" %12s" % (l[:6] + " det/") for l in labels if args.deterministic)
+    print("\n" + head + "  kernel")
     for r in meta["rows"]:
-        t = {n: r.get(n + "_tflops") for n in ("fagen", "fagen_det", "flash", "cudnn")}
-        print("%3d %-6s %6d %8s %8s %8s %8s %12s %12s %12s  %s%s" % (
-            r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"], fmt(t["fagen"]),
-            fmt(t["fagen_det"]), fmt(t["flash"]), fmt(t["cudnn"]), ratio(t["fagen"], t["flash"]),
-            ratio(t["fagen"], t["cudnn"]), ratio(t["fagen_det"], t["fagen"]),
-            r.get("fagen_kernel", "-").replace("fagen_bwd_bf16_", ""),
-            "  WRONG" if r.get("wrong") else ""))
+        t = {n: r.get(n + "_tflops") for n in cols + ["flash", "cudnn"]}
+        line = "%3d %-6s %6d " % (r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"])
+        line += " ".join("%8s" % fmt(t[c]) for c in cols) + " %8s %8s " % (fmt(t["flash"]), fmt(t["cudnn"]))
+        line += " ".join("%12s" % ratio(t[l], t["flash"]) for l in labels) + " "
+        line += " ".join("%12s" % ratio(t[l], t["cudnn"]) for l in labels)
+        line += "".join(" %13s" % ratio(t[l], t[labels[0]]) for l in labels[1:])
+        line += "".join(" %12s" % ratio(t[l + "_det"], t[l]) for l in labels if args.deterministic)
+        line += "  " + r.get(labels[0] + "_kernel", "-").replace("fagen_bwd_bf16_", "")
+        print(line + ("  WRONG" if r.get("wrong") else ""))
     if args.out:
         write_json(args.out, meta)
     return 1 if failed else 0
