@@ -23,10 +23,11 @@ status=0
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 
-step() { # name, command...
+step() { # name, command... (each step at most STEP_S seconds, 600 by default: a hung kernel,
+          # e.g. a deterministic backward waiting on a semaphore, fails its step, not the run)
   local name=$1; shift
   local t0=$SECONDS
-  if "$@"; then summary+=("$(printf '%-28s ok   (%ds)' "$name" $((SECONDS - t0)))")
+  if timeout --kill-after=10 "${STEP_S:-600}" "$@"; then summary+=("$(printf '%-28s ok   (%ds)' "$name" $((SECONDS - t0)))")
   else summary+=("$(printf '%-28s FAIL (%ds)' "$name" $((SECONDS - t0)))"); status=1; fi
 }
 
