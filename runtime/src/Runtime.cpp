@@ -866,10 +866,11 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   const int64_t rowsQ = p.varlen ? p.total_q : int64_t(p.batch) * p.seqlen_q;
   const int64_t rowsPerHead = p.varlen ? p.total_q : p.seqlen_q;
   const int32_t mBlocks = int32_t(ceilDiv(p.seqlen_q, k.blockM));
-  // dq_accum [batch, heads_q, seqlen_q, head_dim_qk] and D like the LSE; varlen: the batch
-  // index is folded into the packed row.
-  bp.dq_accum_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * p.seqlen_q * p.head_dim_qk;
-  bp.dq_accum_head_stride = rowsPerHead * p.head_dim_qk;
+  // dq_accum [batch, heads_q, whole query tiles, head_dim_qk] and D like the LSE; varlen: the
+  // batch index is folded into the packed row.
+  const int64_t dqRowsPerHead = fagen_bwd_dq_rows(p.varlen, p.seqlen_q, p.total_q, k.blockM);
+  bp.dq_accum_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * dqRowsPerHead * p.head_dim_qk;
+  bp.dq_accum_head_stride = dqRowsPerHead * p.head_dim_qk;
   bp.d_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * p.seqlen_q;
   bp.d_head_stride = rowsPerHead;
   bp.semaphore_batch_stride = int64_t(p.heads_q) * mBlocks;
@@ -877,8 +878,9 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   bp.m_blocks = mBlocks;
   std::memcpy(plan.params, &bp, sizeof bp);
 
-  fagen_bwd_workspace w = fagen_bwd_workspace_layout(rowsQ, p.heads_q, p.head_dim_qk, p.batch,
-                                                     mBlocks, k.deterministic ? 1 : 0);
+  const int64_t dqRows = p.varlen ? p.total_q : int64_t(p.batch) * dqRowsPerHead;
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(rowsQ, dqRows, p.heads_q, p.head_dim_qk,
+                                                     p.batch, mBlocks, k.deterministic ? 1 : 0);
   plan.workspace_bytes = size_t(w.total_bytes);
   plan.workspace_offsets[0] = w.dq_accum_offset;
   plan.workspace_offsets[1] = w.d_offset;

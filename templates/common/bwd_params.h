@@ -17,7 +17,8 @@
 #include "fwd_params.h" // same folder: found whatever the include path
 
 // Version 2: the dropout rule draws Philox4x32-7 (common/philox.h; version 1: 10 rounds).
-#define FAGEN_BWD_PARAMS_VERSION 2
+// Version 3: dq_accum holds whole query tiles (m_blocks * kBlockM rows a head) unless varlen.
+#define FAGEN_BWD_PARAMS_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -27,10 +28,12 @@ extern "C" {
 /// variant field as in the forward call, which the backward must repeat exactly) plus the
 /// gradients. dO like O, dQ like Q, dK like K, dV like V (own strides, same layouts rules).
 /// Workspace (caller-allocated, size from the plan; see fagen_bwd_workspace_layout):
-///   dq_accum  float32, rows_q x head_dim_qk per head: dq_accum + b * dq_accum_batch_stride +
-///             h * dq_accum_head_stride + row * head_dim_qk (varlen: row = cu_seqlens_q[b] + i);
-///             the order inside one query tile's block is the kernel's own (sm80: the order of
-///             its dQ reductions, see BwdConfig::kDqAccumFragmentOrder), read back by _post.
+///   dq_accum  float32, head_dim_qk floats a row: dq_accum + b * dq_accum_batch_stride +
+///             h * dq_accum_head_stride + row * head_dim_qk. Rows per head: m_blocks * kBlockM,
+///             i.e. whole query tiles, the last one padded (varlen: total_q, row =
+///             cu_seqlens_q[b] + i); the order inside one query tile's block is the kernel's own
+///             (sm80: the order of its dQ reductions, see BwdConfig::kDqAccumFragmentOrder),
+///             read back by _post. fagen_bwd_dq_rows gives the row count.
 ///   d         float32, addressed like the LSE with d_batch_stride / d_head_stride
 ///   dq_semaphore  int32, one per (b, h, m_block), zeroed by _pre; deterministic kernels only.
 typedef struct fagen_bwd_params {
@@ -55,21 +58,29 @@ typedef struct fagen_bwd_params {
   int32_t pad0_;
 } fagen_bwd_params;
 
+/// Rows of dq_accum per head: whole query tiles of block_m rows (varlen: total_q, packed).
+static inline int64_t fagen_bwd_dq_rows(int32_t varlen, int64_t seqlen_q, int64_t total_q,
+                                        int32_t block_m) {
+  return varlen ? total_q : (seqlen_q + block_m - 1) / block_m * block_m;
+}
+
 /// Where each workspace buffer starts and how big the whole is. `rows_q`: batch * seqlen_q
-/// (varlen: total_q). Every offset is 256-byte aligned.
+/// (varlen: total_q), the rows of D; `dq_rows`: batch * fagen_bwd_dq_rows (varlen: total_q).
+/// Every offset is 256-byte aligned.
 typedef struct fagen_bwd_workspace {
   uint64_t dq_accum_offset, d_offset, semaphore_offset, total_bytes;
 } fagen_bwd_workspace;
 
 static inline uint64_t fagen_align256_(uint64_t x) { return (x + 255u) & ~(uint64_t)255u; }
 
-static inline fagen_bwd_workspace fagen_bwd_workspace_layout(int64_t rows_q, int32_t heads_q,
+static inline fagen_bwd_workspace fagen_bwd_workspace_layout(int64_t rows_q, int64_t dq_rows,
+                                                             int32_t heads_q,
                                                              int32_t head_dim_qk,
                                                              int32_t batch, int32_t m_blocks,
                                                              int32_t deterministic) {
   fagen_bwd_workspace w;
   w.dq_accum_offset = 0;
-  w.d_offset = fagen_align256_((uint64_t)rows_q * heads_q * head_dim_qk * 4u);
+  w.d_offset = fagen_align256_((uint64_t)dq_rows * heads_q * head_dim_qk * 4u);
   w.semaphore_offset = w.d_offset + fagen_align256_((uint64_t)rows_q * heads_q * 4u);
   w.total_bytes = w.semaphore_offset +
                   (deterministic ? fagen_align256_((uint64_t)batch * heads_q * m_blocks * 4u) : 0);

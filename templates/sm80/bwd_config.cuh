@@ -89,6 +89,14 @@ struct BwdConfig : VariantParts<Variant_> {
   // stay row-major (their block would reach past the sequence), as do padded head dims.
   // Measured +7-15% over row-major (H200; the LSU queue no longer throttles the reductions).
   static constexpr bool kDqAccumFragmentOrder = kHeadDimQK == kHeadDimQKPad;
+  /// Whether the query tile's dq_accum block is in fragment order. Without varlen every tile
+  /// is: the runtime gives each head whole query tiles (bwd_params.h), so a partial tile's
+  /// block ends inside its own head, and the choice is made at compile time (one reduction
+  /// loop with immediate offsets, no per-address select; rows past the sequence add into the
+  /// padding, which _post never reads). Varlen rows are packed: partial tiles stay row-major.
+  static __device__ __forceinline__ bool dq_fragment_order(bool full_tile) {
+    return kDqAccumFragmentOrder && (!Variant_::kVarlen || full_tile);
+  }
   static constexpr int kTileDK = kHeadDimQKPad / GridKV::kWarpsCols; // dK columns per warp
   static constexpr int kTileDV = kHeadDimVPad / GridKV::kWarpsCols;  // dV columns per warp
 

@@ -353,9 +353,9 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
         sm.k + (Config::kSwizzleQK ? 0 : col0 * 2), 0, Config::kSwizzleQK ? col0 / 8 : 0);
     if (Config::kDeterministic && c == 0)
       semaphore_wait(sem, dq_rank<Config>(params, st));
-    // Full tiles in DqAccumOrder (one 256-byte run per instruction), partial ones row-major.
+    // DqAccumOrder (one 256-byte run per instruction), or row-major (Config::dq_fragment_order).
     const bool fragment_order =
-        Config::kDqAccumFragmentOrder && (st.m_block + 1) * Config::kBlockM <= st.shape.seqlen_q;
+        Config::dq_fragment_order((st.m_block + 1) * Config::kBlockM <= st.shape.seqlen_q);
     float *mine = accum - (wm * G::kTileRows + lane / 4) * Config::kHeadDimQK +
                   warp * DqAccumOrder<Config>::kWarpFloats + 2 * lane;
 #pragma unroll
@@ -544,10 +544,12 @@ __device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
       d[r] = sum;
   }
 
+  // A fragment-order block spreads its rows over the whole tile: zero all of it.
+  const int zero_rows = Config::dq_fragment_order(rows == kBlockM) ? kBlockM : rows;
   float4 *accum = reinterpret_cast<float4 *>(
       params.dq_accum + batch_offset<kVarlen>(batch, params.dq_accum_batch_stride) +
       head * params.dq_accum_head_stride + row0 * Config::kHeadDimQK);
-  for (int i = threadIdx.x; i < rows * Config::kHeadDimQK / 4; i += kThreads)
+  for (int i = threadIdx.x; i < zero_rows * Config::kHeadDimQK / 4; i += kThreads)
     accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
@@ -571,7 +573,7 @@ __device__ __forceinline__ void bwd_postprocess(const fagen_bwd_params &params) 
   Element *dq = static_cast<Element *>(params.dq) +
                 batch_offset<kVarlen>(batch, params.dq_batch_stride) +
                 head * params.dq_head_stride + row0 * params.dq_row_stride;
-  const bool fragment_order = Config::kDqAccumFragmentOrder && rows == kBlockM;
+  const bool fragment_order = Config::dq_fragment_order(rows == kBlockM);
   for (int c = threadIdx.x; c < rows * kChunksPerRow; c += Config::kPrePostThreads) {
     const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
     const int at = fragment_order ? DqAccumOrder<Config>::offset(r, 8 * chunk) / 4 : 2 * c;

@@ -645,6 +645,11 @@ struct DeviceProblem {
     ws = workspace(pb, kern);
     m_blocks = (pb.max_sq + kern.block_m - 1) / kern.block_m;
     p = pb.p;
+    if (!pb.var.varlen) { // whole query tiles a head (bwd_params.h)
+      const int64_t dq_rows = fagen_bwd_dq_rows(0, pb.max_sq, 0, kern.block_m);
+      p.dq_accum_head_stride = dq_rows * pb.hd_qk;
+      p.dq_accum_batch_stride = int64_t(pb.heads_q) * dq_rows * pb.hd_qk;
+    }
     p.fwd.q = q.ptr, p.fwd.k = k.ptr, p.fwd.v = v.ptr, p.fwd.o = o.ptr;
     p.fwd.lse = static_cast<float *>(lse.ptr);
     p.fwd.alibi_slopes = static_cast<float *>(slopes.ptr);
@@ -664,7 +669,10 @@ struct DeviceProblem {
   }
   static fagen_bwd_workspace workspace(const Problem &pb, const BwdKernel &kern) {
     const int rows_q = pb.var.varlen ? pb.total_q : pb.batch * pb.max_sq;
-    return fagen_bwd_workspace_layout(rows_q, pb.heads_q, pb.hd_qk, pb.batch,
+    const int64_t dq_rows = pb.var.varlen
+                                ? pb.total_q
+                                : pb.batch * fagen_bwd_dq_rows(0, pb.max_sq, 0, kern.block_m);
+    return fagen_bwd_workspace_layout(rows_q, dq_rows, pb.heads_q, pb.hd_qk, pb.batch,
                                       (pb.max_sq + kern.block_m - 1) / kern.block_m,
                                       kern.deterministic);
   }
@@ -842,8 +850,10 @@ static void run_bench(const Options &opt) {
         const size_t elems = size_t(batch) * heads * seqlen * hd;
         DeviceBuffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2), dout(elems * 2),
             dq(elems * 2), dk(elems * 2), dv(elems * 2), lse(size_t(batch) * heads * seqlen * 4);
+        // Room for any kernel: query tiles of up to 256 rows, semaphores for 16-row tiles.
         const fagen_bwd_workspace ws = fagen_bwd_workspace_layout(
-            int64_t(batch) * seqlen, heads, hd, batch, (seqlen + 15) / 16, 1);
+            int64_t(batch) * seqlen, batch * fagen_bwd_dq_rows(0, seqlen, 0, 256), heads, hd,
+            batch, (seqlen + 15) / 16, 1);
         DeviceBuffer work(ws.total_bytes);
         fill_random<<<1024, 256>>>((uint16_t *)q.ptr, elems, 1);
         fill_random<<<1024, 256>>>((uint16_t *)k.ptr, elems, 2);
@@ -885,14 +895,16 @@ static void run_bench(const Options &opt) {
             f.dropout_seed = 42, f.dropout_offset = 7;
           }
           p.d_head_stride = seqlen, p.d_batch_stride = int64_t(heads) * seqlen;
-          p.dq_accum_head_stride = int64_t(seqlen) * hd;
-          p.dq_accum_batch_stride = int64_t(heads) * seqlen * hd;
+          const int64_t dq_rows = fagen_bwd_dq_rows(0, seqlen, 0, kern.block_m);
+          p.dq_accum_head_stride = dq_rows * hd;
+          p.dq_accum_batch_stride = int64_t(heads) * dq_rows * hd;
           f.q = q.ptr, f.k = k.ptr, f.v = v.ptr, f.o = o.ptr, f.lse = (float *)lse.ptr;
           p.dout = dout.ptr, p.dq = dq.ptr, p.dk = dk.ptr, p.dv = dv.ptr;
           const int m_blocks = (seqlen + kern.block_m - 1) / kern.block_m;
           char *w = static_cast<char *>(work.ptr);
           const fagen_bwd_workspace wl = fagen_bwd_workspace_layout(
-              int64_t(batch) * seqlen, heads, hd, batch, m_blocks, kern.deterministic);
+              int64_t(batch) * seqlen, batch * dq_rows, heads, hd, batch, m_blocks,
+              kern.deterministic);
           p.dq_accum = (float *)(w + wl.dq_accum_offset), p.d = (float *)(w + wl.d_offset);
           p.dq_semaphore = (int32_t *)(w + wl.semaphore_offset);
           p.semaphore_head_stride = m_blocks, p.semaphore_batch_stride = int64_t(m_blocks) * heads;

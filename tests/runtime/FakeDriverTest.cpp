@@ -600,9 +600,10 @@ TEST_F(FakeVariantTest, BackwardLaunchesPreMainPostInOrder) {
   EXPECT_EQ(plan.pre_post_grid[1], 16);
   EXPECT_EQ(plan.pre_post_grid[2], 2);
   EXPECT_EQ(plan.pre_post_block[0], 128);
-  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 16, 128, 2, 16, 0);
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 2 * 1024, 16, 128, 2, 16, 0);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
-  EXPECT_EQ(plan.workspace_bytes, 2u * 1000 * 16 * 128 * 4 + 2 * 1000 * 16 * 4); // 256-aligned
+  // dq_accum: 16 whole query tiles of 64 rows a head; D: 1000 rows (both 256-byte aligned).
+  EXPECT_EQ(plan.workspace_bytes, 2u * 1024 * 16 * 128 * 4 + 2 * 1000 * 16 * 4);
   EXPECT_EQ(fake().maxDynamicSmem, 81920);
 
   alignas(256) static char q[16], k[16], v[16], o[16], dout[16], dq[16], dk[16], dv[16];
@@ -645,8 +646,8 @@ TEST_F(FakeVariantTest, BackwardLaunchesPreMainPostInOrder) {
   EXPECT_EQ(bp.d, reinterpret_cast<float *>(workspace + w.d_offset));
   EXPECT_EQ(bp.dq_semaphore, nullptr);
   EXPECT_EQ(bp.m_blocks, 16);
-  EXPECT_EQ(bp.dq_accum_batch_stride, 16 * 1000 * 128);
-  EXPECT_EQ(bp.dq_accum_head_stride, 1000 * 128);
+  EXPECT_EQ(bp.dq_accum_batch_stride, 16 * 1024 * 128);
+  EXPECT_EQ(bp.dq_accum_head_stride, 1024 * 128);
   EXPECT_EQ(bp.d_batch_stride, 16 * 1000);
   EXPECT_EQ(bp.d_head_stride, 1000);
   EXPECT_EQ(bp.do_row_stride, 16 * 128);
@@ -667,7 +668,7 @@ TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
   fagen_plan plan;
   ASSERT_EQ(fagen_plan_backward(bundle, &p, 1, &plan), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), "fagen_bwd_fp16_hd128_causal_det_sm80");
-  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 16, 128, 2, 16, 1);
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 2 * 1024, 16, 128, 2, 16, 1);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_GT(w.total_bytes, w.semaphore_offset);
   alignas(256) static char buf[16], workspace[256];
@@ -745,7 +746,7 @@ TEST_F(FakeVariantTest, VarlenBackwardWorkspaceAndArguments) {
   fagen_plan plan;
   ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), "fagen_bwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80");
-  fagen_bwd_workspace w = fagen_bwd_workspace_layout(1500, 16, 64, 3, 11, 0);
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(1500, 1500, 16, 64, 3, 11, 0);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_EQ(plan.pre_post_grid[0], 11); // ceil(700 / 64)
   EXPECT_EQ(plan.grid[0], 8);           // ceil(900 / 128)
