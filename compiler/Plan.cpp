@@ -44,16 +44,12 @@ int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int st
   return blockM * std::max(qkRow, vRow) + stages * blockN * (qkRow + vRow);
 }
 
-int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
-                     bool causal) {
+int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
   // K and V tiles, kStages x (Q + dO tiles), and P and dS tiles in the input dtype; head-dim
-  // rows as the forward's except under causal masks (padded: BwdConfig::kSwizzleRows), P and dS
-  // rows padded by 16 bytes. Mirrors templates/sm80/bwd_config.cuh's BwdConfig::kSmemBytes (the
-  // emitted code static_asserts that they agree).
-  auto row = [causal](int headDim) {
-    return causal ? paddedHeadDim(headDim) * 2 + 16 : sm80SmemRowBytes(headDim);
-  };
-  int qkRow = row(headDimQK), vRow = row(headDimV);
+  // rows as the forward's, P and dS rows padded by 16 bytes. Mirrors
+  // templates/sm80/bwd_config.cuh's BwdConfig::kSmemBytes (the emitted code static_asserts that
+  // they agree).
+  int qkRow = sm80SmemRowBytes(headDimQK), vRow = sm80SmemRowBytes(headDimV);
   int pRow = blockN * 2 + 16;
   return blockN * (qkRow + vRow) + stages * blockM * (qkRow + vRow) + 2 * blockM * pRow;
 }
@@ -195,18 +191,17 @@ int defaultRescaleTau(int headDim, bool causal, const std::string &arch) {
   return 0;
 }
 
-/// Shared memory of `t` for pass `pass` (`causal`: the backward's rows, sm80BwdSmemBytes).
-int smemBytesOf(const std::string &pass, const Tile &t, int headDimQK, int headDimV,
-                bool causal) {
-  return pass == "bwd" ? sm80BwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages, causal)
+/// Shared memory of `t` for pass `pass`.
+int smemBytesOf(const std::string &pass, const Tile &t, int headDimQK, int headDimV) {
+  return pass == "bwd" ? sm80BwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages)
                        : sm80FwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages);
 }
 
 /// Shrinks a default tile until it fits the arch's shared memory: stages, then block_n down to
 /// 32, then (backward) block_m down to 32 with at most 4 warps.
 Tile fitSmem(Tile t, const std::string &pass, int headDimQK, int headDimV,
-             const std::string &arch, bool causal = false) {
-  while (smemBytesOf(pass, t, headDimQK, headDimV, causal) > archSmemLimit(arch)) {
+             const std::string &arch) {
+  while (smemBytesOf(pass, t, headDimQK, headDimV) > archSmemLimit(arch)) {
     if (t.stages > 1) {
       --t.stages;
     } else if (t.blockN > 32) {
@@ -345,8 +340,7 @@ std::string sm80BwdConfigProblem(const KernelPlan &p) {
                                            p.headDimV);
   if (!split.empty())
     return split;
-  int smem =
-      sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.mask == "causal");
+  int smem = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   if (smem > archSmemLimit(p.arch))
     return llvm::formatv("backward tile {0}x{1} with {2} stages needs {3} bytes of shared memory; "
                          "{4} allows {5}",
@@ -650,8 +644,7 @@ void finalizePlan(KernelPlan &p) {
   // tiles) and 10 % slower at hd 256, seqlen >= 8k.
   p.persistent = p.templ == "sm90ws" && p.headDimQK == 64 && p.headDimV == 64;
   if (p.pass == "bwd")
-    p.smemBytes =
-        sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.mask == "causal");
+    p.smemBytes = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   else if (p.templ == "sm90")
     p.smemBytes = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   else if (p.templ == "sm90ws")
@@ -804,8 +797,7 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
                        v.headDimQK, v.headDimV, arch);
   if (pass == "bwd" && v.scoreMod != "none")
     t = scoreModBwdTile(t, headDim);
-  t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, arch,
-              v.mask == "causal");
+  t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, arch);
   // Head dims whose padded width is an odd multiple of 16 (48, 80, ...) do not split over
   // 8 warps: fewer warps, and a narrower key tile so that each warp's share stays in registers
   // (hd 72 at 64x128 with 4 warps spilled 1264 bytes, at 64x64 none, nvcc 13.0, sm_90; so do

@@ -106,12 +106,11 @@ struct BwdConfig : VariantParts<Variant_> {
   // rows of each ldmatrix phase (plain or .trans) and of each fragment store in distinct banks.
   //   K (kBlockN, QKPad) | V (kBlockN, VPad) | kStages x Q (kBlockM, QKPad) |
   //   kStages x dO (kBlockM, VPad) | P (kBlockM, kBlockN) | dS (kBlockM, kBlockN)
-  // The dK / dV epilogue reuses K and V.
-  // Not under causal masks: there the swizzled addressing took hd 256 over 255 registers (60
-  // spill bytes) and measured 1-5 % slower, where non-causal gained 5-6 % (H200, 2026-11-30).
-  static constexpr bool kSwizzleRows = !VariantParts<Variant_>::Mask::kCausal;
-  static constexpr bool kSwizzleQK = kSwizzleRows && SmemRow<kHeadDimQKPad>::kSwizzled;
-  static constexpr bool kSwizzleV = kSwizzleRows && SmemRow<kHeadDimVPad>::kSwizzled;
+  // The dK / dV epilogue reuses K and V. Every mask swizzles: causal kernels kept padded rows
+  // until the dQ reduction lost its per-address select (hd 256 causal swizzled: 60 spill bytes
+  // and 1-5 % slower before, spill-free and 1.08-1.15x after; H200, docs/perf/sm80-bwd.md 11).
+  static constexpr bool kSwizzleQK = SmemRow<kHeadDimQKPad>::kSwizzled;
+  static constexpr bool kSwizzleV = SmemRow<kHeadDimVPad>::kSwizzled;
   static constexpr int kRowQK = kSwizzleQK ? kHeadDimQKPad * 2 : kHeadDimQKPad * 2 + 16;
   static constexpr int kRowV = kSwizzleV ? kHeadDimVPad * 2 : kHeadDimVPad * 2 + 16;
   static constexpr int kRowP = kBlockN * 2 + 16;
