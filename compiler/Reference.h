@@ -167,6 +167,10 @@ struct StridedTensor {
 struct BwdProblem {
   FwdProblem Fwd;
   StridedTensor DOut;
+  /// The O that the kernel under test reads (FwdResult layout), or null. The same-precision
+  /// reference then takes D = rowsum(dO o O) from it, as the kernel does, so that both see the
+  /// same forward output; the float64 reference always recomputes its own.
+  const std::vector<double> *GivenO = nullptr;
 };
 
 /// dQ like the forward's O rows with head_dim_qk; dK and dV one row per (batch, kv head, key):
@@ -469,10 +473,13 @@ template <class Acc, bool SamePrecision> BwdResult backward(const BwdProblem &Bp
         Row.compute(Pb, T, Mod, B, H, I, S);
         if (Row.Empty)
           continue; // no visible key: dQ = 0 and nothing flows to dK, dV
+        const size_t Index = resultRowQ(Pb, B, H, I);
+        const double *GivenO =
+            SamePrecision && Bp.GivenO ? Bp.GivenO->data() + Index * Dv : nullptr;
         Acc D = 0;
         for (int X = 0; X < Dv; ++X) {
           DOut[X] = Acc(loadElement(Pb, Bp.DOut, B, H, S.Q0, I, X));
-          D += DOut[X] * Row.O[X];
+          D += DOut[X] * (GivenO ? Acc(GivenO[X]) : Row.O[X]);
         }
         std::fill(DQ.begin(), DQ.end(), Acc(0));
         for (int J = 0; J < S.Sk; ++J) {
@@ -491,7 +498,6 @@ template <class Acc, bool SamePrecision> BwdResult backward(const BwdProblem &Bp
           for (int X = 0; X < Dv; ++X)
             DV[size_t(J) * Dv + X] += PZ * DOut[X];
         }
-        const size_t Index = resultRowQ(Pb, B, H, I);
         for (int X = 0; X < Dqk; ++X)
           R.DQ[Index * Dqk + X] = double(Round(DQ[X]));
       }

@@ -153,6 +153,29 @@ void expectGradientsMatch(TestProblem &T) {
   EXPECT_GT(Norm, 1e-3);
 }
 
+TEST(ReferenceGradients, SamePrecisionReadsTheGivenO) {
+  // The same-precision backward takes D = rowsum(dO o O) from GivenO (the O a kernel under
+  // test reads); the float64 backward ignores it.
+  TestProblem T;
+  T.Pb.Mask = MaskKind::Causal;
+  T.build();
+  BwdProblem Bp{T.Pb, T.dout()};
+  const BwdResult Own = backwardSamePrecision(Bp), Exact = backwardFloat64(Bp);
+  FwdResult F = forwardFloat64(T.Pb);
+  Bp.GivenO = &F.O;
+  BwdError Same = measureError(Own, backwardSamePrecision(Bp));
+  EXPECT_LT(Same.MaxDQ, 1e-5); // its own O, in fp32: nearly the float64 one
+  EXPECT_LT(Same.MaxDK, 1e-5);
+  EXPECT_EQ(measureError(Exact, backwardFloat64(Bp)).MaxDQ, 0.0);
+  for (double &X : F.O) // a different O moves D, hence dS, dQ and dK; dV = P^T dO does not
+    X *= 1.01;
+  BwdError Moved = measureError(Own, backwardSamePrecision(Bp));
+  EXPECT_GT(Moved.MaxDQ, 1e-4);
+  EXPECT_GT(Moved.MaxDK, 1e-4);
+  EXPECT_LT(Moved.MaxDV, 1e-5);
+  EXPECT_EQ(measureError(Exact, backwardFloat64(Bp)).MaxDQ, 0.0);
+}
+
 TEST(ReferenceGradients, Dense) {
   TestProblem T;
   T.Pb.Mask = MaskKind::None;
