@@ -118,15 +118,25 @@ void printHeader() {
       "result");
 }
 
-void printForwardRow(const KernelRecord &k, const CheckShape &s, const CaseResult &r) {
+/// Under a row: the largest error of each output over its bound (every output with --explain).
+void printWorst(const std::vector<std::pair<std::string, bool>> &worst, bool explain) {
+  for (const auto &[line, over] : worst)
+    if (over || explain)
+      llvm::outs() << "    " << line << (over ? "  (over the bound)" : "") << "\n";
+}
+
+void printForwardRow(const KernelRecord &k, const CheckShape &s, const CaseResult &r,
+                     bool explain) {
   std::string verdict = r.failure.empty() ? (r.passed ? "ok" : "MISMATCH") : r.failure;
   llvm::outs() << llvm::formatv(
       "{0,-56} {1,-7} {2,-24} {3,10:e2} {4,10:e2} {5,10:e2} {6,10:e2} {7,10} {7,10}  {8}\n",
       k.name, k.arch, checkShapeText(s), r.kernel.MaxO, 2 * r.samePrecision.MaxO + ref::kEpsO,
       r.kernel.MaxLse, 2 * r.samePrecision.MaxLse + ref::kEpsLse, "-", verdict);
+  printWorst(r.worst, explain);
 }
 
-void printBackwardRow(const KernelRecord &k, const CheckShape &s, const BwdCaseResult &r) {
+void printBackwardRow(const KernelRecord &k, const CheckShape &s, const BwdCaseResult &r,
+                      bool explain) {
   std::string verdict = r.failure;
   if (verdict.empty()) {
     bool close = ref::withinTolerance(r.kernel, r.samePrecision);
@@ -143,6 +153,7 @@ void printBackwardRow(const KernelRecord &k, const CheckShape &s, const BwdCaseR
       k.name, k.arch, checkShapeText(s), r.kernel.MaxDQ, limit(r.samePrecision.MaxDQ),
       r.kernel.MaxDK, limit(r.samePrecision.MaxDK), r.kernel.MaxDV, limit(r.samePrecision.MaxDV),
       verdict);
+  printWorst(r.worst, explain);
 }
 
 /// Why kernel k is not run here, or "".
@@ -173,7 +184,7 @@ bool checkCase(const CheckOptions &opt, const Session &session, int index,
     const BwdCaseResult &r = std::get<BwdCaseResult>(outcome);
     if (!r.forwardSource.empty() && r.forwardSource != lastSource)
       llvm::outs() << "  O, LSE from " << (lastSource = r.forwardSource) << "\n";
-    printBackwardRow(k, s, r);
+    printBackwardRow(k, s, r, opt.explain);
     ok = r.failure.empty() && r.passed;
     if (k.deterministic) // atomics make other kernels' dQ differ between runs in its last bits
       golden = r.gradients;
@@ -185,7 +196,7 @@ bool checkCase(const CheckOptions &opt, const Session &session, int index,
       return false;
     }
     const CaseResult &r = std::get<CaseResult>(outcome);
-    printForwardRow(k, s, r);
+    printForwardRow(k, s, r, opt.explain);
     ok = r.failure.empty() && r.passed;
     golden = r.outputO;
   }

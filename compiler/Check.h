@@ -124,6 +124,8 @@ struct CaseResult {
   bool passed = false;
   std::string failure;        ///< a plan/run error of the runtime (not sticky), or ""
   std::vector<float> outputO; ///< the kernel's O as fp32, dense (for golden files)
+  /// Per output (O, LSE): its largest error (ref::describeWorst), and whether over its bound.
+  std::vector<std::pair<std::string, bool>> worst;
 };
 
 /// A failed CUDA driver call; the context may be unusable afterwards (a kernel fault).
@@ -148,6 +150,8 @@ struct BwdCaseResult {
   std::string forwardSource; ///< where O and LSE came from: a forward kernel or the CPU
   int64_t repeatDiffer = -1; ///< deterministic: elements differing between 2 runs; else -1
   std::vector<float> gradients; ///< dQ, dK, dV as fp32, dense, concatenated (golden files)
+  /// Per gradient (dQ, dK, dV): its largest error (ref::describeWorst), and whether over its bound.
+  std::vector<std::pair<std::string, bool>> worst;
 };
 
 using BwdCaseOutcome = std::variant<BwdCaseResult, CudaFailure>;
@@ -245,6 +249,7 @@ struct CheckOptions {
   bool quick = false;         ///< a reduced grid (for compute-sanitizer runs)
   std::string kernelFilter;   ///< only kernels whose name contains this
   bool nonFinite = false;     ///< the non-finite input cases instead of the shape grid
+  bool explain = false;       ///< print every case's largest errors, not only a mismatch's
 };
 
 /// Exit codes: 0 all passed, 1 a mismatch, 4 no GPU / driver, 3 other errors.

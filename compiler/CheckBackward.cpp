@@ -177,6 +177,16 @@ void compareGradients(const KernelRecord &k, const CaseInputs &in, const HostFor
   result.samePrecision = ref::measureError(exact, same);
   result.passed = ref::withinTolerance(result.kernel, result.samePrecision) &&
                   result.repeatDiffer <= 0;
+  const int dqk = bp.Fwd.HeadDim, dv = bp.Fwd.headDimV();
+  const ref::ElementType type = bp.Fwd.Type;
+  auto over = [](double kernel, double same) { return kernel > 2 * same + ref::kEpsGrad; };
+  result.worst = {
+      {ref::describeWorst("dQ", exact.DQ, same.DQ, kernel.DQ, dqk, type),
+       over(result.kernel.MaxDQ, result.samePrecision.MaxDQ)},
+      {ref::describeWorst("dK", exact.DK, same.DK, kernel.DK, dqk, type),
+       over(result.kernel.MaxDK, result.samePrecision.MaxDK)},
+      {ref::describeWorst("dV", exact.DV, same.DV, kernel.DV, dv, type),
+       over(result.kernel.MaxDV, result.samePrecision.MaxDV)}};
   for (const std::vector<double> *g : {&kernel.DQ, &kernel.DK, &kernel.DV})
     result.gradients.insert(result.gradients.end(), g->begin(), g->end());
 }

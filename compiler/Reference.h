@@ -25,8 +25,10 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -609,6 +611,40 @@ inline double maxAbsDiff(const std::vector<double> &A, const std::vector<double>
   for (size_t I = 0; I < std::min(A.size(), B.size()); ++I)
     Max = std::max(Max, absDiff(A[I], B[I]));
   return Max;
+}
+
+/// Where the largest absolute difference of A and B is (0 when empty or of unequal sizes).
+inline size_t worstIndex(const std::vector<double> &A, const std::vector<double> &B) {
+  size_t Worst = 0;
+  double Max = -1;
+  for (size_t I = 0; I < std::min(A.size(), B.size()); ++I)
+    if (absDiff(A[I], B[I]) > Max)
+      Max = absDiff(A[I], B[I]), Worst = I;
+  return Worst;
+}
+
+/// One line on tensor `Name`'s largest kernel error (its flat element, row and column in the
+/// result layout, the three values, and the spacing of the dtype there), for a MISMATCH.
+inline std::string describeWorst(const char *Name, const std::vector<double> &Exact,
+                                 const std::vector<double> &Same,
+                                 const std::vector<double> &Kernel, int Columns, ElementType T) {
+  if (Exact.empty() || Exact.size() != Same.size() || Exact.size() != Kernel.size() ||
+      Columns <= 0)
+    return std::string(Name) + ": sizes differ, no element to show";
+  const size_t I = worstIndex(Exact, Kernel);
+  // The dtype's spacing at |float64| (normal numbers): 2^(e - p) for |x| = m 2^e, m in [0.5, 1),
+  // p significand bits (fp16 11, bf16 8, float64 53).
+  const int Bits = T == ElementType::F16 ? 11 : T == ElementType::BF16 ? 8 : 53;
+  int Exponent = 0;
+  std::frexp(Exact[I], &Exponent);
+  const double Step = Exact[I] == 0 ? 0.0 : std::ldexp(1.0, Exponent - Bits);
+  char Line[320];
+  std::snprintf(Line, sizeof Line,
+                "%s: largest error at element %zu (result row %zu, column %zu): kernel %.7g, "
+                "float64 %.7g, same-precision %.7g; the dtype's step there %.3g",
+                Name, I, I / size_t(Columns), I % size_t(Columns), Kernel[I], Exact[I], Same[I],
+                Step);
+  return Line;
 }
 
 inline FwdError measureError(const FwdResult &Ref, const FwdResult &Out) {

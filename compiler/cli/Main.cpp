@@ -289,6 +289,10 @@ int main(int argc, char **argv) {
   check->add_flag("--quick", checkOptions.quick, "a reduced shape grid (for compute-sanitizer)");
   check->add_option("--kernel", checkOptions.kernelFilter,
                     "only kernels whose name contains this text");
+  check->add_flag("--explain", checkOptions.explain,
+                  "under every case, each output's largest error: the element, the kernel's, "
+                  "float64 and same-precision values there, and the dtype's step (a mismatch "
+                  "always prints its outputs over the bound)");
   check->add_flag("--nonfinite", checkOptions.nonFinite,
                   "instead of the shape grid, one shape per kernel with one NaN or +Inf input "
                   "element per case (forward: NaN in K, V, Q, +Inf in Q; backward: NaN in dO), "

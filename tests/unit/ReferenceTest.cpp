@@ -176,6 +176,21 @@ TEST(ReferenceGradients, SamePrecisionReadsTheGivenO) {
   EXPECT_EQ(measureError(Exact, backwardFloat64(Bp)).MaxDQ, 0.0);
 }
 
+TEST(ReferenceErrors, DescribeWorstNamesTheElementAndTheDtypeStep) {
+  const std::vector<double> Exact = {1.0, 2.0, 3.0, -0.5}, Same = {1.0, 2.0, 3.0078125, -0.5},
+                            Kernel = {1.0, 2.015625, 3.0, -0.5};
+  const std::string Line = describeWorst("dQ", Exact, Same, Kernel, 2, ElementType::BF16);
+  EXPECT_NE(Line.find("dQ: largest error at element 1 (result row 0, column 1)"),
+            std::string::npos)
+      << Line;
+  EXPECT_NE(Line.find("kernel 2.015625, float64 2, same-precision 2;"), std::string::npos) << Line;
+  EXPECT_NE(Line.find("step there 0.0156"), std::string::npos) << Line; // bf16 at [2, 4): 2^-6
+  EXPECT_NE(describeWorst("O", Exact, Same, Kernel, 2, ElementType::F16).find("step there 0.00195"),
+            std::string::npos); // fp16 at [2, 4): 2^-9
+  EXPECT_NE(describeWorst("dV", Exact, {}, Kernel, 2, ElementType::BF16).find("sizes differ"),
+            std::string::npos);
+}
+
 TEST(ReferenceGradients, Dense) {
   TestProblem T;
   T.Pb.Mask = MaskKind::None;
