@@ -14,6 +14,9 @@ timed). triton.testing.do_bench: CUDA events, warm-up, L2 cleared before each ru
 Before timing, fagen's dQ, dK, dV are compared with SDPA flash's on the same inputs (max |diff|
 relative to max |grad| must stay under 2e-2 in bf16, else the row is marked WRONG and the run
 fails). --deterministic times the bundle's deterministic kernels beside the default ones.
+--dropout P also times the backward with dropout p (fagen's dropout kernels of the bundle, SDPA
+flash with dropout_p), and prints what dropout costs each: the dropout backward's time over the
+dense one's (the masks differ, so those gradients are only checked to be finite).
 """
 import argparse
 import json
@@ -73,6 +76,37 @@ def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, lay
         row[label + "_ms"] = bench_ms(run)
 
 
+def fagen_dropout_row(name, bundle, q, k, v, do, causal, p, row, layout):
+    """fagen's forward and backward with dropout p (seed 1, offset 0): fills row[name +
+    "_drop..."]; the gradients must be finite (their mask is fagen's own)."""
+    def empty_like_layout(t):
+        if layout == "bhsd":
+            return torch.empty(t.transpose(1, 2).shape, dtype=t.dtype, device=t.device).transpose(1, 2)
+        return torch.empty_like(t)
+    label = name + "_drop"
+    args = fagen_rt.run_args(dropout_seed=1, dropout_offset=0)
+    try:
+        fplan = bundle.plan_forward(q, k, v, causal=causal, dropout_p=p, out_layout=layout)
+        plan = bundle.plan_backward(q, k, v, causal=causal, dropout_p=p, out_layout=layout)
+    except fagen_rt.FagenError as e:
+        print(f"{label}: {e}", flush=True)
+        return
+    o = empty_like_layout(q)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+    fplan.run(q, k, v, o, lse, args=args)
+    dq, dk, dv = (empty_like_layout(t) for t in (q, k, v))
+    ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    run = lambda: plan.run_backward(q, k, v, o, lse, do, dq, dk, dv, ws, args=args)
+    for t in (dq, dk, dv):
+        t.fill_(float("nan"))
+    run()
+    torch.cuda.synchronize()
+    row[label + "_kernel"] = plan.kernel.split(" ")[0]
+    if not all(bool(torch.isfinite(t).all()) for t in (dq, dk, dv)):
+        row["wrong"] = True
+    row[label + "_ms"] = bench_ms(run)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--bundle", required=True, action="append",
@@ -83,6 +117,9 @@ def main():
     ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     ap.add_argument("--deterministic", action="store_true",
                     help="also time the deterministic backward kernels")
+    ap.add_argument("--dropout", type=float, default=0.0, metavar="P",
+                    help="also time the backward with dropout P (the bundle's dropout kernels "
+                         "and SDPA flash's) and print what dropout costs")
     ap.add_argument("--layout", default="bshd", choices=("bshd", "bhsd"),
                     help="memory layout of every tensor (both sides see the same memory); "
                          "bshd: FlashAttention-3's benchmark, bhsd: torch's default")
@@ -118,12 +155,16 @@ def main():
                 flops = 10.0 * b * h * s * s * d * (0.5 if causal else 1.0)
                 row = dict(head_dim=d, causal=causal, seqlen=s, batch=b, heads=h)
                 ref_grads = None
-                for name, backend in (("flash", SDPBackend.FLASH_ATTENTION),
-                                      ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                sdpa_runs = [("flash", SDPBackend.FLASH_ATTENTION, 0.0),
+                             ("cudnn", SDPBackend.CUDNN_ATTENTION, 0.0)]
+                if args.dropout > 0:
+                    sdpa_runs.append(("flash_drop", SDPBackend.FLASH_ATTENTION, args.dropout))
+                for name, backend, drop_p in sdpa_runs:
                     try:
                         qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
                         with sdpa_kernel([backend]):
-                            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal)
+                            out = F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal,
+                                                                 dropout_p=drop_p)
                         dot = do.transpose(1, 2)
                         grads = torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
                         if name == "flash":
@@ -138,7 +179,11 @@ def main():
                     for label, bundle in bundles:
                         fagen_rows(label, bundle, q, k, v, do, causal, det_modes, row, ref_grads,
                                    args.layout)
-                for name in labels + [l + "_det" for l in labels] + ["flash", "cudnn"]:
+                        if args.dropout > 0:
+                            fagen_dropout_row(label, bundle, q, k, v, do, causal, args.dropout,
+                                              row, args.layout)
+                for name in (labels + [l + "_det" for l in labels] + [l + "_drop" for l in labels]
+                             + ["flash", "cudnn", "flash_drop"]):
                     if row.get(name + "_ms"):
                         row[name + "_tflops"] = flops / row[name + "_ms"] / 1e9
                 failed = failed or row.get("wrong", False)
@@ -165,6 +210,22 @@ def main():
         line += "".join(" %12s" % ratio(t[l + "_det"], t[l]) for l in labels if args.deterministic)
         line += "  " + r.get(labels[0] + "_kernel", "-").replace("fagen_bwd_bf16_", "")
         print(line + ("  WRONG" if r.get("wrong") else ""))
+    if args.dropout > 0:
+        print("\ndropout p = %g: TFLOP/s of the dropout backward, its time over the dense one's"
+              % args.dropout)
+        head = "%-3s %-6s %6s " % ("hd", "causal", "seqlen") + " ".join(
+            "%8s %10s" % (l[:8], l[:5] + " cost") for l in labels + ["flash"])
+        print(head + " " + " ".join("%12s" % (l[:6] + "/flash") for l in labels) + "  kernel")
+        for r in meta["rows"]:
+            line = "%3d %-6s %6d " % (r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"])
+            for l in labels + ["flash"]:
+                drop, dense = r.get(l + "_drop_ms"), r.get(l + "_ms")
+                line += "%8s %10s " % (fmt(r.get(l + "_drop_tflops")),
+                                       ratio(drop, dense) if drop and dense else "-")
+            line += " ".join("%12s" % ratio(r.get(l + "_drop_tflops"), r.get("flash_drop_tflops"))
+                             for l in labels)
+            line += "  " + r.get(labels[0] + "_drop_kernel", "-").replace("fagen_bwd_bf16_", "")
+            print(line + ("  WRONG" if r.get("wrong") else ""))
     if args.out:
         write_json(args.out, meta)
     return 1 if failed else 0
