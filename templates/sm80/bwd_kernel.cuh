@@ -216,18 +216,29 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
   }
 
   const Dropout drop(params.fwd, st.batch, st.head);
+  u32 t_low7 = 0, t_not = 0; // the threshold in each byte, for bytes_ge_msb
+  if constexpr (Dropout::kEnabled) {
+    const u32 t4 = drop.threshold * 0x01010101u;
+    t_low7 = t4 & 0x7f7f7f7fu, t_not = ~t4;
+  }
 #pragma unroll
   for (int t = 0; t < kRowTiles; ++t) {
-    unsigned keep16 = 0; // one Philox draw per four 8-column tiles (philox.h's patch)
+    // One Philox draw per four 8-column tiles (philox.h's patch): bit 7 of each byte of its
+    // words x, y, z, w is that element's keep flag (byte >= threshold). Element e of tile
+    // j % 4 = u is byte 2 (u % 2) + e % 2 of word 2 (e / 2) + u / 2 (PhiloxDropout::keep16's
+    // order; prmt turns the flag into a 32-bit mask).
+    u32 flags[4] = {};
 #pragma unroll
     for (int j = 0; j < kColTiles; ++j) {
       unsigned keep = 0xfu;
       if constexpr (Dropout::kEnabled) {
         const int row = row0 + 16 * t + lane / 4, col = col0 + 8 * j + 2 * (lane % 4);
         if constexpr (kColTiles % 4 == 0) { // col0 is then a multiple of 32
-          if (j % 4 == 0)
-            keep16 = drop.keep16(row, col);
-          keep = (keep16 >> 4 * (j % 4)) & 0xfu;
+          if (j % 4 == 0) {
+            const Philox4 r = dropout_patch(drop.seed, drop.offset, drop.bh, row, col);
+            flags[0] = bytes_ge_msb(r.x, t_low7, t_not), flags[1] = bytes_ge_msb(r.y, t_low7, t_not);
+            flags[2] = bytes_ge_msb(r.z, t_low7, t_not), flags[3] = bytes_ge_msb(r.w, t_low7, t_not);
+          }
         } else {
           keep = drop.keep4(row, col);
         }
@@ -235,13 +246,22 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const float p = s[t][j][e];
-        float dpv = dp[t][j][e];
+        const float dpv = dp[t][j][e];
+        float ds;
         if constexpr (Dropout::kEnabled) {
-          const bool kept = (keep >> e) & 1u;
-          s[t][j][e] = kept ? p * drop.rescale : 0.f;
-          dpv = kept ? dpv * drop.rescale : 0.f;
+          u32 mask; // all ones where kept
+          if constexpr (kColTiles % 4 == 0)
+            mask = byte_sign_mask(flags[2 * (e / 2) + (j % 4) / 2], 2 * (j % 4 % 2) + e % 2);
+          else
+            mask = (keep >> e) & 1u ? 0xffffffffu : 0u;
+          // 1 / (1 - p) where kept, +0 where dropped: P o Z / (1 - p) for dV, and dS = P (dP o
+          // Z / (1 - p) - D) in one FMA (a NaN in dO makes D, hence the row's dS, NaN anyway).
+          const float keep_scale = __uint_as_float(__float_as_uint(drop.rescale) & mask);
+          s[t][j][e] = p * keep_scale;
+          ds = p * fmaf(dpv, keep_scale, -d_row[2 * t + e / 2]);
+        } else {
+          ds = p * (dpv - d_row[2 * t + e / 2]);
         }
-        float ds = p * (dpv - d_row[2 * t + e / 2]);
         if constexpr (!ScoreMod::kIdentity)
           ds *= dlogit[t][j][e];
         dp[t][j][e] = ds;

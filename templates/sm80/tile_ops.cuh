@@ -208,6 +208,17 @@ __device__ __forceinline__ u32 bytes_ge_msb(u32 r, u32 t_low7, u32 t_not) {
   return (r & t_not) | (low & (r | t_not)); // majority(r, ~t, low): one LOP3
 }
 
+/// 0xffffffff where bit 7 of byte `b` of `flags` is set, else 0: prmt's sign replication (one
+/// PRMT once `b` is a constant, as in unrolled loops).
+__device__ __forceinline__ u32 byte_sign_mask(u32 flags, int b) {
+  switch (b) {
+  case 0: return prmt<0x8888u>(flags, 0);
+  case 1: return prmt<0x9999u>(flags, 0);
+  case 2: return prmt<0xaaaau>(flags, 0);
+  default: return prmt<0xbbbbu>(flags, 0);
+  }
+}
+
 /// (a & mask) | (b & ~mask): one LOP3.
 __device__ __forceinline__ u32 bit_mux(u32 a, u32 b, u32 mask) { return (a & mask) | (b & ~mask); }
 
