@@ -7,7 +7,7 @@
 #   2. compute-sanitizer memcheck and racecheck on a reduced grid.
 #   3. bench/bench_fwd.py and bench/bench_bwd.py: fagen vs SDPA flash and cuDNN, forward (the
 #      sm_90 and, with .carry/bench90a.fab, the sm_90a bundle) and backward (with the
-#      deterministic kernels), same inputs, one process.
+#      deterministic kernels, and with dropout p 0.1), same inputs, one process.
 #   4. bench/bench_variants.py (with .carry/bench-variants*.fab): dropout, block sparsity, varlen
 #      and head dims 96/192/192x128, forward, both templates, vs SDPA flash and cuDNN.
 #   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
@@ -62,7 +62,7 @@ if [ -f "$C/bench.fab" ] && [ -z "${SKIP_BENCH:-}" ]; then
   [ -f "$C/bench90a.fab" ] && bundles="$bundles --bundle sm_90a=$C/bench90a.fab"
   step "bench fwd" bash -c "python3 bench/bench_fwd.py $bundles --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench.log"
-  step "bench bwd" bash -c "python3 bench/bench_bwd.py --bundle $C/bench.fab --deterministic --out $OUT/bench-bwd.json ${BENCH_BWD_ARGS:-} >$OUT/bench-bwd.log 2>&1"
+  step "bench bwd" bash -c "python3 bench/bench_bwd.py --bundle $C/bench.fab --deterministic --dropout 0.1 --out $OUT/bench-bwd.json ${BENCH_BWD_ARGS:-} >$OUT/bench-bwd.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench-bwd.log"
   if [ -f "$C/bench-variants90a.fab" ]; then
     step "bench variants fwd" bash -c "python3 bench/bench_variants.py --bundle sm_90a=$C/bench-variants90a.fab --bundle sm_90=$C/bench-variants.fab --dense sm_90a=$C/bench90a.fab --dense sm_90=$C/bench.fab --out $OUT/bench-variants.json >$OUT/bench-variants.log 2>&1"
