@@ -850,10 +850,11 @@ static void run_bench(const Options &opt) {
         const size_t elems = size_t(batch) * heads * seqlen * hd;
         DeviceBuffer q(elems * 2), k(elems * 2), v(elems * 2), o(elems * 2), dout(elems * 2),
             dq(elems * 2), dk(elems * 2), dv(elems * 2), lse(size_t(batch) * heads * seqlen * 4);
-        // Room for any kernel: query tiles of up to 256 rows, semaphores for 16-row tiles.
+        // Room for any kernel: fagen_bwd_dq_rows pads a head by less than one query tile of at
+        // most 256 rows; semaphores for 16-row tiles.
         const fagen_bwd_workspace ws = fagen_bwd_workspace_layout(
-            int64_t(batch) * seqlen, batch * fagen_bwd_dq_rows(0, seqlen, 0, 256), heads, hd,
-            batch, (seqlen + 15) / 16, 1);
+            int64_t(batch) * seqlen, int64_t(batch) * (seqlen + 256), heads, hd, batch,
+            (seqlen + 15) / 16, 1);
         DeviceBuffer work(ws.total_bytes);
         fill_random<<<1024, 256>>>((uint16_t *)q.ptr, elems, 1);
         fill_random<<<1024, 256>>>((uint16_t *)k.ptr, elems, 2);
