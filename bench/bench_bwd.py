@@ -43,15 +43,18 @@ def rel_diff(a, b):
     return ((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-6)).item()
 
 
+def empty_like_layout(t, layout):
+    """An uninitialised [B, S, H, D]-indexed tensor like t, in `layout` memory."""
+    if layout == "bhsd":
+        return torch.empty(t.transpose(1, 2).shape, dtype=t.dtype, device=t.device).transpose(1, 2)
+    return torch.empty_like(t)
+
+
 def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout):
     """Runs fagen's forward then backward per deterministic mode; fills row[name...] in place.
     q, k, v, do: [B, S, H, D]-indexed views of `layout` memory; O, dQ, dK, dV alike."""
-    def empty_like_layout(t):
-        if layout == "bhsd":
-            return torch.empty(t.transpose(1, 2).shape, dtype=t.dtype, device=t.device).transpose(1, 2)
-        return torch.empty_like(t)
     fplan = bundle.plan_forward(q, k, v, causal=causal, out_layout=layout)
-    o = empty_like_layout(q)
+    o = empty_like_layout(q, layout)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     fplan.run(q, k, v, o, lse)
     for det in det_modes:
@@ -61,7 +64,7 @@ def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, lay
         except fagen_rt.FagenError as e:
             print(f"{label}: {e}", flush=True)
             continue
-        dq, dk, dv = (empty_like_layout(t) for t in (q, k, v))
+        dq, dk, dv = (empty_like_layout(t, layout) for t in (q, k, v))
         ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
         run = lambda: plan.run_backward(q, k, v, o, lse, do, dq, dk, dv, ws)
         for t in (dq, dk, dv):
@@ -79,10 +82,6 @@ def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, lay
 def fagen_dropout_row(name, bundle, q, k, v, do, causal, p, row, layout):
     """fagen's forward and backward with dropout p (seed 1, offset 0): fills row[name +
     "_drop..."]; the gradients must be finite (their mask is fagen's own)."""
-    def empty_like_layout(t):
-        if layout == "bhsd":
-            return torch.empty(t.transpose(1, 2).shape, dtype=t.dtype, device=t.device).transpose(1, 2)
-        return torch.empty_like(t)
     label = name + "_drop"
     args = fagen_rt.run_args(dropout_seed=1, dropout_offset=0)
     try:
@@ -91,10 +90,10 @@ def fagen_dropout_row(name, bundle, q, k, v, do, causal, p, row, layout):
     except fagen_rt.FagenError as e:
         print(f"{label}: {e}", flush=True)
         return
-    o = empty_like_layout(q)
+    o = empty_like_layout(q, layout)
     lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
     fplan.run(q, k, v, o, lse, args=args)
-    dq, dk, dv = (empty_like_layout(t) for t in (q, k, v))
+    dq, dk, dv = (empty_like_layout(t, layout) for t in (q, k, v))
     ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
     run = lambda: plan.run_backward(q, k, v, o, lse, do, dq, dk, dv, ws, args=args)
     for t in (dq, dk, dv):
