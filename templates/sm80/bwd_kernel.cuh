@@ -455,11 +455,9 @@ template <class Config> struct BwdTile {
           ((Config::kHeadDimQK + Config::kHeadDimV) * int(sizeof(typename Config::Element)) +
            Config::kHeadDimQK * 4);
       const int group = int(max(int64_t(1), min(int64_t(pairs), (int64_t(32) << 20) / pair_bytes)));
-      const int first = linear / (group * n_tiles) * group; // the group's first pair
-      const int in_group = min(group, pairs - first);
-      const int i = linear - first * n_tiles;
-      const int pair = first + i % in_group;
-      n_block = i / in_group, kv_head = pair % gridDim.y, batch = pair / gridDim.y;
+      int pair;
+      fagen_bwd_causal_tile(linear, n_tiles, pairs, group, &n_block, &pair);
+      kv_head = pair % gridDim.y, batch = pair / gridDim.y;
     } else {
       n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;
     }
