@@ -130,8 +130,9 @@ void printForwardRow(const KernelRecord &k, const CheckShape &s, const CaseResul
   std::string verdict = r.failure.empty() ? (r.passed ? "ok" : "MISMATCH") : r.failure;
   llvm::outs() << llvm::formatv(
       "{0,-56} {1,-7} {2,-24} {3,10:e2} {4,10:e2} {5,10:e2} {6,10:e2} {7,10} {7,10}  {8}\n",
-      k.name, k.arch, checkShapeText(s), r.kernel.MaxO, 2 * r.samePrecision.MaxO + ref::kEpsO,
-      r.kernel.MaxLse, 2 * r.samePrecision.MaxLse + ref::kEpsLse, "-", verdict);
+      k.name, k.arch, checkShapeText(s), r.kernel.MaxO,
+      ref::toleranceBound(r.samePrecision.MaxO, ref::kEpsO), r.kernel.MaxLse,
+      ref::toleranceBound(r.samePrecision.MaxLse, ref::kEpsLse), "-", verdict);
   printWorst(r.worst, explain);
 }
 
@@ -147,7 +148,7 @@ void printBackwardRow(const KernelRecord &k, const CheckShape &s, const BwdCaseR
       verdict += llvm::formatv(", NOT REPEATABLE ({0} elements differ between 2 runs)",
                                r.repeatDiffer);
   }
-  auto limit = [](double same) { return 2 * same + ref::kEpsGrad; };
+  auto limit = [](double same) { return ref::toleranceBound(same, ref::kEpsGrad); };
   llvm::outs() << llvm::formatv(
       "{0,-56} {1,-7} {2,-24} {3,10:e2} {4,10:e2} {5,10:e2} {6,10:e2} {7,10:e2} {8,10:e2}  {9}\n",
       k.name, k.arch, checkShapeText(s), r.kernel.MaxDQ, limit(r.samePrecision.MaxDQ),

@@ -48,9 +48,9 @@ llvm::Error forwardCase(const DriverApi &api, const fagen_bundle *bundle, int ke
   result.passed = ref::withinTolerance(result.kernel, result.samePrecision);
   result.worst = {
       {ref::describeWorst("O", exact.O, same.O, got.O, pb.headDimV(), pb.Type),
-       result.kernel.MaxO > 2 * result.samePrecision.MaxO + ref::kEpsO},
+       result.kernel.MaxO > ref::toleranceBound(result.samePrecision.MaxO, ref::kEpsO)},
       {ref::describeWorst("LSE", exact.Lse, same.Lse, got.Lse, 1, ref::ElementType::F64),
-       result.kernel.MaxLse > 2 * result.samePrecision.MaxLse + ref::kEpsLse}};
+       result.kernel.MaxLse > ref::toleranceBound(result.samePrecision.MaxLse, ref::kEpsLse)}};
   result.outputO.assign(got.O.begin(), got.O.end());
   return llvm::Error::success();
 }

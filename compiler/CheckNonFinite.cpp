@@ -267,7 +267,7 @@ NonFiniteCount judgeNonFinite(const std::vector<Expect> &expect, const std::vect
     n.error = std::max(n.error, ref::absDiff(exact[x], got[x]));
     sameError = std::max(sameError, ref::absDiff(exact[x], same[x]));
   }
-  n.limit = 2 * sameError + eps;
+  n.limit = ref::toleranceBound(sameError, eps);
   return n;
 }
 

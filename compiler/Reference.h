@@ -606,21 +606,24 @@ inline double absDiff(double A, double B) {
   return std::fabs(A - B);
 }
 
-inline double maxAbsDiff(const std::vector<double> &A, const std::vector<double> &B) {
-  double Max = A.size() == B.size() ? 0.0 : std::numeric_limits<double>::infinity();
-  for (size_t I = 0; I < std::min(A.size(), B.size()); ++I)
-    Max = std::max(Max, absDiff(A[I], B[I]));
-  return Max;
-}
-
-/// Where the largest absolute difference of A and B is (0 when empty or of unequal sizes).
+/// Where the largest absolute difference of A and B is (the first such; 0 when either is
+/// empty).
 inline size_t worstIndex(const std::vector<double> &A, const std::vector<double> &B) {
   size_t Worst = 0;
   double Max = -1;
   for (size_t I = 0; I < std::min(A.size(), B.size()); ++I)
-    if (absDiff(A[I], B[I]) > Max)
-      Max = absDiff(A[I], B[I]), Worst = I;
+    if (const double D = absDiff(A[I], B[I]); D > Max)
+      Max = D, Worst = I;
   return Worst;
+}
+
+inline double maxAbsDiff(const std::vector<double> &A, const std::vector<double> &B) {
+  if (A.size() != B.size())
+    return std::numeric_limits<double>::infinity();
+  if (A.empty())
+    return 0.0;
+  const size_t I = worstIndex(A, B);
+  return absDiff(A[I], B[I]);
 }
 
 /// One line on tensor `Name`'s largest kernel error (its flat element, row and column in the
@@ -655,9 +658,13 @@ inline FwdError measureError(const FwdResult &Ref, const FwdResult &Out) {
 /// reference's, plus epsilons (LSE gets more: the kernel's exp2/log2 are approximate).
 constexpr double kEpsO = 1e-5;
 constexpr double kEpsLse = 1e-4;
+/// The largest error the rule allows one output, given the same-precision reference's.
+inline double toleranceBound(double SamePrecisionError, double Eps) {
+  return 2 * SamePrecisionError + Eps;
+}
 inline bool withinTolerance(const FwdError &Kernel, const FwdError &SamePrecision) {
-  return Kernel.MaxO <= 2 * SamePrecision.MaxO + kEpsO &&
-         Kernel.MaxLse <= 2 * SamePrecision.MaxLse + kEpsLse;
+  return Kernel.MaxO <= toleranceBound(SamePrecision.MaxO, kEpsO) &&
+         Kernel.MaxLse <= toleranceBound(SamePrecision.MaxLse, kEpsLse);
 }
 
 /// Largest absolute differences of dQ, dK and dV.
@@ -674,9 +681,9 @@ inline BwdError measureError(const BwdResult &Ref, const BwdResult &Out) {
 /// twice the same-precision reference's error), with the forward's epsilon.
 constexpr double kEpsGrad = 1e-5;
 inline bool withinTolerance(const BwdError &Kernel, const BwdError &SamePrecision) {
-  return Kernel.MaxDQ <= 2 * SamePrecision.MaxDQ + kEpsGrad &&
-         Kernel.MaxDK <= 2 * SamePrecision.MaxDK + kEpsGrad &&
-         Kernel.MaxDV <= 2 * SamePrecision.MaxDV + kEpsGrad;
+  return Kernel.MaxDQ <= toleranceBound(SamePrecision.MaxDQ, kEpsGrad) &&
+         Kernel.MaxDK <= toleranceBound(SamePrecision.MaxDK, kEpsGrad) &&
+         Kernel.MaxDV <= toleranceBound(SamePrecision.MaxDV, kEpsGrad);
 }
 
 } // namespace reference
