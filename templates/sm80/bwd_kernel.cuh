@@ -216,11 +216,9 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
   }
 
   const Dropout drop(params.fwd, st.batch, st.head);
-  u32 t_low7 = 0, t_not = 0; // the threshold in each byte, for bytes_ge_msb
-  if constexpr (Dropout::kEnabled) {
-    const u32 t4 = drop.threshold * 0x01010101u;
-    t_low7 = t4 & 0x7f7f7f7fu, t_not = ~t4;
-  }
+  ByteThreshold threshold(0);
+  if constexpr (Dropout::kEnabled)
+    threshold = ByteThreshold(drop.threshold);
 #pragma unroll
   for (int t = 0; t < kRowTiles; ++t) {
     // One Philox draw per four 8-column tiles (philox.h's patch): bit 7 of each byte of its
@@ -234,11 +232,8 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
       if constexpr (Dropout::kEnabled) {
         const int row = row0 + 16 * t + lane / 4, col = col0 + 8 * j + 2 * (lane % 4);
         if constexpr (kColTiles % 4 == 0) { // col0 is then a multiple of 32
-          if (j % 4 == 0) {
-            const Philox4 r = dropout_patch(drop.seed, drop.offset, drop.bh, row, col);
-            flags[0] = bytes_ge_msb(r.x, t_low7, t_not), flags[1] = bytes_ge_msb(r.y, t_low7, t_not);
-            flags[2] = bytes_ge_msb(r.z, t_low7, t_not), flags[3] = bytes_ge_msb(r.w, t_low7, t_not);
-          }
+          if (j % 4 == 0)
+            patch_keep_flags(flags, drop, threshold, row, col);
         } else {
           keep = drop.keep4(row, col);
         }

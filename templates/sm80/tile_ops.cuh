@@ -208,6 +208,23 @@ __device__ __forceinline__ u32 bytes_ge_msb(u32 r, u32 t_low7, u32 t_not) {
   return (r & t_not) | (low & (r | t_not)); // majority(r, ~t, low): one LOP3
 }
 
+/// A dropout threshold repeated in each byte, in the two forms bytes_ge_msb takes.
+struct ByteThreshold {
+  u32 low7, inv;
+  __device__ __forceinline__ explicit ByteThreshold(u32 threshold)
+      : low7(threshold * 0x01010101u & 0x7f7f7f7fu), inv(~(threshold * 0x01010101u)) {}
+};
+
+/// Dropout's keep flags of one Philox patch (philox.h) whose first element is (row, col): bit 7
+/// of each byte of the patch's words x, y, z, w, set where that element is kept.
+template <class Dropout>
+__device__ __forceinline__ void patch_keep_flags(u32 (&flags)[4], const Dropout &dropout,
+                                                 ByteThreshold t, int row, int col) {
+  const Philox4 r = dropout_patch(dropout.seed, dropout.offset, dropout.bh, row, col);
+  flags[0] = bytes_ge_msb(r.x, t.low7, t.inv), flags[1] = bytes_ge_msb(r.y, t.low7, t.inv);
+  flags[2] = bytes_ge_msb(r.z, t.low7, t.inv), flags[3] = bytes_ge_msb(r.w, t.low7, t.inv);
+}
+
 /// 0xffffffff where bit 7 of byte `b` of `flags` is set, else 0: prmt's sign replication (one
 /// PRMT once `b` is a constant, as in unrolled loops).
 __device__ __forceinline__ u32 byte_sign_mask(u32 flags, int b) {
@@ -238,17 +255,16 @@ __device__ __forceinline__ void dropout_keep_bits(u32 (&bits)[ceil_div(kRowTiles
   for (int w = 0; w < ceil_div(kRowTiles * kColTiles, 8); ++w)
     bits[w] = 0;
   if constexpr (kColTiles % 4 == 0) {
-    const u32 t4 = dropout.threshold * 0x01010101u;
-    const u32 t_low7 = t4 & 0x7f7f7f7fu, t_not = ~t4;
+    const ByteThreshold threshold(dropout.threshold);
 #pragma unroll
     for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
       for (int g = 0; g < kColTiles / 4; ++g) {
         const int c = t * (kColTiles / 4) + g;
         const int row = row0 + 16 * t + lane / 4, col = col0 + 32 * g + 2 * (lane % 4);
-        const Philox4 r = dropout_patch(dropout.seed, dropout.offset, dropout.bh, row, col);
-        const u32 kx = bytes_ge_msb(r.x, t_low7, t_not), ky = bytes_ge_msb(r.y, t_low7, t_not);
-        const u32 kz = bytes_ge_msb(r.z, t_low7, t_not), kw = bytes_ge_msb(r.w, t_low7, t_not);
+        u32 f[4];
+        patch_keep_flags(f, dropout, threshold, row, col);
+        const u32 kx = f[0], ky = f[1], kz = f[2], kw = f[3];
         if (c % 2 == 0)
           bits[c / 2] = bit_mux(bit_mux(kx, ky >> 1, 0x80808080u),
                                 bit_mux(kz >> 2, kw >> 3, 0x20202020u), 0xc0c0c0c0u);
