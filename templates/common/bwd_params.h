@@ -73,26 +73,6 @@ typedef struct fagen_bwd_workspace {
 
 static inline uint64_t fagen_align256_(uint64_t x) { return (x + 255u) & ~(uint64_t)255u; }
 
-#if defined(__CUDACC__)
-#define FAGEN_BWD_HD static __host__ __device__ __forceinline__
-#else
-#define FAGEN_BWD_HD static inline
-#endif
-
-/// The causal backward's order of its CTAs (templates/sm80/bwd_kernel.cuh, BwdTile): block
-/// `linear` of a grid of n_tiles key tiles x `pairs` (kv head, batch) pairs, the longest key
-/// tile first within groups of `group` pairs (the last group may have fewer). Sets *n_block and
-/// *pair (kv_head + heads_kv * batch). A bijection of [0, n_tiles * pairs) onto the key tiles
-/// and pairs for any group >= 1 (tests/unit/BwdScheduleTest.cpp).
-FAGEN_BWD_HD void fagen_bwd_causal_tile(int linear, int n_tiles, int pairs, int group,
-                                        int *n_block, int *pair) {
-  const int first = linear / (group * n_tiles) * group; // the group's first pair
-  const int in_group = pairs - first < group ? pairs - first : group;
-  const int i = linear - first * n_tiles;
-  *n_block = i / in_group;
-  *pair = first + i % in_group;
-}
-
 static inline fagen_bwd_workspace fagen_bwd_workspace_layout(int64_t rows_q, int64_t dq_rows,
                                                              int32_t heads_q,
                                                              int32_t head_dim_qk,

@@ -16,6 +16,7 @@
 
 #include "common/bwd_params.h"
 #include "common/softmax.cuh"
+#include "common/tile_order.h"
 #include "sm80/bwd_config.cuh"
 #include "sm80/bwd_tile_ops.cuh"
 
@@ -431,7 +432,7 @@ __device__ __forceinline__ void store_dk_dv(const fagen_bwd_params &params, int 
 /// order (x fastest). Deterministic: last key tiles first, the order in which they add to dQ
 /// (dq_rank), so a CTA only waits for CTAs dispatched before it and the waits cannot deadlock.
 /// Causal: longest first (key tile n sees about seqlen_q - n * kBlockN query rows), within
-/// groups of (kv head, batch) pairs whose Q, dO and fp32 dq_accum rows fit in 32 MB of L2 (the
+/// groups of (kv head, batch) pairs whose Q, dO and fp32 dq_accum rows fit in kTileGroupL2Bytes (the
 /// forward's head groups): the tail of the grid is then the short tiles of the last group
 /// rather than a mix of every length. A list-scheduling model of the FA3 protocol's grids on
 /// 132 SMs puts the busy share at 0.93-0.97 in block order and 0.99-1.00 in this order at 2k-8k
@@ -449,9 +450,9 @@ template <class Config> struct BwdTile {
           int64_t(f.seqlen_q) * f.group_size *
           ((Config::kHeadDimQK + Config::kHeadDimV) * int(sizeof(typename Config::Element)) +
            Config::kHeadDimQK * 4);
-      const int group = int(max(int64_t(1), min(int64_t(pairs), (int64_t(32) << 20) / pair_bytes)));
+      const int group = int(max(int64_t(1), min(int64_t(pairs), kTileGroupL2Bytes / pair_bytes)));
       int pair;
-      fagen_bwd_causal_tile(linear, n_tiles, pairs, group, &n_block, &pair);
+      grouped_tile_order(linear, n_tiles, pairs, group, &n_block, &pair);
       kv_head = pair % gridDim.y, batch = pair / gridDim.y;
     } else {
       n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;

@@ -12,6 +12,7 @@
 
 #include "common/fwd_params.h"
 #include "common/softmax.cuh"
+#include "common/tile_order.h"
 #include "common/tma_params.h"
 #include "sm80/tile_ops.cuh"
 #include "sm90/fwd_config.cuh"
@@ -47,14 +48,13 @@ template <class Config> struct WsSmem {
 };
 
 /// Work tiles: (m_block, head, batch) for tile t of ceil(seqlen_q / kBlockM) * heads_q * batch,
-/// in groups of heads whose K and V fit in kL2Bytes (batch outermost), so that the CTAs running
-/// at once share K/V in L2. Within a group, causal tiles go heaviest first (m_block from the
+/// in groups of heads whose K and V fit in kTileGroupL2Bytes (batch outermost), so that the
+/// CTAs running at once share K/V in L2. Within a group, causal tiles go heaviest first (m_block from the
 /// last; longest-processing-time first, FlashAttention-4 section 3.3), others m_block first.
 /// CTA b takes tile b of each round of gridDim.x tiles; for causal, every other round runs
 /// backwards (b takes gridDim.x - 1 - b), so that the CTA with the heaviest tile of one round
 /// gets the lightest of the next and no CTA accumulates the heaviest of every round.
 template <class Config> struct WsTileScheduler {
-  static constexpr int64_t kL2Bytes = 32 << 20; // of the H200's 50 MB
   int num_m, heads, total, group; // group: (batch, head) pairs
   __device__ explicit WsTileScheduler(const fagen_fwd_params &p) {
     num_m = (p.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
@@ -62,7 +62,7 @@ template <class Config> struct WsTileScheduler {
     total = num_m * heads * p.batch;
     // K and V of a head
     const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
-    group = int(max(int64_t(1), min(int64_t(heads) * p.batch, kL2Bytes / kv_bytes)));
+    group = int(max(int64_t(1), min(int64_t(heads) * p.batch, kTileGroupL2Bytes / kv_bytes)));
   }
   /// The tile of this CTA's round r (>= total: no more work).
   __device__ int nth(int r) const {
@@ -70,6 +70,7 @@ template <class Config> struct WsTileScheduler {
     return r * int(gridDim.x) + (backwards ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x));
   }
   __device__ void tile(int t, int &m_block, int &head, int &batch) const {
+    // grouped_tile_order's order (common/tile_order.h), in this kernel's own arithmetic.
     const int g = t / (num_m * group), r = t - g * (num_m * group);
     const int in_group = min(group, total / num_m - g * group); // the last group may be short
     const int bh = g * group + r % in_group, m = r / in_group;
