@@ -101,7 +101,8 @@ Tile defaultTile(int headDim, const std::string &arch) {
 
 /// Whether a forward variant adds work per logit (a window mask's bounds, a score mod,
 /// dropout's keep bits), which costs registers beside the dense kernel's.
-bool hasElementwiseWork(const VariantSpec &v) {
+/// A variant spec or a plan (the same fields).
+template <class VariantOrPlan> bool hasElementwiseWork(const VariantOrPlan &v) {
   return v.mask == "window" || v.scoreMod != "none" || v.dropout;
 }
 
@@ -723,8 +724,6 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
                                          " (" + sm90Serves(ws) + "): remove template: " +
                                          tile.templ);
     p = sm90Plan(p, ws);
-    if (ws && !dimsPinned && (p.mask == "window" || p.scoreMod != "none" || p.dropout))
-      p.spillFallback = sm90WsElementwiseFallback(p);
   }
   if (tile.blockM) p.blockM = tile.blockM;
   if (tile.blockN) p.blockN = tile.blockN;
@@ -739,6 +738,7 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
   if (tile.stagedEpilogue) p.stagedEpilogue = *tile.stagedEpilogue;
   p.tuning = "spec";
   finalizePlan(p);
+  // The default tile's fallback, on the pinned parameters (the dimensions are the planner's).
   if (p.spillFallback) {
     KernelConfig pinned = configOf(p);
     pinned.blockM = p.spillFallback->blockM;
@@ -746,6 +746,8 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
     pinned.warps = p.spillFallback->warps;
     pinned.stages = p.spillFallback->stages;
     p.spillFallback = pinned;
+  } else if (p.templ == "sm90ws" && !dimsPinned && hasElementwiseWork(p)) {
+    p.spillFallback = sm90WsElementwiseFallback(p);
   }
   if (llvm::Error err = checkKernelPlan(p)) {
     std::string message = llvm::toString(std::move(err));
