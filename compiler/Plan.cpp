@@ -44,12 +44,21 @@ int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int st
   return blockM * std::max(qkRow, vRow) + stages * blockN * (qkRow + vRow);
 }
 
-int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
-  // K and V tiles, kStages x (Q + dO tiles), and P and dS tiles in the input dtype; head-dim
-  // rows as the forward's, P and dS rows padded by 16 bytes. Mirrors
+/// Bytes of one head-dim row of the sm80 backward's shared-memory tiles
+/// (templates/sm80/bwd_config.cuh's kSwizzleQK / kSwizzleV): multiples of 64 unpadded (their
+/// 128-byte lines swizzled) but for varlen kernels below 192, others padded by 16 bytes.
+static int sm80BwdSmemRowBytes(int headDim, bool varlen) {
+  int padded = paddedHeadDim(headDim);
+  return padded % 64 == 0 && (padded >= 192 || !varlen) ? padded * 2 : padded * 2 + 16;
+}
+
+int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
+                     bool varlen) {
+  // K and V tiles, kStages x (Q + dO tiles), and P and dS tiles in the input dtype; P and dS
+  // rows padded by 16 bytes. Mirrors
   // templates/sm80/bwd_config.cuh's BwdConfig::kSmemBytes (the emitted code static_asserts that
   // they agree).
-  int qkRow = sm80SmemRowBytes(headDimQK), vRow = sm80SmemRowBytes(headDimV);
+  int qkRow = sm80BwdSmemRowBytes(headDimQK, varlen), vRow = sm80BwdSmemRowBytes(headDimV, varlen);
   int pRow = blockN * 2 + 16;
   return blockN * (qkRow + vRow) + stages * blockM * (qkRow + vRow) + 2 * blockM * pRow;
 }
@@ -193,16 +202,18 @@ int defaultRescaleTau(int headDim, bool causal, const std::string &arch) {
 }
 
 /// Shared memory of `t` for pass `pass`.
-int smemBytesOf(const std::string &pass, const Tile &t, int headDimQK, int headDimV) {
-  return pass == "bwd" ? sm80BwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages)
+int smemBytesOf(const std::string &pass, const Tile &t, int headDimQK, int headDimV,
+                bool varlen) {
+  return pass == "bwd" ? sm80BwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages,
+                                          varlen)
                        : sm80FwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages);
 }
 
 /// Shrinks a default tile until it fits the arch's shared memory: stages, then block_n down to
 /// 32, then (backward) block_m down to 32 with at most 4 warps.
-Tile fitSmem(Tile t, const std::string &pass, int headDimQK, int headDimV,
+Tile fitSmem(Tile t, const std::string &pass, int headDimQK, int headDimV, bool varlen,
              const std::string &arch) {
-  while (smemBytesOf(pass, t, headDimQK, headDimV) > archSmemLimit(arch)) {
+  while (smemBytesOf(pass, t, headDimQK, headDimV, varlen) > archSmemLimit(arch)) {
     if (t.stages > 1) {
       --t.stages;
     } else if (t.blockN > 32) {
@@ -341,7 +352,7 @@ std::string sm80BwdConfigProblem(const KernelPlan &p) {
                                            p.headDimV);
   if (!split.empty())
     return split;
-  int smem = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
+  int smem = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.varlen);
   if (smem > archSmemLimit(p.arch))
     return llvm::formatv("backward tile {0}x{1} with {2} stages needs {3} bytes of shared memory; "
                          "{4} allows {5}",
@@ -645,7 +656,8 @@ void finalizePlan(KernelPlan &p) {
   // tiles) and 10 % slower at hd 256, seqlen >= 8k.
   p.persistent = p.templ == "sm90ws" && p.headDimQK == 64 && p.headDimV == 64;
   if (p.pass == "bwd")
-    p.smemBytes = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
+    p.smemBytes =
+        sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.varlen);
   else if (p.templ == "sm90")
     p.smemBytes = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   else if (p.templ == "sm90ws")
@@ -796,10 +808,10 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   std::optional<Tile> fallback;
   if (pass == "fwd" && hasElementwiseWork(v))
     fallback = fitSmem(fitSparseBlock(elementwiseVariantTile(t, headDim), p.sparseBlock), pass,
-                       v.headDimQK, v.headDimV, arch);
+                       v.headDimQK, v.headDimV, v.varlen, arch);
   if (pass == "bwd" && v.scoreMod != "none")
     t = scoreModBwdTile(t, headDim);
-  t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, arch);
+  t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, v.varlen, arch);
   // Head dims whose padded width is an odd multiple of 16 (48, 80, ...) do not split over
   // 8 warps: fewer warps, and a narrower key tile so that each warp's share stays in registers
   // (hd 72 at 64x128 with 4 warps spilled 1264 bytes, at 64x64 none, nvcc 13.0, sm_90; so do

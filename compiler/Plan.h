@@ -165,7 +165,8 @@ int paddedHeadDim(int headDim);
 /// Shared memory of the sm80 forward template; mirrors FwdConfig::kSmemBytes.
 int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages);
 /// Shared memory of the sm80 backward template's main kernel; mirrors BwdConfig::kSmemBytes.
-int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages);
+int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
+                     bool varlen);
 /// Shared memory of the sm90 (wgmma) forward template; mirrors sm90::FwdConfig::kSmemBytes.
 int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 /// Shared memory of the sm90ws (TMA, warp-specialized) forward template; mirrors

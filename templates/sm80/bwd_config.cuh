@@ -100,17 +100,25 @@ struct BwdConfig : VariantParts<Variant_> {
   static constexpr int kTileDK = kHeadDimQKPad / GridKV::kWarpsCols; // dK columns per warp
   static constexpr int kTileDV = kHeadDimVPad / GridKV::kWarpsCols;  // dV columns per warp
 
-  // Shared memory. Rows of head dims 192 and 256 are unpadded 128-byte lines with their 16-byte
-  // chunks XOR-swizzled by row % 8 (tile_ops.cuh's SmemRow: each cp.async line fills one
-  // aligned line); other rows are padded by 16 bytes: a row stride of 16 * odd bytes puts the 8
-  // rows of each ldmatrix phase (plain or .trans) and of each fragment store in distinct banks.
+  // Shared memory. Rows of head dims that are multiples of 64 are unpadded 128-byte lines with
+  // their 16-byte chunks XOR-swizzled by row % 8 (as tile_ops.cuh's SmemRow: each cp.async line
+  // fills one aligned line, ldmatrix stays conflict-free); other rows are padded by 16 bytes: a
+  // row stride of 16 * odd bytes puts the 8 rows of each ldmatrix phase (plain or .trans) and of
+  // each fragment store in distinct banks.
   //   K (kBlockN, QKPad) | V (kBlockN, VPad) | kStages x Q (kBlockM, QKPad) |
   //   kStages x dO (kBlockM, VPad) | P (kBlockM, kBlockN) | dS (kBlockM, kBlockN)
-  // The dK / dV epilogue reuses K and V. Every mask swizzles: causal kernels kept padded rows
-  // until the dQ reduction lost its per-address select (hd 256 causal swizzled: 60 spill bytes
-  // and 1-5 % slower before, spill-free and 1.08-1.15x after; H200, docs/perf/sm80-bwd.md 11).
-  static constexpr bool kSwizzleQK = SmemRow<kHeadDimQKPad>::kSwizzled;
-  static constexpr bool kSwizzleV = SmemRow<kHeadDimVPad>::kSwizzled;
+  // The dK / dV epilogue reuses K and V. The forward swizzles at 192 and 256 only (its hd 64 /
+  // 128 tiles spilled); the backward at every multiple of 64 and every mask since the dQ
+  // reduction lost its per-address select: hd 256 causal 1.08-1.15x, hd 128 1.05-1.08x, hd 64
+  // causal 1.05-1.06x and non-causal 0.98-0.99x (its deterministic kernel 1.04-1.05x) over
+  // padded rows (H200, docs/perf/sm80-bwd.md items 13 and 18).
+  // Varlen kernels keep padded rows below 192: their partial query tiles choose between two
+  // dq_accum orders per address, and with the swizzle's lane offsets hd 128 spilled (causal 116
+  // bytes, 32 padded; non-causal 24, 0 padded; nvcc 13.0, sm_90).
+  static constexpr bool kSwizzleQK =
+      kHeadDimQKPad % 64 == 0 && (kHeadDimQKPad >= 192 || !Variant_::kVarlen);
+  static constexpr bool kSwizzleV =
+      kHeadDimVPad % 64 == 0 && (kHeadDimVPad >= 192 || !Variant_::kVarlen);
   static constexpr int kRowQK = kSwizzleQK ? kHeadDimQKPad * 2 : kHeadDimQKPad * 2 + 16;
   static constexpr int kRowV = kSwizzleV ? kHeadDimVPad * 2 : kHeadDimVPad * 2 + 16;
   static constexpr int kRowP = kBlockN * 2 + 16;

@@ -130,7 +130,7 @@ TEST(Plan, KernelNamesSpellTheVariant) {
   EXPECT_EQ(workloadKey(p[0]),
             "bwd bf16 hd192x128 windowtl softcap drop bsr128 varlen det sm_90");
   EXPECT_EQ(p[0].prePostThreads, 256);
-  EXPECT_EQ(p[0].smemBytes, sm80BwdSmemBytes(192, 128, 64, 64, 2));
+  EXPECT_EQ(p[0].smemBytes, sm80BwdSmemBytes(192, 128, 64, 64, 2, /*varlen=*/true));
   EXPECT_EQ(p[1].name, "fagen_fwd_fp16_hd64_causal_alibi_bs64_" + p[1].sparseHash +
                            "_sm80_m64n64w4s2_ra");
   EXPECT_EQ(p[1].sparseHash.size(), 8u);
@@ -403,14 +403,23 @@ TEST(Plan, SpillFallbackOnlyWhereNoVariantPinsTheKernel) {
 }
 
 TEST(Plan, BackwardSmemFormulaMirrorsTemplate) {
-  // K + V + kStages x (Q + dO) rows (padded head dims, + 16 bytes) and P, dS tiles, as
-  // templates/sm80/bwd_config.cuh's kSmemBytes.
-  EXPECT_EQ(sm80BwdSmemBytes(128, 128, 64, 128, 1),
-            128 * (272 + 272) + 64 * (272 + 272) + 2 * 64 * (128 * 2 + 16));
-  // Head dim 192: unpadded (swizzled) rows, causal or not.
-  EXPECT_EQ(sm80BwdSmemBytes(192, 128, 64, 64, 2),
-            64 * (384 + 272) + 2 * 64 * (384 + 272) + 2 * 64 * (64 * 2 + 16));
-  EXPECT_EQ(sm80BwdSmemBytes(72, 72, 64, 64, 1), sm80BwdSmemBytes(80, 80, 64, 64, 1));
+  // K + V + kStages x (Q + dO) rows and P, dS tiles, as templates/sm80/bwd_config.cuh's
+  // kSmemBytes: head dims that are multiples of 64 unpadded (swizzled 128-byte lines), others
+  // padded by 16 bytes, P and dS rows by 16 bytes.
+  EXPECT_EQ(sm80BwdSmemBytes(128, 128, 64, 128, 1, false),
+            128 * (256 + 256) + 64 * (256 + 256) + 2 * 64 * (128 * 2 + 16));
+  EXPECT_EQ(sm80BwdSmemBytes(64, 64, 128, 128, 2, false),
+            128 * (128 + 128) + 2 * 128 * (128 + 128) + 2 * 128 * (128 * 2 + 16));
+  // Varlen kernels keep padded rows below 192.
+  EXPECT_EQ(sm80BwdSmemBytes(128, 128, 64, 128, 2, /*varlen=*/true),
+            128 * (272 + 272) + 2 * 64 * (272 + 272) + 2 * 64 * (128 * 2 + 16));
+  EXPECT_EQ(sm80BwdSmemBytes(256, 256, 64, 64, 2, true), sm80BwdSmemBytes(256, 256, 64, 64, 2, false));
+  EXPECT_EQ(sm80BwdSmemBytes(96, 96, 64, 128, 2, false),
+            128 * (208 + 208) + 2 * 64 * (208 + 208) + 2 * 64 * (128 * 2 + 16));
+  // Head dims 192 x 128: both unpadded.
+  EXPECT_EQ(sm80BwdSmemBytes(192, 128, 64, 64, 2, false),
+            64 * (384 + 256) + 2 * 64 * (384 + 256) + 2 * 64 * (64 * 2 + 16));
+  EXPECT_EQ(sm80BwdSmemBytes(72, 72, 64, 64, 1, false), sm80BwdSmemBytes(80, 80, 64, 64, 1, false));
 }
 
 TEST(Plan, BackwardWarpsFitTheHeadDim) {
