@@ -46,17 +46,19 @@ template <class Config> struct QueryTileCursor {
       : params(p), batch(batch_), n_block(n_block_), head_end((kv_head + 1) * p.group_size),
         m_begin(Mask::template m_block_begin<kBlockM, kBlockN>(n_block_, shape)),
         m_end(Mask::template m_block_end<kBlockM, kBlockN>(n_block_, shape)),
-        head(kv_head * p.group_size), m_block(m_begin - 1) {
+        head(kv_head * p.group_size), m_block(kDescending ? m_end : m_begin - 1) {
     if (m_begin >= m_end)
       head = head_end;
     advance();
   }
+  /// Query tiles last first (Config::kDqAscending), else first first; heads in order.
+  static constexpr bool kDescending = Config::kDqAscending;
   __device__ __forceinline__ bool valid() const { return head < head_end; }
   /// Moves to the next visible pair (from (head, m_block), exclusive).
   __device__ __forceinline__ void advance() {
     while (head < head_end) {
-      if (++m_block >= m_end) {
-        m_block = m_begin - 1;
+      if (kDescending ? --m_block < m_begin : ++m_block >= m_end) {
+        m_block = kDescending ? m_end : m_begin - 1;
         ++head;
         continue;
       }
@@ -293,13 +295,24 @@ __device__ __forceinline__ void accumulate_dk_dv(AccK &acc_dk, AccV &acc_dv,
 }
 
 /// How many key tiles add to dQ of (head, m_block) before st.n_block in the deterministic
-/// order: descending key tiles, so that under causal masks the short CTAs of the last key
-/// tiles (dispatched first, see bwd_kernel) never wait for the long ones. The key tiles that
-/// visit a query tile are contiguous (masks are monotone), minus the sparsity layout's holes.
+/// order (BwdConfig::kDqAscending). The key tiles that visit a query tile are contiguous (masks
+/// are monotone), minus the sparsity layout's holes.
 template <class Config>
 __device__ __forceinline__ int dq_rank(const fagen_bwd_params &params, const BwdStep &st) {
   using Mask = typename Config::Mask;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  if constexpr (Config::kDqAscending) {
+    // Causal: every key tile before st.n_block sees every query tile it sees (key tile n's
+    // query tiles are [m_block_begin(n), end), and m_block_begin grows with n).
+    static_assert(Mask::kCausal, "ascending ranks assume causal masks");
+    if constexpr (!Config::Sparsity::kSparse)
+      return st.n_block;
+    const typename Config::Sparsity sp(params.fwd, st.batch, st.head);
+    int rank = 0;
+    for (int n = 0; n < st.n_block; ++n)
+      rank += sp.template visible<kBlockM, kBlockN>(st.m_block, n);
+    return rank;
+  }
   const int n_all = ceil_div(st.shape.seqlen_k, kBlockN);
   // The last key tile whose query range holds m_block (n_block_end is exact up to the last,
   // partial, key tile: settle with m_block_begin).
@@ -429,8 +442,10 @@ __device__ __forceinline__ void store_dk_dv(const fagen_bwd_params &params, int 
 }
 
 /// The key tile (n_block, kv_head, batch) of this CTA. The hardware dispatches CTAs in linear
-/// order (x fastest). Deterministic: last key tiles first, the order in which they add to dQ
-/// (dq_rank), so a CTA only waits for CTAs dispatched before it and the waits cannot deadlock.
+/// order (x fastest). Deterministic kernels dispatch key tiles in the order in which they add
+/// to dQ (dq_rank), so a CTA only waits for CTAs dispatched before it and the waits cannot
+/// deadlock: last key tiles first, or with BwdConfig::kDqAscending (causal) as below, which
+/// puts each (kv head, batch) pair's key tiles in ascending order.
 /// Causal: longest first (key tile n sees about seqlen_q - n * kBlockN query rows), within
 /// groups of (kv head, batch) pairs whose Q, dO and fp32 dq_accum rows fit in kTileGroupL2Bytes (the
 /// forward's head groups): the tail of the grid is then the short tiles of the last group
@@ -441,7 +456,7 @@ __device__ __forceinline__ void store_dk_dv(const fagen_bwd_params &params, int 
 template <class Config> struct BwdTile {
   int n_block, kv_head, batch;
   __device__ __forceinline__ explicit BwdTile(const fagen_fwd_params &f) {
-    if constexpr (Config::kDeterministic) {
+    if constexpr (Config::kDeterministic && !Config::kDqAscending) {
       n_block = int(gridDim.x - 1 - blockIdx.x), kv_head = blockIdx.y, batch = blockIdx.z;
     } else if constexpr (Config::Mask::kCausal) {
       const int n_tiles = gridDim.x, pairs = gridDim.y * gridDim.z;
