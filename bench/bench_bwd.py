@@ -13,7 +13,8 @@ timed). triton.testing.do_bench: CUDA events, warm-up, L2 cleared before each ru
 
 Before timing, fagen's dQ, dK, dV are compared with SDPA flash's on the same inputs (max |diff|
 relative to max |grad| must stay under 2e-2 in bf16, else the row is marked WRONG and the run
-fails). --deterministic times the bundle's deterministic kernels beside the default ones.
+fails). --deterministic times the bundle's deterministic kernels beside the default ones, and
+checks that their gradients after the timed runs equal the first run's bit for bit (else WRONG).
 --dropout P also times the backward with dropout p (fagen's dropout kernels of the bundle, SDPA
 flash with dropout_p), and prints what dropout costs each: the dropout backward's time over the
 dense one's (the masks differ, so those gradients are only checked to be finite).
@@ -76,7 +77,14 @@ def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, lay
         row[label + "_rel_diff"] = max(diffs)
         if not max(diffs) < 2e-2:  # NaN fails too
             row["wrong"] = True
+        first = [t.clone() for t in (dq, dk, dv)] if det else None
         row[label + "_ms"] = bench_ms(run)
+        if det:  # the timed runs' last result must equal the first bit for bit
+            same = all(torch.equal(a.view(torch.int16), b.view(torch.int16))
+                       for a, b in zip(first, (dq, dk, dv)))
+            row[label + "_repeatable"] = same
+            if not same:
+                row["wrong"] = True
 
 
 def fagen_dropout_row(name, bundle, q, k, v, do, causal, p, row, layout):

@@ -242,11 +242,16 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
   }
   std::vector<CheckShape> shapes = checkShapesFor(k, opt.quick);
   std::string lastSource;
-  for (size_t si = 0; si < shapes.size(); ++si)
-    if (!checkCase(opt, session, index, table, shapes[si], si, lastSource, tally)) {
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    const bool ok = checkCase(opt, session, index, table, shapes[si], si, lastSource, tally);
+    // Each case's line as it ends, also into a pipe or file: a long check shows its progress,
+    // and one that hangs or is killed (a timeout, a sanitizer) shows where it stopped.
+    llvm::outs().flush();
+    if (!ok) {
       ++tally.failed;
       return false;
     }
+  }
   return true;
 }
 
