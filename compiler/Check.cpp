@@ -238,6 +238,7 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
     const int failed = checkNonFiniteKernel(*session.api, session.bundle, index, k, table,
                                             opt.seed * 1000003u + 99u);
     failed == 0 ? ++tally.passed : ++tally.failed;
+    llvm::outs().flush();
     return failed >= 0;
   }
   std::vector<CheckShape> shapes = checkShapesFor(k, opt.quick);
@@ -245,7 +246,8 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
   for (size_t si = 0; si < shapes.size(); ++si) {
     const bool ok = checkCase(opt, session, index, table, shapes[si], si, lastSource, tally);
     // Each case's line as it ends, also into a pipe or file: a long check shows its progress,
-    // and one that hangs or is killed (a timeout, a sanitizer) shows where it stopped.
+    // and one that hangs or is killed (a timeout, a sanitizer) shows the last case that ended
+    // (it stopped in the next one).
     llvm::outs().flush();
     if (!ok) {
       ++tally.failed;

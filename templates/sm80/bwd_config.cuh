@@ -61,12 +61,12 @@ struct BwdConfig : VariantParts<Variant_> {
   /// The deterministic order of the dQ additions. Causal masks: ascending key tiles, each CTA
   /// walking its query tiles last first, and the grid longest first as the default causal
   /// kernels' (BwdTile): key tile 0, the longest, never waits, and key tile n waits only for
-  /// tiles dispatched before it, all of which visit every query tile it visits, walking the
-  /// same way, so a short tile's wait at its start is the chain's lag, not the long tiles'
-  /// work. Other masks: descending key tiles, query tiles first first, last key tile
+  /// tiles dispatched before it, all of which the mask lets see every query tile it sees (the
+  /// sparsity layout's holes are not in the ranks), walking the same way, so a short tile's
+  /// wait at its start is the chain's lag, not the long tiles' work. Other masks: descending key tiles, query tiles first first, last key tile
   /// dispatched first (under windows a key tile's query range moves with it).
-  /// Measured over the descending order: hd 128 causal 1.06-1.09x, hd 64 1.03-1.04x, hd 256
-  /// 1.05-1.06x (H200, docs/perf/sm80-bwd.md item 19). Varlen kernels keep the descending
+  /// Measured over the descending order: hd 128 causal 1.08-1.09x, hd 64 1.03-1.04x, hd 256
+  /// 1.06x (H200, docs/perf/sm80-bwd.md item 19). Varlen kernels keep the descending
   /// order (the ascending one spilled 108 bytes at hd 128 causal, nvcc 13.0, sm_90).
   static constexpr bool kDqAscending =
       kDeterministic_ && VariantParts<Variant_>::Mask::kCausal && !Variant_::kVarlen;

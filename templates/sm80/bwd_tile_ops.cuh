@@ -2,7 +2,8 @@
 // few atoms only the backward needs: fp32 reductions to global memory, 16-bit unpacking and the
 // dQ semaphore).
 //
-// Shared-memory tiles are row-major, rows padded by 16 bytes (see BwdConfig). Register tiles
+// Shared-memory tiles are row-major: rows padded by 16 bytes, or unpadded with their 16-byte
+// chunks XOR-swizzled (BwdConfig::kSwizzleQK / kSwizzleV say which). Register tiles
 // use the C-fragment layout of common/softmax.cuh: acc[t][j][e] holds row 16 t + lane / 4 +
 // 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2 of the warp's tile.
 #ifndef FAGEN_TEMPLATES_SM80_BWD_TILE_OPS_CUH
