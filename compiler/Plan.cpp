@@ -29,36 +29,33 @@ int paddedHeadDim(int headDim) {
 }
 
 /// A portable template's shared-memory row of `headDim` 2-byte elements
-/// (templates/sm80/tile_ops.cuh's SmemRow): head dims 192 and 256 unpadded (their 128-byte
-/// lines swizzled), others padded by 16 bytes so that ldmatrix is bank-conflict free.
-static int sm80SmemRowBytes(int headDim) {
+/// (templates/sm80/tile_ops.cuh's SmemRow): head dims that are multiples of 64, from
+/// `swizzleFrom` on, unpadded (their 128-byte lines swizzled), others padded by 16 bytes so
+/// that ldmatrix is bank-conflict free. The forward swizzles from 192, the backward from 64
+/// (from 192 with varlen; BwdConfig::kSwizzleFrom).
+static int sm80SmemRowBytes(int headDim, int swizzleFrom) {
   int padded = paddedHeadDim(headDim);
-  return padded % 64 == 0 && padded >= 192 ? padded * 2 : padded * 2 + 16;
+  return padded % 64 == 0 && padded >= swizzleFrom ? padded * 2 : padded * 2 + 16;
 }
+static constexpr int kSm80FwdSwizzleFrom = 192;
+static int sm80BwdSwizzleFrom(bool varlen) { return varlen ? 192 : 64; }
 
 int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
   // Q tile + kStages x (K tile + V tile). The O epilogue reuses the Q tile, whose rows are
   // therefore as wide as the wider of the two. Mirrors templates/sm80/fwd_config.cuh (the
   // emitted code static_asserts that they agree).
-  int qkRow = sm80SmemRowBytes(headDimQK), vRow = sm80SmemRowBytes(headDimV);
+  int qkRow = sm80SmemRowBytes(headDimQK, kSm80FwdSwizzleFrom);
+  int vRow = sm80SmemRowBytes(headDimV, kSm80FwdSwizzleFrom);
   return blockM * std::max(qkRow, vRow) + stages * blockN * (qkRow + vRow);
-}
-
-/// Bytes of one head-dim row of the sm80 backward's shared-memory tiles
-/// (templates/sm80/bwd_config.cuh's kSwizzleQK / kSwizzleV): multiples of 64 unpadded (their
-/// 128-byte lines swizzled) but for varlen kernels below 192, others padded by 16 bytes.
-static int sm80BwdSmemRowBytes(int headDim, bool varlen) {
-  int padded = paddedHeadDim(headDim);
-  return padded % 64 == 0 && (padded >= 192 || !varlen) ? padded * 2 : padded * 2 + 16;
 }
 
 int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
                      bool varlen) {
   // K and V tiles, kStages x (Q + dO tiles), and P and dS tiles in the input dtype; P and dS
-  // rows padded by 16 bytes. Mirrors
-  // templates/sm80/bwd_config.cuh's BwdConfig::kSmemBytes (the emitted code static_asserts that
-  // they agree).
-  int qkRow = sm80BwdSmemRowBytes(headDimQK, varlen), vRow = sm80BwdSmemRowBytes(headDimV, varlen);
+  // rows padded by 16 bytes. Mirrors templates/sm80/bwd_config.cuh's BwdConfig::kSmemBytes
+  // (the emitted code static_asserts that they agree).
+  int qkRow = sm80SmemRowBytes(headDimQK, sm80BwdSwizzleFrom(varlen));
+  int vRow = sm80SmemRowBytes(headDimV, sm80BwdSwizzleFrom(varlen));
   int pRow = blockN * 2 + 16;
   return blockN * (qkRow + vRow) + stages * blockM * (qkRow + vRow) + 2 * blockM * pRow;
 }

@@ -63,8 +63,9 @@ struct BwdConfig : VariantParts<Variant_> {
   /// kernels' (BwdTile): key tile 0, the longest, never waits, and key tile n waits only for
   /// tiles dispatched before it, all of which the mask lets see every query tile it sees (the
   /// sparsity layout's holes are not in the ranks), walking the same way, so a short tile's
-  /// wait at its start is the chain's lag, not the long tiles' work. Other masks: descending key tiles, query tiles first first, last key tile
-  /// dispatched first (under windows a key tile's query range moves with it).
+  /// wait at its start is the chain's lag, not the long tiles' work. Other masks: descending
+  /// key tiles, query tiles first first, last key tile dispatched first (under windows a key
+  /// tile's query range moves with it).
   /// Measured over the descending order: hd 128 causal 1.08-1.09x, hd 64 1.03-1.04x, hd 256
   /// 1.06x (H200, docs/perf/sm80-bwd.md item 19). Varlen kernels keep the descending
   /// order (the ascending one spilled 108 bytes at hd 128 causal, nvcc 13.0, sm_90).
@@ -112,11 +113,11 @@ struct BwdConfig : VariantParts<Variant_> {
   static constexpr int kTileDK = kHeadDimQKPad / GridKV::kWarpsCols; // dK columns per warp
   static constexpr int kTileDV = kHeadDimVPad / GridKV::kWarpsCols;  // dV columns per warp
 
-  // Shared memory. Rows of head dims that are multiples of 64 are unpadded 128-byte lines with
-  // their 16-byte chunks XOR-swizzled by row % 8 (as tile_ops.cuh's SmemRow: each cp.async line
-  // fills one aligned line, ldmatrix stays conflict-free); other rows are padded by 16 bytes: a
-  // row stride of 16 * odd bytes puts the 8 rows of each ldmatrix phase (plain or .trans) and of
-  // each fragment store in distinct banks.
+  // Shared memory. Rows as SmemRow lays them out (tile_ops.cuh): head dims that are multiples
+  // of 64 unpadded, their 16-byte chunks XOR-swizzled by row % 8 (each cp.async line fills one
+  // aligned line, ldmatrix stays conflict-free), other rows padded by 16 bytes (a row stride of
+  // 16 * odd bytes puts the 8 rows of each ldmatrix phase, plain or .trans, and of each
+  // fragment store in distinct banks).
   //   K (kBlockN, QKPad) | V (kBlockN, VPad) | kStages x Q (kBlockM, QKPad) |
   //   kStages x dO (kBlockM, VPad) | P (kBlockM, kBlockN) | dS (kBlockM, kBlockN)
   // The dK / dV epilogue reuses K and V. The forward swizzles at 192 and 256 only (its hd 64 /
@@ -127,12 +128,13 @@ struct BwdConfig : VariantParts<Variant_> {
   // Varlen kernels keep padded rows below 192: their partial query tiles choose between two
   // dq_accum orders per address, and with the swizzle's lane offsets hd 128 spilled (causal 116
   // bytes, 32 padded; non-causal 24, 0 padded; nvcc 13.0, sm_90).
-  static constexpr bool kSwizzleQK =
-      kHeadDimQKPad % 64 == 0 && (kHeadDimQKPad >= 192 || !Variant_::kVarlen);
-  static constexpr bool kSwizzleV =
-      kHeadDimVPad % 64 == 0 && (kHeadDimVPad >= 192 || !Variant_::kVarlen);
-  static constexpr int kRowQK = kSwizzleQK ? kHeadDimQKPad * 2 : kHeadDimQKPad * 2 + 16;
-  static constexpr int kRowV = kSwizzleV ? kHeadDimVPad * 2 : kHeadDimVPad * 2 + 16;
+  static constexpr int kSwizzleFrom = Variant_::kVarlen ? 192 : 64;
+  using RowQK = SmemRow<kHeadDimQKPad, kSwizzleFrom>;
+  using RowV = SmemRow<kHeadDimVPad, kSwizzleFrom>;
+  static constexpr bool kSwizzleQK = RowQK::kSwizzled;
+  static constexpr bool kSwizzleV = RowV::kSwizzled;
+  static constexpr int kRowQK = RowQK::kBytes;
+  static constexpr int kRowV = RowV::kBytes;
   static constexpr int kRowP = kBlockN * 2 + 16;
   static constexpr int kSmemKBytes = kBlockN * kRowQK;
   static constexpr int kSmemVBytes = kBlockN * kRowV;

@@ -266,9 +266,10 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
       }
     }
   }
+  // The P / dS rows are padded: the warp tile's origin as one byte offset.
   const int origin = wm * G::kTileRows * Config::kRowP + wn * G::kTileCols * 2;
-  store_fragments<Element, Config::kRowP>(sm.p + origin, s);
-  store_fragments<Element, Config::kRowP>(sm.ds + origin, dp);
+  store_fragments<Element, Config::kRowP>(sm.p + origin, s, 0);
+  store_fragments<Element, Config::kRowP>(sm.ds + origin, dp, 0);
 }
 
 /// dV += P^T dO and dK += dS^T Q on GridKV.
@@ -280,18 +281,14 @@ __device__ __forceinline__ void accumulate_dk_dv(AccK &acc_dk, AccV &acc_dv,
   constexpr int kRowTiles = G::kTileRows / 16, kKTiles = Config::kBlockM / 16;
   const int warp = threadIdx.x / 32;
   const int wn = warp / G::kWarpsCols, wd = warp % G::kWarpsCols;
-  // Swizzled rows take the warp's first column as a chunk index, the base at column 0.
-  constexpr bool kSwV = Config::kSwizzleV, kSwQK = Config::kSwizzleQK;
   gemm_smem<Element, kRowTiles, Config::kTileDV / 8, kKTiles, true, true, Config::kRowP,
-            Config::kRowV, false, kSwV>(
-      acc_dv, sm.p + wn * G::kTileRows * 2,
-      sm.dout_stage(stage) + (kSwV ? 0 : wd * Config::kTileDV * 2), 0,
-      kSwV ? wd * Config::kTileDV / 8 : 0);
+            Config::kRowV, false, Config::kSwizzleV>(acc_dv, sm.p + wn * G::kTileRows * 2,
+                                                     sm.dout_stage(stage), 0,
+                                                     wd * (Config::kTileDV / 8));
   gemm_smem<Element, kRowTiles, Config::kTileDK / 8, kKTiles, true, true, Config::kRowP,
-            Config::kRowQK, false, kSwQK>(
-      acc_dk, sm.ds + wn * G::kTileRows * 2,
-      sm.q_stage(stage) + (kSwQK ? 0 : wd * Config::kTileDK * 2), 0,
-      kSwQK ? wd * Config::kTileDK / 8 : 0);
+            Config::kRowQK, false, Config::kSwizzleQK>(acc_dk, sm.ds + wn * G::kTileRows * 2,
+                                                       sm.q_stage(stage), 0,
+                                                       wd * (Config::kTileDK / 8));
 }
 
 /// How many key tiles add to dQ of (head, m_block) before st.n_block in the deterministic
@@ -378,8 +375,7 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
     float dq[kRowTiles][kChunk / 8][4] = {};
     gemm_smem<Element, kRowTiles, kChunk / 8, Config::kBlockN / 16, false, true, Config::kRowP,
               Config::kRowQK, false, Config::kSwizzleQK>(
-        dq, sm.ds + wm * G::kTileRows * Config::kRowP,
-        sm.k + (Config::kSwizzleQK ? 0 : col0 * 2), 0, Config::kSwizzleQK ? col0 / 8 : 0);
+        dq, sm.ds + wm * G::kTileRows * Config::kRowP, sm.k, 0, col0 / 8);
     if (Config::kDeterministic && c == 0)
       semaphore_wait(sem, dq_rank<Config>(params, st));
     // DqAccumOrder (one 256-byte run per instruction), or row-major (Config::dq_fragment_order).
@@ -423,12 +419,10 @@ __device__ __forceinline__ void store_dk_dv(const fagen_bwd_params &params, int 
   cp_async_wait<0>();
   __syncthreads();
   constexpr bool kSwQK = Config::kSwizzleQK, kSwV = Config::kSwizzleV;
-  store_fragments<Element, Config::kRowQK, kSwQK>(
-      sm.k + wn * G::kTileRows * Config::kRowQK + (kSwQK ? 0 : wd * Config::kTileDK * 2), acc_dk,
-      dk_scale, kSwQK ? wd * Config::kTileDK / 8 : 0);
-  store_fragments<Element, Config::kRowV, kSwV>(
-      sm.v + wn * G::kTileRows * Config::kRowV + (kSwV ? 0 : wd * Config::kTileDV * 2), acc_dv,
-      1.f, kSwV ? wd * Config::kTileDV / 8 : 0);
+  store_fragments<Element, Config::kRowQK, kSwQK>(sm.k + wn * G::kTileRows * Config::kRowQK,
+                                                  acc_dk, wd * (Config::kTileDK / 8), dk_scale);
+  store_fragments<Element, Config::kRowV, kSwV>(sm.v + wn * G::kTileRows * Config::kRowV, acc_dv,
+                                                wd * (Config::kTileDV / 8));
   __syncthreads();
   const int64_t row = k_row0 + int64_t(n_block) * Config::kBlockN;
   store_rows<Config::kBlockN, Config::kHeadDimQK, Config::kRowQK, Config::kThreads, kSwQK>(

@@ -100,13 +100,16 @@ __device__ __forceinline__ void store_rows(Element *gmem, int64_t row_stride, in
 
 // --- registers <-> shared --------------------------------------------------------------------
 /// Rounds a warp's (16 kRowTiles, 8 kColTiles) fragment tile (times `scale`) to Element and
-/// writes it at `smem` (the warp tile's origin, rows kRowBytes apart). kSwizzled: `smem` is the
-/// tile rows' origin (a multiple of 8 rows) and chunk0 the warp tile's first 16-byte chunk.
+/// writes it at `smem` + the warp tile's first 16-byte chunk `chunk0` (`smem`: the warp tile's
+/// first row, a multiple of 8 rows into the tile; rows kRowBytes apart; kSwizzled: SmemRow's
+/// swizzled rows).
 template <class Element, int kRowBytes, bool kSwizzled = false, int kRowTiles, int kColTiles>
 __device__ __forceinline__ void store_fragments(u32 smem,
                                                 const float (&x)[kRowTiles][kColTiles][4],
-                                                float scale = 1.f, int chunk0 = 0) {
+                                                int chunk0, float scale = 1.f) {
   const int lane = threadIdx.x % 32;
+  if constexpr (!kSwizzled) // padded rows: the chunk is a plain byte offset
+    smem += chunk0 * 16, chunk0 = 0;
   const u32 base = smem + (lane / 4) * kRowBytes + (lane % 4) * 4;
 #pragma unroll
   for (int t = 0; t < kRowTiles; ++t)
@@ -129,9 +132,9 @@ __device__ __forceinline__ void store_fragments(u32 smem,
 ///                  from the (query, key) tiles P and dS) and ldmatrix transposes.
 ///   kBTrans false: `b` is the origin of B^T stored row-major (k contiguous: K, V as in Q K^T).
 ///   kBTrans true:  `b` is B's origin, B row-major (n contiguous: dO, Q, K as in P^T dO).
-/// kASwizzled / kBSwizzled: that operand's rows are swizzled 128-byte lines (SmemRow's layout),
-/// `a` / `b` its rows' origin (a multiple of 8 rows) and a_chunk0 / b_chunk0 its first 16-byte
-/// chunk within them (A^T cannot be swizzled: P and dS rows are padded).
+/// An operand starts at chunk a_chunk0 / b_chunk0 (16 bytes each) of the rows at `a` / `b` (a
+/// multiple of 8 rows into the tile); kASwizzled / kBSwizzled: that operand's rows are swizzled
+/// 128-byte lines (SmemRow's layout; A^T cannot be: P and dS rows are padded).
 template <class Element, int kRowTiles, int kColTiles, int kKTiles, bool kATrans, bool kBTrans,
           int kARowBytes, int kBRowBytes, bool kASwizzled = false, bool kBSwizzled = false>
 __device__ __forceinline__ void gemm_smem(float (&acc)[kRowTiles][kColTiles][4], u32 a, u32 b,
@@ -139,6 +142,10 @@ __device__ __forceinline__ void gemm_smem(float (&acc)[kRowTiles][kColTiles][4],
   static_assert(kColTiles % 2 == 0, "B fragments come in pairs of 8 columns");
   static_assert(!(kATrans && kASwizzled), "A^T comes from padded rows");
   const int lane = threadIdx.x % 32;
+  if constexpr (!kASwizzled) // padded rows: the chunk is a plain byte offset
+    a += a_chunk0 * 16, a_chunk0 = 0;
+  if constexpr (!kBSwizzled)
+    b += b_chunk0 * 16, b_chunk0 = 0;
   // A: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15) in fragment order a0..a3.
   const u32 a_addr = kATrans ? a + (lane % 8 + (lane / 16) * 8) * kARowBytes + (lane / 8 % 2) * 16
                              : a + (lane % 16) * kARowBytes + (a_chunk0 + lane / 16) * 16;

@@ -16,19 +16,23 @@
 namespace fagen {
 namespace sm80 {
 
-/// The shared-memory row of a forward tile kHeadDim (padded to 16) columns wide. Either way the
-/// 8 rows an ldmatrix phase reads at one logical chunk fall in 8 different 16-byte bank groups:
-///  - kSwizzled (head dims 192 and 256): rows kHeadDim * 2 bytes apart, 16-byte chunk c of row r
-///    stored at chunk c ^ (r % 8) (a permutation within each 128-byte line), so that every
-///    128-byte line of a row, as cp.async copies it, fills one aligned line of shared memory:
-///    with padded rows each line straddled two and cost two wavefronts (ncu, H200: 2.3x the
-///    ideal cp.async wavefronts and sectors in the backward at hd 256, docs/perf/sm80-bwd.md);
-///  - otherwise rows padded by 16 bytes (an odd multiple of 16 bytes apart). At hd 64 and 128
-///    the swizzle's per-lane chunk offsets cost registers that the 255-register default tiles
-///    do not have (hd 128 spilled 40-64 bytes, nvcc 13.0).
+/// The shared-memory row of a tile kHeadDim (padded to 16) columns wide. Either way the 8 rows
+/// an ldmatrix phase reads at one logical chunk fall in 8 different 16-byte bank groups:
+///  - kSwizzled (head dims that are multiples of 64, from kSwizzleFrom on): rows kHeadDim * 2
+///    bytes apart, 16-byte chunk c of row r stored at chunk c ^ (r % 8) (a permutation within
+///    each 128-byte line), so that every 128-byte line of a row, as cp.async copies it, fills
+///    one aligned line of shared memory: with padded rows each line straddled two and cost two
+///    wavefronts (ncu, H200: 2.3x the ideal cp.async wavefronts and sectors in the backward at
+///    hd 256, docs/perf/sm80-bwd.md);
+///  - otherwise rows padded by 16 bytes (an odd multiple of 16 bytes apart).
+/// kSwizzleFrom: the forward's rows swizzle from 192 (kFwdSwizzleFrom: at hd 64 and 128 the
+/// swizzle's per-lane chunk offsets cost registers that its 255-register default tiles do not
+/// have, hd 128 spilled 40-64 bytes, nvcc 13.0); the backward's from 64 (BwdConfig).
+/// compiler/Plan.cpp's sm80SmemRowBytes mirrors this.
 /// Row indices are counted from a multiple of 8 (tile and warp origins are).
-template <int kHeadDim> struct SmemRow {
-  static constexpr bool kSwizzled = kHeadDim % 64 == 0 && kHeadDim >= 192;
+constexpr int kFwdSwizzleFrom = 192;
+template <int kHeadDim, int kSwizzleFrom = kFwdSwizzleFrom> struct SmemRow {
+  static constexpr bool kSwizzled = kHeadDim % 64 == 0 && kHeadDim >= kSwizzleFrom;
   static constexpr int kBytes = kSwizzled ? kHeadDim * 2 : kHeadDim * 2 + 16;
   /// Byte offset of 16-byte chunk `chunk` of row `row` from the tile's origin.
   __device__ __forceinline__ static int offset(int row, int chunk) {
