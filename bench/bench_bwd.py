@@ -51,13 +51,33 @@ def empty_like_layout(t, layout):
     return torch.empty_like(t)
 
 
+def fagen_forward(fplan, q, k, v, layout, args=None):
+    """fagen's forward into new O and LSE (the backward's inputs)."""
+    o = empty_like_layout(q, layout)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
+    fplan.run(q, k, v, o, lse, args=args)
+    return o, lse
+
+
+def fagen_backward(plan, q, k, v, o, lse, do, row, label, layout, args=None):
+    """Runs `plan` once into dQ, dK, dV poisoned with NaN (and its workspace); records the
+    kernel in row[label + "_kernel"]. Returns (run, (dq, dk, dv)): run repeats the call."""
+    dq, dk, dv = (empty_like_layout(t, layout) for t in (q, k, v))
+    ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+    run = lambda: plan.run_backward(q, k, v, o, lse, do, dq, dk, dv, ws, args=args)
+    for t in (dq, dk, dv):
+        t.fill_(float("nan"))
+    run()
+    torch.cuda.synchronize()
+    row[label + "_kernel"] = plan.kernel.split(" ")[0]
+    return run, (dq, dk, dv)
+
+
 def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout):
     """Runs fagen's forward then backward per deterministic mode; fills row[name...] in place.
     q, k, v, do: [B, S, H, D]-indexed views of `layout` memory; O, dQ, dK, dV alike."""
-    fplan = bundle.plan_forward(q, k, v, causal=causal, out_layout=layout)
-    o = empty_like_layout(q, layout)
-    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
-    fplan.run(q, k, v, o, lse)
+    o, lse = fagen_forward(bundle.plan_forward(q, k, v, causal=causal, out_layout=layout),
+                           q, k, v, layout)
     for det in det_modes:
         label = name + "_det" if det else name
         try:
@@ -65,23 +85,16 @@ def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, lay
         except fagen_rt.FagenError as e:
             print(f"{label}: {e}", flush=True)
             continue
-        dq, dk, dv = (empty_like_layout(t, layout) for t in (q, k, v))
-        ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
-        run = lambda: plan.run_backward(q, k, v, o, lse, do, dq, dk, dv, ws)
-        for t in (dq, dk, dv):
-            t.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        row[label + "_kernel"] = plan.kernel.split(" ")[0]
-        diffs = [rel_diff(g, r) for g, r in zip((dq, dk, dv), ref_grads)]
+        run, grads = fagen_backward(plan, q, k, v, o, lse, do, row, label, layout)
+        diffs = [rel_diff(g, r) for g, r in zip(grads, ref_grads)]
         row[label + "_rel_diff"] = max(diffs)
         if not max(diffs) < 2e-2:  # NaN fails too
             row["wrong"] = True
-        first = [t.clone() for t in (dq, dk, dv)] if det else None
+        first = [t.clone() for t in grads] if det else None
         row[label + "_ms"] = bench_ms(run)
         if det:  # the timed runs' last result must equal the first bit for bit
             same = all(torch.equal(a.view(torch.int16), b.view(torch.int16))
-                       for a, b in zip(first, (dq, dk, dv)))
+                       for a, b in zip(first, grads))
             row[label + "_repeatable"] = same
             if not same:
                 row["wrong"] = True
@@ -98,18 +111,9 @@ def fagen_dropout_row(name, bundle, q, k, v, do, causal, p, row, layout):
     except fagen_rt.FagenError as e:
         print(f"{label}: {e}", flush=True)
         return
-    o = empty_like_layout(q, layout)
-    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], dtype=torch.float32, device=q.device)
-    fplan.run(q, k, v, o, lse, args=args)
-    dq, dk, dv = (empty_like_layout(t, layout) for t in (q, k, v))
-    ws = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
-    run = lambda: plan.run_backward(q, k, v, o, lse, do, dq, dk, dv, ws, args=args)
-    for t in (dq, dk, dv):
-        t.fill_(float("nan"))
-    run()
-    torch.cuda.synchronize()
-    row[label + "_kernel"] = plan.kernel.split(" ")[0]
-    if not all(bool(torch.isfinite(t).all()) for t in (dq, dk, dv)):
+    o, lse = fagen_forward(fplan, q, k, v, layout, args=args)
+    run, grads = fagen_backward(plan, q, k, v, o, lse, do, row, label, layout, args=args)
+    if not all(bool(torch.isfinite(t).all()) for t in grads):
         row["wrong"] = True
     row[label + "_ms"] = bench_ms(run)
 
