@@ -48,8 +48,8 @@ template <class Config> struct WsSmem {
 };
 
 /// Work tiles: (m_block, head, batch) for tile t of ceil(seqlen_q / kBlockM) * heads_q * batch,
-/// in groups of heads whose K and V fit in kTileGroupL2Bytes (batch outermost), so that the
-/// CTAs running at once share K/V in L2. Within a group, causal tiles go heaviest first (m_block from the
+/// in groups of heads whose K and V fit in kTileGroupL2Bytes (causal) or kTileGroupL2BytesEven
+/// (batch outermost), so that the CTAs running at once share K/V in L2. Within a group, causal tiles go heaviest first (m_block from the
 /// last; longest-processing-time first, FlashAttention-4 section 3.3), others m_block first.
 /// CTA b takes tile b of each round of gridDim.x tiles; for causal, every other round runs
 /// backwards (b takes gridDim.x - 1 - b), so that the CTA with the heaviest tile of one round
@@ -62,7 +62,9 @@ template <class Config> struct WsTileScheduler {
     total = num_m * heads * p.batch;
     // K and V of a head
     const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
-    group = int(max(int64_t(1), min(int64_t(heads) * p.batch, kTileGroupL2Bytes / kv_bytes)));
+    const int64_t budget =
+        Config::Mask::kWorkGrowsWithRow ? kTileGroupL2Bytes : kTileGroupL2BytesEven;
+    group = int(max(int64_t(1), min(int64_t(heads) * p.batch, budget / kv_bytes)));
   }
   /// The tile of this CTA's round r (>= total: no more work).
   __device__ int nth(int r) const {
