@@ -645,13 +645,16 @@ void finalizePlan(KernelPlan &p) {
   if (p.exp2EmuPercent == 0)
     p.exp2PolyDegree = 3; // no polynomial: one kernel, whatever the degree says
   p.threads = 32 * p.warps + (p.templ == "sm90ws" ? 128 : 0); // + the producer warpgroup
-  // sm90ws grids (H200, docs/perf/sm90-fwd.md run 8): persistent at hd 64, where a tile's
-  // prologue then hides behind the previous one (+8 % non-causal, +17 % causal at seqlen 2k,
-  // equal at 16k). At larger head dims one CTA per work tile, heaviest first for causal, so
-  // that the hardware hands the next tile to whichever SM frees up: there the static deal of
-  // persistent CTAs measured equal at hd 128 non-causal, 5-30 % slower for causal (uneven
-  // tiles) and 10 % slower at hd 256, seqlen >= 8k.
-  p.persistent = p.templ == "sm90ws" && p.headDimQK == 64 && p.headDimV == 64;
+  // sm90ws grids (H200, docs/perf/sm90-fwd.md runs 8 and 19): persistent where every work tile
+  // costs the same (no causal mask, no window, no varlen, no sparsity) and at hd 64: the next
+  // tile's Q and K then load while the consumers finish the current one. Measured persistent
+  // over one CTA per tile, with the even tiles' L2 order of run 18: hd 128 +1-4 % (2k-16k),
+  // hd 64 +8 % (run 8), hd 256 within 1 %. Uneven tiles keep one CTA per work tile, heaviest
+  // first, so that the hardware hands the next tile to whichever SM frees up: the static deal
+  // measured 11 % slower at hd 128 causal and 23-28 % at hd 256 causal (hd 64 causal gains,
+  // +17 % at 2k in run 8).
+  const bool evenTiles = p.mask == "none" && !p.varlen && p.sparsity == "none";
+  p.persistent = p.templ == "sm90ws" && (evenTiles || (p.headDimQK == 64 && p.headDimV == 64));
   if (p.pass == "bwd")
     p.smemBytes =
         sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.varlen);

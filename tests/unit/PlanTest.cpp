@@ -179,10 +179,11 @@ TEST(Plan, Sm90WsServesEveryForwardVariant) {
   }
   // Sparse blocks of 128 take query tiles of 128 rows (hd 64's default is 192).
   EXPECT_EQ(configOf(planNamed(p, "bs")).text(), "m128n128w8s2");
-  // Only 64-wide head dims run persistent.
+  // Even work tiles (no mask, varlen or sparsity) and 64-wide head dims run persistent.
   EXPECT_TRUE(planNamed(p, "dense").persistent);
   const KernelPlan &mla = planNamed(p, "mla");
-  EXPECT_FALSE(mla.persistent);
+  EXPECT_TRUE(mla.persistent);
+  EXPECT_TRUE(planNamed(p, "hd96").persistent);
   EXPECT_EQ(mla.smemBytes, sm90WsFwdSmemBytes(192, 128, 128, 128, 2));
   EXPECT_EQ(mla.smemBytes, 128 * 192 * 2 + 2 * 128 * (192 + 128) * 2 + 1024 + 8 * 10);
   // hd 96 is padded to 128 columns.
@@ -621,3 +622,23 @@ TEST(Check, ShapesFollowTheKernelsTunedRange) {
 }
 
 } // namespace
+
+TEST(Plan, Sm90WsPersistentOnlyForEvenTiles) {
+  // One CTA per SM where every work tile costs the same, or at hd 64; uneven tiles (causal,
+  // window, varlen, sparse) get one CTA per tile and the hardware's dynamic dispatch.
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: d128, dtype: bf16, head_dim: 128}
+  - {name: c128, dtype: bf16, head_dim: 128, mask: causal}
+  - {name: w128, dtype: bf16, head_dim: 128, mask: window}
+  - {name: v128, dtype: bf16, head_dim: 128, varlen: true}
+  - {name: s128, dtype: bf16, head_dim: 128, block_sparse: {block: 128, layout: runtime}}
+  - {name: drop256, dtype: bf16, head_dim: 256, dropout: true}
+  - {name: c256, dtype: bf16, head_dim: 256, mask: causal}
+)",
+                                     {"sm_90a"});
+  for (const KernelPlan &k : p) {
+    ASSERT_EQ(k.templ, "sm90ws") << k.name;
+    const bool even = k.variant == "d128" || k.variant == "drop256";
+    EXPECT_EQ(k.persistent, even) << k.name;
+  }
+}
