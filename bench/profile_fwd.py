@@ -1,0 +1,77 @@
+"""One forward call inside an NVTX range named "prof", for Nsight Compute: a fagen bundle's
+kernel (the runtime's plan picks it) or SDPA's flash / cuDNN kernel, on the FlashAttention-3
+protocol's inputs (bf16, batch x seqlen = 16k tokens, hidden 2048), after three warm-up calls.
+
+    ncu --nvtx --nvtx-include "prof/" --launch-count 1 --set full -o rep \\
+        python3 bench/profile_fwd.py --bundle bench90a.fab --head-dim 128 --seqlen 2048
+    ncu --nvtx --nvtx-include "prof/" --launch-count 1 \\
+        --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \\
+        python3 bench/profile_fwd.py --sdpa cudnn --head-dim 128 --seqlen 2048 --causal
+
+Memory: [batch, seq, heads, head_dim] (BSHD) unless --layout bhsd. The fagen output is
+poisoned (NaN) first and checked against SDPA flash (max |diff| < 0.05) after the profiled call.
+docs/perf/sm90-fwd.md run 18 used it to count DRAM bytes per kernel.
+"""
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fagen_rt  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    who = ap.add_mutually_exclusive_group(required=True)
+    who.add_argument("--bundle", help="a bundle with a bf16 forward kernel for the call")
+    who.add_argument("--sdpa", choices=("flash", "cudnn"), help="profile SDPA's backend instead")
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--seqlen", type=int, default=2048)
+    ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--layout", choices=("bshd", "bhsd"), default="bshd")
+    args = ap.parse_args()
+    if args.seqlen < 1 or args.seqlen > 16384 or 2048 % args.head_dim:
+        ap.error("--seqlen must be in [1, 16384] and --head-dim divide 2048")
+    b, h, s, d = max(1, 16384 // args.seqlen), 2048 // args.head_dim, args.seqlen, args.head_dim
+    torch.manual_seed(0)
+    shape = (b, s, h, d) if args.layout == "bshd" else (b, h, s, d)
+    q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    # fagen indexes [B, S, H, D], SDPA [B, H, S, D]: views of the same memory.
+    qs, ks, vs = (x if args.layout == "bshd" else x.transpose(1, 2) for x in (q, k, v))
+    qt, kt, vt = (x.transpose(1, 2) for x in (qs, ks, vs))
+
+    def sdpa(backend):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
+
+    if args.bundle:
+        plan = fagen_rt.Bundle(args.bundle).plan_forward(qs, ks, vs, causal=args.causal)
+        print("kernel", plan.kernel, "grid", plan.grid, flush=True)
+        o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
+        run = lambda: plan.run(qs, ks, vs, o, lse)
+    else:
+        backend = SDPBackend.CUDNN_ATTENTION if args.sdpa == "cudnn" else SDPBackend.FLASH_ATTENTION
+        run = lambda: sdpa(backend)
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push("prof")
+    run()
+    torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+    if args.bundle:
+        diff = (o.transpose(1, 2).float() - sdpa(SDPBackend.FLASH_ATTENTION).float()).abs().max().item()
+        print(f"max |O - SDPA flash| = {diff:.3g}")
+        if not diff < 0.05:  # NaN fails too
+            print("WRONG: the output differs from SDPA flash", file=sys.stderr)
+            return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
