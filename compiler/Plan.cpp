@@ -907,7 +907,10 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 /// (bf16, 2026-11-30, docs/perf/sm90-fwd.md run 14) where bench_fwd.py and the A/B runs of run
 /// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal and hd 256 up to 4k with
 /// the staged epilogue (+4-9 %); the rest stays the single default. fp16 shares the rule (same
-/// tiles; not measured). Empty where none applies; a tuning database overrides it.
+/// tiles; not measured). Measured on one CTA a tile; since run 19 the hd 256 non-causal short
+/// bucket runs persistent with its staged epilogue (within 1 % of one CTA a tile, run 19), and
+/// persistent without the staging was not measured. Empty where none applies; a tuning
+/// database overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
                      base.sparsity == "none" &&

@@ -53,7 +53,7 @@ struct KernelPlan {
   std::string dtype;    ///< "fp16" | "bf16"
   int headDimQK = 0;
   int headDimV = 0;
-  std::string mask;     ///< "none" | "causal" | "window"
+  std::string mask = "none"; ///< "none" | "causal" | "window"
   // The rest of the variant; docs/design/variants-and-backward.md.
   std::string maskAlign = "bottom_right"; ///< "bottom_right" | "top_left" (causal, window)
   std::string scoreMod = "none";          ///< "none" | "softcap" | "alibi"

@@ -9,6 +9,8 @@
 #include "gtest/gtest.h"
 #include "llvm/Support/FormatVariadic.h"
 
+#include <set>
+
 using namespace fagen;
 
 namespace {
@@ -621,24 +623,33 @@ TEST(Check, ShapesFollowTheKernelsTunedRange) {
   EXPECT_GT(lng[1].seqlenQ, lng[1].seqlenK);
 }
 
-} // namespace
 
-TEST(Plan, Sm90WsPersistentOnlyForEvenTiles) {
-  // One CTA per SM where every work tile costs the same, or at hd 64; uneven tiles (causal,
-  // window, varlen, sparse) get one CTA per tile and the hardware's dynamic dispatch.
+TEST(Plan, Sm90WsPersistentForEvenTilesAndHd64) {
+  // One CTA per SM where every work tile costs the same (no mask, varlen or sparsity; score
+  // mods and dropout do not change a tile's cost), or at hd 64; uneven tiles (causal, window,
+  // varlen, sparse) get one CTA per tile and the hardware's dynamic dispatch.
   std::vector<KernelPlan> p = planOf(R"(variants:
   - {name: d128, dtype: bf16, head_dim: 128}
+  - {name: f128, dtype: fp16, head_dim: 128}
+  - {name: cap128, dtype: bf16, head_dim: 128, score_mod: softcap}
+  - {name: alibi128, dtype: bf16, head_dim: 128, score_mod: alibi}
   - {name: c128, dtype: bf16, head_dim: 128, mask: causal}
   - {name: w128, dtype: bf16, head_dim: 128, mask: window}
   - {name: v128, dtype: bf16, head_dim: 128, varlen: true}
   - {name: s128, dtype: bf16, head_dim: 128, block_sparse: {block: 128, layout: runtime}}
   - {name: drop256, dtype: bf16, head_dim: 256, dropout: true}
   - {name: c256, dtype: bf16, head_dim: 256, mask: causal}
+  - {name: c64, dtype: bf16, head_dim: 64, mask: causal}
 )",
                                      {"sm_90a"});
+  std::set<std::string> persistent;
   for (const KernelPlan &k : p) {
     ASSERT_EQ(k.templ, "sm90ws") << k.name;
-    const bool even = k.variant == "d128" || k.variant == "drop256";
-    EXPECT_EQ(k.persistent, even) << k.name;
+    if (k.persistent)
+      persistent.insert(k.variant);
   }
+  EXPECT_EQ(persistent, (std::set<std::string>{"d128", "f128", "cap128", "alibi128", "drop256",
+                                               "c64"}));
 }
+
+} // namespace
