@@ -48,9 +48,11 @@ template <class Config> struct WsSmem {
 };
 
 /// Work tiles: (m_block, head, batch) for tile t of ceil(seqlen_q / kBlockM) * heads_q * batch,
-/// in groups of heads whose K and V fit in kTileGroupL2Bytes (causal) or kTileGroupL2BytesEven
-/// (batch outermost), so that the CTAs running at once share K/V in L2. Within a group, causal tiles go heaviest first (m_block from the
-/// last; longest-processing-time first, FlashAttention-4 section 3.3), others m_block first.
+/// in groups of (batch, head) pairs, batch outermost, whose K and V fit in kTileGroupL2Bytes
+/// (causal) or kTileGroupL2BytesEven (every other mask, varlen and sparse kernels too), so that
+/// the CTAs running at once share K/V in L2. Within a group, causal tiles go heaviest first
+/// (m_block from the last; longest-processing-time first, FlashAttention-4 section 3.3),
+/// others m_block first.
 /// CTA b takes tile b of each round of gridDim.x tiles; for causal, every other round runs
 /// backwards (b takes gridDim.x - 1 - b), so that the CTA with the heaviest tile of one round
 /// gets the lightest of the next and no CTA accumulates the heaviest of every round.

@@ -190,7 +190,8 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
                                               "k_strides[0] (batch) is 0 with 2 indices") !=
               nullptr)
       << fagen_last_error();
-  // A persistent kernel (the planner's choice at hd 64): one CTA per SM of the fake GPU's 132.
+  // A persistent kernel (the planner's choice for even tiles and at hd 64): one CTA per SM of
+  // the fake GPU's 132.
   Bundle small = b;
   small.kernels[2].persistent = true;
   small.kernels[2].headDimQK = small.kernels[2].headDimV = 64;
