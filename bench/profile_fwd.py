@@ -9,7 +9,8 @@ protocol's inputs (bf16, batch x seqlen = 16k tokens, hidden 2048), after three 
         python3 bench/profile_fwd.py --sdpa cudnn --head-dim 128 --seqlen 2048 --causal
 
 Memory: [batch, seq, heads, head_dim] (BSHD) unless --layout bhsd. The fagen output is
-poisoned (NaN) first and checked against SDPA flash (max |diff| < 0.05) after the profiled call.
+poisoned (NaN) before the profiled call and checked against SDPA flash (max |diff| < 0.05)
+after it.
 docs/perf/sm90-fwd.md run 18 used it to count DRAM bytes per kernel.
 """
 import argparse
@@ -34,8 +35,11 @@ def main():
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--layout", choices=("bshd", "bhsd"), default="bshd")
     args = ap.parse_args()
-    if args.seqlen < 1 or args.seqlen > 16384 or 2048 % args.head_dim:
-        ap.error("--seqlen must be in [1, 16384] and --head-dim divide 2048")
+    if not 1 <= args.seqlen <= 16384:
+        ap.error(f"--seqlen must be in [1, 16384] (batch = 16384 / seqlen), got {args.seqlen}")
+    if args.head_dim not in (32, 64, 128, 256):
+        ap.error(f"--head-dim must be 32, 64, 128 or 256 (heads = 2048 / head dim), "
+                 f"got {args.head_dim}")
     b, h, s, d = max(1, 16384 // args.seqlen), 2048 // args.head_dim, args.seqlen, args.head_dim
     torch.manual_seed(0)
     shape = (b, s, h, d) if args.layout == "bshd" else (b, h, s, d)
@@ -49,9 +53,13 @@ def main():
             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=args.causal)
 
     if args.bundle:
-        plan = fagen_rt.Bundle(args.bundle).plan_forward(qs, ks, vs, causal=args.causal)
+        try:
+            plan = fagen_rt.Bundle(args.bundle).plan_forward(qs, ks, vs, causal=args.causal)
+        except fagen_rt.FagenError as e:
+            print(f"{args.bundle}: {e}", file=sys.stderr)
+            return 1
         print("kernel", plan.kernel, "grid", plan.grid, flush=True)
-        o = torch.full((b, s, h, d), float("nan"), device="cuda", dtype=torch.bfloat16)
+        o = torch.empty((b, s, h, d), device="cuda", dtype=torch.bfloat16)
         lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
         run = lambda: plan.run(qs, ks, vs, o, lse)
     else:
@@ -59,13 +67,16 @@ def main():
         run = lambda: sdpa(backend)
     for _ in range(3):
         run()
+    if args.bundle:
+        o.fill_(float("nan"))  # poisoned: the check below sees the profiled call's output
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_push("prof")
     run()
     torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
     if args.bundle:
-        diff = (o.transpose(1, 2).float() - sdpa(SDPBackend.FLASH_ATTENTION).float()).abs().max().item()
+        ref = sdpa(SDPBackend.FLASH_ATTENTION)
+        diff = (o.transpose(1, 2).float() - ref.float()).abs().max().item()
         print(f"max |O - SDPA flash| = {diff:.3g}")
         if not diff < 0.05:  # NaN fails too
             print("WRONG: the output differs from SDPA flash", file=sys.stderr)
