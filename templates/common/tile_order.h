@@ -24,7 +24,7 @@ constexpr int64_t kTileGroupL2Bytes = int64_t(32) << 20;
 /// of a group before the next query tile of any, so the whole group's K and V must stay in L2
 /// between two tiles of one pair; with 32 MB they did not, next to the streaming Q and O:
 /// H200, hd 128, seqlen 2k, 1.0x the minimum DRAM reads with 8 MB, 3.1x with 32 MB (628 MB
-/// against cuDNN's 201), +2-6 % at hd 128/256 (docs/perf/sm90-fwd.md run 18).
+/// against cuDNN's 201), +1-4 % at hd 64-256 non-causal (docs/perf/sm90-fwd.md run 18).
 constexpr int64_t kTileGroupL2BytesEven = int64_t(8) << 20;
 
 /// Work item `t` of `tiles` tiles x `pairs` pairs, walked in groups of `group` pairs (the last
