@@ -97,11 +97,19 @@ struct BwdConfig : VariantParts<Variant_> {
   static constexpr bool kPrefetchRowStats = kHeadDimQKPad + kHeadDimVPad <= 256;
   // dq_accum of a full query tile (kBlockM rows, contiguous kBlockM x head_dim_qk floats) is
   // kept in the order of the dQ reductions (see DqAccumOrder) rather than row-major, so that
-  // each warp-wide red.v2 covers 256 contiguous bytes (2 L2 lines, as FA2's MMA-order dQaccum)
+  // each warp-wide red.v2 covers 256 contiguous bytes (red.v4, kDqRedV4: 512) (2 L2 lines, as FA2's MMA-order dQaccum)
   // instead of 8 rows x 32 bytes (8 lines); _post reads it back in that order. Partial tiles
   // stay row-major (their block would reach past the sequence), as do padded head dims.
   // Measured +7-15% over row-major (H200; the LSU queue no longer throttles the reductions).
   static constexpr bool kDqAccumFragmentOrder = kHeadDimQK == kHeadDimQKPad;
+  // In fragment order, the non-causal, non-deterministic kernels at head dims >= 128 add dQ
+  // four floats at a time (red.v4: 512 contiguous bytes a warp-wide instruction, half the
+  // reductions of red.v2). Measured (H200, two A/B pairs in one process, docs/perf/sm80-bwd.md
+  // item 26): hd 256 non-causal +2-4 %, hd 128 non-causal +1.5-3.5 %; elsewhere it lost or
+  // tied (hd 64 causal -2-3 %, hd 128 deterministic -1-2.5 %, causal hd 128/256 and hd 64
+  // non-causal within 1 %), so those keep red.v2. (Scalar reds at hd 256: -16-21 %.)
+  static constexpr bool kDqRedV4 = kDqAccumFragmentOrder && kHeadDimQK >= 128 &&
+                                   !VariantParts<Variant_>::Mask::kCausal && !kDeterministic_;
   /// Whether the query tile's dq_accum block is in fragment order. Without varlen every tile
   /// is: the runtime gives each head whole query tiles (bwd_params.h), so a partial tile's
   /// block ends inside its own head, and the choice is made at compile time (one reduction

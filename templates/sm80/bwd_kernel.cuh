@@ -332,23 +332,31 @@ __device__ __forceinline__ int dq_rank(const fagen_bwd_params &params, const Bwd
 
 /// Where the dQ element (row, col) of a full query tile lies in its kBlockM x head_dim_qk fp32
 /// block of dq_accum under kDqAccumFragmentOrder: warp tiles of GridQ one after the other; in a
-/// warp tile, one 64-float run per reduction instruction (column chunk c, row tile t, half h,
-/// column tile j), lane l's two floats at 2 l. An aligned group of 8 columns of one row is 8
-/// contiguous floats (lanes 4 g .. 4 g + 3).
+/// warp tile, one run per reduction instruction. red.v2 (kDqRedV4 false): a 64-float run per
+/// (column chunk c, row tile t, half h, column tile j), lane l's two floats at 2 l, so an
+/// aligned group of 8 columns of one row is 8 contiguous floats (lanes 4 g .. 4 g + 3).
+/// red.v4: a 128-float run per (c, t, h, pair of column tiles jr = j / 2), lane l's four floats
+/// at 4 l (its two of tile 2 jr, then its two of tile 2 jr + 1), so the 16 columns 16 jr .. of
+/// one row are 16 contiguous floats, permuted.
 template <class Config> struct DqAccumOrder {
   using G = typename Config::GridQ;
+  static constexpr bool kV4 = Config::kDqRedV4;
   static constexpr int kChunk = Config::kDqChunkCols, kRowTiles = G::kTileRows / 16;
   static constexpr int kWarpFloats = G::kTileRows * G::kTileCols; // one warp tile's block
-  /// Offset of the reduction (c, t, h, j), lane 0, in its warp's block.
-  static constexpr __host__ __device__ int run(int c, int t, int h, int j) {
-    return (((c * kRowTiles + t) * 2 + h) * (kChunk / 8) + j) * 64;
+  static constexpr int kLaneFloats = kV4 ? 4 : 2, kRunFloats = 32 * kLaneFloats;
+  static constexpr int kRunsPerChunk = kChunk / 8 / (kV4 ? 2 : 1);
+  /// Offset of the reduction (c, t, h, run r of the chunk: j, or jr), lane 0, in its warp's
+  /// block.
+  static constexpr __host__ __device__ int run(int c, int t, int h, int r) {
+    return (((c * kRowTiles + t) * 2 + h) * kRunsPerChunk + r) * kRunFloats;
   }
   /// Offset of (row, col) in the tile.
   static __device__ __forceinline__ int offset(int row, int col) {
     const int warp = (row / G::kTileRows) * G::kWarpsCols + col / G::kTileCols;
-    const int r = row % G::kTileRows, cc = col % G::kTileCols;
+    const int r = row % G::kTileRows, cc = col % G::kTileCols, j = cc % kChunk / 8;
     const int lane = 4 * (r % 8) + (cc % 8) / 2;
-    return warp * kWarpFloats + run(cc / kChunk, r / 16, r % 16 / 8, cc % kChunk / 8) + 2 * lane +
+    const int in_run = kV4 ? 4 * lane + 2 * (j % 2) : 2 * lane;
+    return warp * kWarpFloats + run(cc / kChunk, r / 16, r % 16 / 8, kV4 ? j / 2 : j) + in_run +
            col % 2;
   }
 };
@@ -378,26 +386,40 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
         dq, sm.ds + wm * G::kTileRows * Config::kRowP, sm.k, 0, col0 / 8);
     if (Config::kDeterministic && c == 0)
       semaphore_wait(sem, dq_rank<Config>(params, st));
-    // DqAccumOrder (one 256-byte run per instruction), or row-major (Config::dq_fragment_order).
-    const bool fragment_order =
-        Config::dq_fragment_order((st.m_block + 1) * Config::kBlockM <= st.shape.seqlen_q);
-    float *mine = accum - (wm * G::kTileRows + lane / 4) * Config::kHeadDimQK +
-                  warp * DqAccumOrder<Config>::kWarpFloats + 2 * lane;
+    // DqAccumOrder (one 256- or 512-byte run per instruction), or row-major
+    // (Config::dq_fragment_order).
+    if (Config::dq_fragment_order((st.m_block + 1) * Config::kBlockM <= st.shape.seqlen_q)) {
+      using Order = DqAccumOrder<Config>;
+      float *mine = accum - (wm * G::kTileRows + lane / 4) * Config::kHeadDimQK +
+                    warp * Order::kWarpFloats + Order::kLaneFloats * lane;
 #pragma unroll
-    for (int t = 0; t < kRowTiles; ++t)
+      for (int t = 0; t < kRowTiles; ++t)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if (!fragment_order && row0 + 16 * t + 8 * h >= st.shape.seqlen_q)
-          continue;
+        for (int h = 0; h < 2; ++h)
 #pragma unroll
-        for (int j = 0; j < kChunk / 8; ++j)
-          if (Config::kHeadDimQK == Config::kHeadDimQKPad || col0 + 8 * j < Config::kHeadDimQK)
-            red_add_f32x2(fragment_order
-                              ? mine + DqAccumOrder<Config>::run(c, t, h, j)
-                              : accum + (16 * t + 8 * h) * Config::kHeadDimQK + col0 + 8 * j +
-                                    2 * (lane % 4),
-                          dq[t][j][2 * h], dq[t][j][2 * h + 1]);
-      }
+          for (int r = 0; r < Order::kRunsPerChunk; ++r) {
+            if constexpr (Order::kV4)
+              red_add_f32x4(mine + Order::run(c, t, h, r), dq[t][2 * r][2 * h],
+                            dq[t][2 * r][2 * h + 1], dq[t][2 * r + 1][2 * h],
+                            dq[t][2 * r + 1][2 * h + 1]);
+            else
+              red_add_f32x2(mine + Order::run(c, t, h, r), dq[t][r][2 * h], dq[t][r][2 * h + 1]);
+          }
+    } else {
+#pragma unroll
+      for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (row0 + 16 * t + 8 * h >= st.shape.seqlen_q)
+            continue;
+#pragma unroll
+          for (int j = 0; j < kChunk / 8; ++j)
+            if (Config::kHeadDimQK == Config::kHeadDimQKPad || col0 + 8 * j < Config::kHeadDimQK)
+              red_add_f32x2(accum + (16 * t + 8 * h) * Config::kHeadDimQK + col0 + 8 * j +
+                                2 * (lane % 4),
+                            dq[t][j][2 * h], dq[t][j][2 * h + 1]);
+        }
+    }
   }
   if constexpr (Config::kDeterministic)
     semaphore_signal(sem);
@@ -628,14 +650,37 @@ __device__ __forceinline__ void bwd_postprocess(const fagen_bwd_params &params) 
   Element *dq = static_cast<Element *>(params.dq) +
                 batch_offset<kVarlen>(batch, params.dq_batch_stride) +
                 head * params.dq_head_stride + row0 * params.dq_row_stride;
-  const bool fragment_order = Config::dq_fragment_order(rows == kBlockM);
-  for (int c = threadIdx.x; c < rows * kChunksPerRow; c += Config::kPrePostThreads) {
-    const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    const int at = fragment_order ? DqAccumOrder<Config>::offset(r, 8 * chunk) / 4 : 2 * c;
-    const float4 a = accum[at], b = accum[at + 1];
-    const u32 v[4] = {pack2<Element>(a.x * scale, a.y * scale), pack2<Element>(a.z * scale, a.w * scale),
-                      pack2<Element>(b.x * scale, b.y * scale), pack2<Element>(b.z * scale, b.w * scale)};
-    st_global_v4(dq + r * params.dq_row_stride + chunk * 8, v);
+  if (DqAccumOrder<Config>::kV4 && Config::dq_fragment_order(rows == kBlockM)) {
+    // 16 columns of a row at a time: 16 contiguous floats, lane q's (q = 0..3) four at 4 q,
+    // the first two of columns 16 pair + 2 q + {0, 1}, the other two 8 columns further.
+    static_assert(!DqAccumOrder<Config>::kV4 || kChunksPerRow % 2 == 0,
+                  "red.v4 order needs head_dim_qk % 16 == 0");
+    for (int c = threadIdx.x; c < rows * kChunksPerRow / 2; c += Config::kPrePostThreads) {
+      const int r = c / (kChunksPerRow / 2), pair = c % (kChunksPerRow / 2);
+      const int at = DqAccumOrder<Config>::offset(r, 16 * pair) / 4;
+      float4 f[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        f[q] = accum[at + q];
+      u32 lo[4], hi[4];
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        lo[q] = pack2<Element>(f[q].x * scale, f[q].y * scale);
+        hi[q] = pack2<Element>(f[q].z * scale, f[q].w * scale);
+      }
+      st_global_v4(dq + r * params.dq_row_stride + pair * 16, lo);
+      st_global_v4(dq + r * params.dq_row_stride + pair * 16 + 8, hi);
+    }
+  } else {
+    const bool fragment_order = Config::dq_fragment_order(rows == kBlockM);
+    for (int c = threadIdx.x; c < rows * kChunksPerRow; c += Config::kPrePostThreads) {
+      const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
+      const int at = fragment_order ? DqAccumOrder<Config>::offset(r, 8 * chunk) / 4 : 2 * c;
+      const float4 a = accum[at], b = accum[at + 1];
+      const u32 v[4] = {pack2<Element>(a.x * scale, a.y * scale), pack2<Element>(a.z * scale, a.w * scale),
+                        pack2<Element>(b.x * scale, b.y * scale), pack2<Element>(b.z * scale, b.w * scale)};
+      st_global_v4(dq + r * params.dq_row_stride + chunk * 8, v);
+    }
   }
 }
 

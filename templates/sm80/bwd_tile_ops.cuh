@@ -28,6 +28,18 @@ __device__ __forceinline__ void red_add_f32x2(float *ptr, float a, float b) {
 #endif
 }
 
+/// *ptr += (a, b, c, d) in fp32, at L2, no value returned; ptr 16-byte aligned.
+__device__ __forceinline__ void red_add_f32x4(float *ptr, float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(ptr), "f"(a), "f"(b),
+               "f"(c), "f"(d)
+               : "memory");
+#else
+  red_add_f32x2(ptr, a, b);
+  red_add_f32x2(ptr + 2, c, d);
+#endif
+}
+
 /// The two 16-bit elements of `packed` (low first) as floats.
 template <class Element> __device__ __forceinline__ float2 unpack2(u32 packed);
 
