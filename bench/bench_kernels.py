@@ -15,7 +15,11 @@ must come out finite. A kernel's row says its time, TFLOP/s (4 B H S^2 D, halved
 window counts the keys it sees), its time over the fastest config of its own workload
 (`x best`), and over the fastest dense kernel (no score mod, no dropout) of the same dtype, head
 dim and mask (`x dense`: the variant's cost; 1.15 = 15 % slower). The table is printed last.
+--repeats N times every kernel of a shape N times in interleaved rounds, each round starting one
+kernel later (a fixed order biases by position: docs/perf/sm90-fwd.md, runs 18-19), and keeps
+the median.
 """
+import statistics
 import argparse
 import json
 import os
@@ -63,7 +67,11 @@ def main():
     ap.add_argument("--window-left", type=int, default=256,
                     help="keys to the left of the diagonal that window kernels see")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="interleaved rounds per shape, each starting one kernel later; median")
     args = ap.parse_args()
+    if args.repeats < 1:
+        sys.exit("bench_kernels: --repeats must be at least 1")
     seqlens = [int(s) for s in args.seqlens.split(",")]
     kernels = []  # (bundle, index, name, call)
     for spec in args.bundle:
@@ -93,6 +101,7 @@ def main():
             lse = torch.empty(b, h, s, device=DEV, dtype=torch.float32)
             slopes = torch.tensor([2.0 ** (-8.0 * (i + 1) / h) for i in range(h)],
                                   device=DEV, dtype=torch.float32)
+            timed = []  # (name, call, plan, run args, finite) of this shape
             for bundle, index, name, c in kernels:
                 if (c["dtype"], c["qk"], c["v"]) != key:
                     continue
@@ -112,14 +121,21 @@ def main():
                 torch.cuda.synchronize()
                 finite = bool(torch.isfinite(o).all().item())
                 failed |= not finite
-                ms = do_bench(lambda: plan.run(q, k, v, o, lse, args=run), warmup=25, rep=100,
-                              return_mode="median")
+                timed.append((name, c, plan, run, finite))
+            times = {name: [] for name, _, _, _, _ in timed}
+            for r in range(args.repeats):
+                for i in range(len(timed)):
+                    name, c, plan, run, _ = timed[(i + r) % len(timed)]
+                    times[name].append(do_bench(lambda: plan.run(q, k, v, o, lse, args=run),
+                                                warmup=25, rep=100, return_mode="median"))
+            for name, c, plan, run, finite in timed:
+                ms = statistics.median(times[name])
                 keys = s if c["mask"] == "none" else min(s, args.window_left + 1) \
                     if c["mask"] == "window" else (s + 1) / 2
-                flops = 2.0 * b * h * s * keys * (qk + dv)
+                flops = 2.0 * b * h * s * keys * (c["qk"] + c["v"])
                 row = dict(kernel=name, seqlen=s, ms=ms, tflops=flops / ms * 1e-9,
                            window_left=args.window_left if c["mask"] == "window" else None,
-                           finite=finite, **c)
+                           finite=finite, rounds_ms=times[name], **c)
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             del q, k, v, o, lse
