@@ -97,7 +97,10 @@ std::string planComment(const KernelPlan &p) {
                                p.deterministic ? "true" : "false", p.prePostThreads)
                      .str();
   if (p.templ == "sm90" || p.templ == "sm90ws")
-    return out + llvm::formatv("//   exp2_emu_percent={0} exp2_poly_degree={1}\n",
+    return out + llvm::formatv("//   {0}exp2_emu_percent={1} exp2_poly_degree={2}\n",
+                               p.rescaleTau != 0
+                                   ? llvm::formatv("rescale_tau={0} ", p.rescaleTau).str()
+                                   : std::string(),
                                p.exp2EmuPercent, p.exp2PolyDegree)
                      .str();
   return out + llvm::formatv("//   rescale_tau={0} exp2_emu_percent={1} exp2_poly_degree={2}\n",
@@ -109,17 +112,23 @@ std::string planComment(const KernelPlan &p) {
 std::string forwardConfig(const KernelPlan &p) {
   bool emu = p.exp2EmuPercent != 0;
   if (p.templ == "sm90" || p.templ == "sm90ws") {
-    // The wgmma templates: no warps or rescale threshold parameters; sm90 one head dim; the
+    // The wgmma templates: no warps parameter (sm90: no rescale threshold either); sm90 one head dim; the
     // warp-specialized one two, with its consumer warpgroups taking turns (ping-pong).
     bool ws = p.templ == "sm90ws";
     // Template parameters past the defaults, spelled only where one differs.
-    bool staged = ws && p.stagedEpilogue;
+    bool staged = ws && p.stagedEpilogue, tau = ws && p.rescaleTau != 0;
     std::string extra =
-        emu || staged ? llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}{2}",
-                                      p.exp2EmuPercent, p.exp2PolyDegree,
-                                      staged ? ", /*kStagedEpilogue=*/true" : "")
-                            .str()
-                      : "";
+        emu || staged || tau
+            ? llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}{2}{3}",
+                            p.exp2EmuPercent, p.exp2PolyDegree,
+                            staged || tau
+                                ? (staged ? ", /*kStagedEpilogue=*/true"
+                                          : ", /*kStagedEpilogue=*/false")
+                                : "",
+                            tau ? llvm::formatv(", /*kRescaleTau=*/{0}", p.rescaleTau).str()
+                                : std::string())
+                  .str()
+            : "";
     if (ws)
       return llvm::formatv("using Config = fagen::sm90::WsFwdConfig<{0}, /*kHeadDimQK=*/{1}, "
                            "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, "

@@ -38,7 +38,7 @@ SearchSpace searchSpaceFor(const KernelPlan &base) {
   space.blockN = {64, 80, 96, 112, 128, 176};
   space.warps = {8, 12};
   space.stages = {2};
-  space.rescaleTau = {0};
+  space.rescaleTau = {0, 8};
   space.exp2EmuPercent = {0, 25};
   space.stagedEpilogue = {false, true};
   return space;

@@ -121,7 +121,7 @@ struct FwdConfig : VariantParts<Variant_> {
 /// and hd 256, -2..-6 % at 16k causal, -4..-7 % for the persistent hd 64 kernels.
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
-          int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false>
+          int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false, int kRescaleTau_ = 0>
 struct WsFwdConfig : VariantParts<Variant_> {
   using Element = Element_;
   static constexpr int kHeadDimQK = kHeadDimQK_;
@@ -136,6 +136,10 @@ struct WsFwdConfig : VariantParts<Variant_> {
   static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
   static constexpr int kExp2EmuColumns = (kBlockN / 4 * kExp2EmuPercent + 50) / 100;
   static constexpr bool kStagedEpilogue = kStagedEpilogue_;
+  /// FlashAttention-4's rescale threshold (softmax_exp): 0 rescales O whenever a row max
+  /// grows, 1..8 only when it grows by more than that many powers of two.
+  static constexpr int kRescaleTau = kRescaleTau_;
+  static_assert(kRescaleTau >= 0 && kRescaleTau <= 8, "kRescaleTau must be in 0..8");
 
   static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);

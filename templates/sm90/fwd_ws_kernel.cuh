@@ -291,8 +291,8 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     if ((n_block + 1) * kBlockN > shape.seqlen_k ||
         Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape))
       apply_mask<Mask>(s3, m_block * kBlockM + first_row, n_block * kBlockN, shape);
-    return softmax_exp<Config::kExp2EmuColumns, Config::kExp2PolyDegree>(rescale, softmax, acc_s,
-                                                                          scale_log2);
+    return softmax_exp<Config::kExp2EmuColumns, Config::kExp2PolyDegree, Config::kRescaleTau>(
+        rescale, softmax, acc_s, scale_log2);
   };
   // P in the input type; dropout zeroes the dropped elements (the row sums keep them: the
   // softmax is of the logits, dropout acts on its probabilities).

@@ -108,7 +108,11 @@ __device__ __forceinline__ void convert_p(u32 (&p)[kColTiles / 2][4],
 /// exp2_poly<kPolyDegree> on the FMA pipe instead of MUFU (FlashAttention-4, section 3.1.3).
 /// Returns whether O needs the rescale: false when no row of the warp raised a finite max
 /// (every factor is then exactly 1, or O is still 0).
-template <int kEmuColumns, int kPolyDegree, int kColTiles>
+/// kTau > 0 (FlashAttention-4's conditional rescaling): a row keeps its stale max unless the
+/// tile's exceeds it by more than kTau in log2 units, so P may reach 2^kTau and O is rescaled
+/// far less often; the result differs from kTau = 0 only by rounding (finalize divides by the
+/// same sum).
+template <int kEmuColumns, int kPolyDegree, int kTau = 0, int kColTiles>
 __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1> &softmax,
                                             float (&s)[kColTiles][4], float scale_log2) {
   const float kNegInf = -__int_as_float(0x7f800000);
@@ -120,6 +124,11 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
     for (int j = 0; j < kColTiles; ++j)
       m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
     m = quad_max(m);
+    if constexpr (kTau > 0) {
+      // NaN when both are -inf: keep -inf.
+      if (!((m - softmax.row_max[h]) * scale_log2 > float(kTau)))
+        m = softmax.row_max[h];
+    }
     const float m_used = m == kNegInf ? 0.f : m;
     grew |= m != softmax.row_max[h] && softmax.row_max[h] != kNegInf;
     rescale[h] = exp2_approx((softmax.row_max[h] - m_used) * scale_log2);

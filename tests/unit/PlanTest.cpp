@@ -77,7 +77,8 @@ TEST(Plan, ArchSpecificDefaults) {
   EXPECT_EQ(p[1].tuning, "default");
   // sm_90a: the warp-specialized TMA template, a producer and two consumer warpgroups.
   EXPECT_EQ(p[2].templ, "sm90ws");
-  EXPECT_EQ(p[2].name, "fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2");
+  EXPECT_EQ(p[2].name, "fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_r8");
+  EXPECT_EQ(p[2].rescaleTau, 8); // FlashAttention-4's threshold, measured on sm90ws too
   EXPECT_EQ(p[2].threads, 384);
   EXPECT_EQ(p[2].smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 128, 2));
   EXPECT_EQ(p[2].smemBytes, sm90FwdSmemBytes(128, 128, 128, 2) + 8 * 10); // + 10 mbarriers
@@ -111,9 +112,9 @@ TEST(Plan, Sm90WsDefaults) {
                                      {"sm_90a"});
   ASSERT_EQ(p.size(), 2u);
   EXPECT_EQ(p[0].templ, "sm90ws");
-  EXPECT_EQ(configOf(p[0]).text(), "m192n128w12s2");
+  EXPECT_EQ(configOf(p[0]).text(), "m192n128w12s2 tau8");
   EXPECT_EQ(p[0].threads, 512);
-  EXPECT_EQ(configOf(p[1]).text(), "m128n80w8s2");
+  EXPECT_EQ(configOf(p[1]).text(), "m128n80w8s2 tau8");
   EXPECT_EQ(p[1].smemBytes, (128 + 4 * 80) * 256 * 2 + 1024 + 80);
 }
 
@@ -180,7 +181,7 @@ TEST(Plan, Sm90WsServesEveryForwardVariant) {
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
   }
   // Sparse blocks of 128 take query tiles of 128 rows (hd 64's default is 192).
-  EXPECT_EQ(configOf(planNamed(p, "bs")).text(), "m128n128w8s2");
+  EXPECT_EQ(configOf(planNamed(p, "bs")).text(), "m128n128w8s2 tau8");
   // Even work tiles (no mask, varlen or sparsity) and 64-wide head dims run persistent.
   EXPECT_TRUE(planNamed(p, "dense").persistent);
   const KernelPlan &mla = planNamed(p, "mla");
@@ -209,15 +210,15 @@ TEST(Plan, BuiltinSeqlenBuckets) {
   const std::string all = llvm::formatv("0..{0}", int64_t(1) << 40).str();
   const std::string from4k = llvm::formatv("4097..{0}", int64_t(1) << 40).str();
   EXPECT_EQ(ranges, (std::map<std::string, std::string>{
-                        {"fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_so", "1..4096"},
-                        {"fagen_fwd_bf16_hd128_causal_sm90ws_m192n80w12s2", from4k},
-                        {"fagen_fwd_bf16_hd128_none_sm90ws_m128n128w8s2", "1..4096"},
-                        {"fagen_fwd_bf16_hd128_none_sm90ws_m192n80w12s2", from4k},
-                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_so", "1..4096"},
-                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2", from4k},
+                        {"fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_r8_so", "1..4096"},
+                        {"fagen_fwd_bf16_hd128_causal_sm90ws_m192n80w12s2_r8", from4k},
+                        {"fagen_fwd_bf16_hd128_none_sm90ws_m128n128w8s2_r8", "1..4096"},
+                        {"fagen_fwd_bf16_hd128_none_sm90ws_m192n80w12s2_r8", from4k},
+                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_r8_so", "1..4096"},
+                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_r8", from4k},
                         // Variants without measured buckets, and pinned tiles: one kernel.
-                        {"fagen_fwd_bf16_hd64_none_sm90ws_m192n128w12s2", all},
-                        {"fagen_fwd_bf16_hd128_causal_softcap_sm90ws_m128n128w8s2", all},
+                        {"fagen_fwd_bf16_hd64_none_sm90ws_m192n128w12s2_r8", all},
+                        {"fagen_fwd_bf16_hd128_causal_softcap_sm90ws_m128n128w8s2_r8", all},
                     }))
       << "plans: " << p.size();
   for (const KernelPlan &k : p)
@@ -237,11 +238,11 @@ TEST(Plan, Sm90WsTilesFitEachHeadDim) {
   ASSERT_EQ(p.size(), 6u);
   // No sm90ws tile divides a 192-token block at hd 256 within the registers: portable.
   EXPECT_EQ(planNamed(p, "f").templ, "sm80");
-  EXPECT_EQ(configOf(planNamed(p, "a")).text(), "m128n112w8s2"); // 128 keys: 240 KB of smem
-  EXPECT_EQ(configOf(planNamed(p, "b")).text(), "m128n80w8s2");
-  EXPECT_EQ(configOf(planNamed(p, "c")).text(), "m128n64w8s2");  // dropout: 80 keys spilled
-  EXPECT_EQ(configOf(planNamed(p, "d")).text(), "m192n64w12s2"); // 96 keys: 136 registers
-  EXPECT_EQ(configOf(planNamed(p, "e")).text(), "m128n96w8s2");  // dropout: 112 keys spilled
+  EXPECT_EQ(configOf(planNamed(p, "a")).text(), "m128n112w8s2 tau8"); // 128 keys: 240 KB of smem
+  EXPECT_EQ(configOf(planNamed(p, "b")).text(), "m128n80w8s2 tau8");
+  EXPECT_EQ(configOf(planNamed(p, "c")).text(), "m128n64w8s2 tau8");  // dropout: 80 keys spilled
+  EXPECT_EQ(configOf(planNamed(p, "d")).text(), "m192n64w12s2 tau8"); // 96 keys: 136 registers
+  EXPECT_EQ(configOf(planNamed(p, "e")).text(), "m128n96w8s2 tau8");  // dropout: 112 keys spilled
   for (const KernelPlan &k : p)
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
 }

@@ -356,7 +356,8 @@ TEST(SearchSpace, WarpSpecializedTemplateHasItsOwnSpace) {
                                             "m128n96w8s2", "m128n112w8s2", "m128n176w8s2",
                                             "m192n64w12s2", "m192n80w12s2"}));
   EXPECT_EQ(pruned, 16u);
-  // Stage 2: emulated exp2 (no rescale threshold on sm90ws) and the staged epilogue.
+  // Stage 2: the rescale threshold (0 or sm90ws's default 8), emulated exp2 and the staged
+  // epilogue; the default's own config (tau 8 alone) is measured here, stage 1 ran tau 0.
   std::vector<Candidate> soft =
       softmaxCandidates(base, searchSpaceFor(base), {configOf(base)});
   std::set<std::string> stage2;
@@ -365,8 +366,11 @@ TEST(SearchSpace, WarpSpecializedTemplateHasItsOwnSpace) {
     EXPECT_EQ(x.plan.name.find("_so") != std::string::npos, x.config.stagedEpilogue)
         << x.plan.name;
   }
-  EXPECT_EQ(stage2, (std::set<std::string>{"m128n128w8s2 emu25d3", "m128n128w8s2 staged",
-                                           "m128n128w8s2 emu25d3 staged"}));
+  EXPECT_EQ(stage2, (std::set<std::string>{
+                        "m128n128w8s2 emu25d3", "m128n128w8s2 staged",
+                        "m128n128w8s2 emu25d3 staged", "m128n128w8s2 tau8",
+                        "m128n128w8s2 tau8 emu25d3", "m128n128w8s2 tau8 staged",
+                        "m128n128w8s2 tau8 emu25d3 staged"}));
   // Where O is wider than Q the staged epilogue cannot be built.
   KernelPlan wideV = base;
   wideV.headDimQK = 64;
