@@ -102,14 +102,16 @@ struct BwdConfig : VariantParts<Variant_> {
   // stay row-major (their block would reach past the sequence), as do padded head dims.
   // Measured +7-15% over row-major (H200; the LSU queue no longer throttles the reductions).
   static constexpr bool kDqAccumFragmentOrder = kHeadDimQK == kHeadDimQKPad;
-  // In fragment order, the non-causal, non-deterministic kernels at head dims >= 128 add dQ
-  // four floats at a time (red.v4: 512 contiguous bytes a warp-wide instruction, half the
-  // reductions of red.v2). Measured (H200, two A/B pairs in one process, docs/perf/sm80-bwd.md
-  // item 26): hd 256 non-causal +2-4 %, hd 128 non-causal +1.5-3.5 %; elsewhere it lost or
-  // tied (hd 64 causal -2-3 %, hd 128 deterministic -1-2.5 %, causal hd 128/256 and hd 64
-  // non-causal within 1 %), so those keep red.v2. (Scalar reds at hd 256: -16-21 %.)
+  // In fragment order, the non-causal kernels at head dims >= 128 (deterministic ones at 256
+  // only) add dQ four floats at a time (red.v4: 512 contiguous bytes a warp-wide instruction,
+  // half the reductions of red.v2). Measured (H200, two A/B pairs in one process each,
+  // docs/perf/sm80-bwd.md item 26): hd 256 non-causal +2-4 % (deterministic -0.1-+1.7 %), hd 128
+  // non-causal +1.5-3.5 %; elsewhere it lost or tied (hd 64 causal -2-3 %, hd 128
+  // deterministic -1-2.5 %, causal hd 128/256 and hd 64 non-causal within 1 %), so those keep
+  // red.v2. (Scalar reds at hd 256: -16-21 %.)
   static constexpr bool kDqRedV4 = kDqAccumFragmentOrder && kHeadDimQK >= 128 &&
-                                   !VariantParts<Variant_>::Mask::kCausal && !kDeterministic_;
+                                   !VariantParts<Variant_>::Mask::kCausal &&
+                                   (!kDeterministic_ || kHeadDimQK >= 256);
   /// Whether the query tile's dq_accum block is in fragment order. Without varlen every tile
   /// is: the runtime gives each head whole query tiles (bwd_params.h), so a partial tile's
   /// block ends inside its own head, and the choice is made at compile time (one reduction
