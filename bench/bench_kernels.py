@@ -19,11 +19,11 @@ dim and mask (`x dense`: the variant's cost; 1.15 = 15 % slower). The table is p
 kernel later (a fixed order biases by position: docs/perf/sm90-fwd.md, runs 18-19), and keeps
 the median.
 """
-import statistics
 import argparse
 import json
 import os
 import re
+import statistics
 import sys
 
 import torch

@@ -112,23 +112,20 @@ std::string planComment(const KernelPlan &p) {
 std::string forwardConfig(const KernelPlan &p) {
   bool emu = p.exp2EmuPercent != 0;
   if (p.templ == "sm90" || p.templ == "sm90ws") {
-    // The wgmma templates: no warps parameter (sm90: no rescale threshold either); sm90 one head dim; the
-    // warp-specialized one two, with its consumer warpgroups taking turns (ping-pong).
+    // The wgmma templates: no warps parameter (sm90: no rescale threshold either); sm90 one
+    // head dim, the warp-specialized one two, with its consumer warpgroups taking turns
+    // (ping-pong).
     bool ws = p.templ == "sm90ws";
-    // Template parameters past the defaults, spelled only where one differs.
+    // Template parameters past the defaults, positional: spelled up to the last that differs.
     bool staged = ws && p.stagedEpilogue, tau = ws && p.rescaleTau != 0;
-    std::string extra =
-        emu || staged || tau
-            ? llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}{2}{3}",
-                            p.exp2EmuPercent, p.exp2PolyDegree,
-                            staged || tau
-                                ? (staged ? ", /*kStagedEpilogue=*/true"
-                                          : ", /*kStagedEpilogue=*/false")
-                                : "",
-                            tau ? llvm::formatv(", /*kRescaleTau=*/{0}", p.rescaleTau).str()
-                                : std::string())
-                  .str()
-            : "";
+    std::string extra;
+    if (emu || staged || tau)
+      extra = llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}",
+                            p.exp2EmuPercent, p.exp2PolyDegree);
+    if (staged || tau)
+      extra += staged ? ", /*kStagedEpilogue=*/true" : ", /*kStagedEpilogue=*/false";
+    if (tau)
+      extra += llvm::formatv(", /*kRescaleTau=*/{0}", p.rescaleTau).str();
     if (ws)
       return llvm::formatv("using Config = fagen::sm90::WsFwdConfig<{0}, /*kHeadDimQK=*/{1}, "
                            "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, "

@@ -29,6 +29,19 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
+/// FlashAttention-4's conditional rescaling: the max a row's P is taken relative to, given its
+/// current one `row_max` and the tile's `m` (>= row_max): `m` once it exceeds `row_max` by more
+/// than kTau in log2 units, else the stale `row_max` (P then reaches at most 2^kTau). kTau <= 0
+/// takes `m` always. NaN when both are -inf: keeps -inf.
+template <int kTau>
+__device__ __forceinline__ float thresholded_max(float m, float row_max, float scale_log2) {
+  if constexpr (kTau > 0) {
+    if (!((m - row_max) * scale_log2 > float(kTau)))
+      return row_max;
+  }
+  return m;
+}
+
 /// Where element [t][j][e] of a warp's fragment tile lies in the attention matrix (the
 /// mma.sync C layout: 16-row tiles t, 8-column tiles j, lane / 4 rows, 2 columns a lane), with
 /// (row0, col0) the warp's fragment origin and lane = threadIdx.x % 32.
@@ -134,13 +147,7 @@ struct OnlineSoftmax {
 #pragma unroll
         for (int j = 0; j < kColTiles; ++j)
           m = fmaxf(m, fmaxf(s[t][j][2 * h], s[t][j][2 * h + 1]));
-        m = quad_max(m);
-        if constexpr (kRescaleTau > 0) {
-          // Keep the stale max unless the tile's exceeds it by more than tau (NaN when both
-          // are -inf: keep -inf).
-          if (!((m - row_max[r]) * scale_log2 > float(kRescaleTau)))
-            m = row_max[r];
-        }
+        m = thresholded_max<kRescaleTau>(quad_max(m), row_max[r], scale_log2);
         // A row with no visible key so far keeps max -inf; use 0 so that exp2 gives 0, not NaN.
         const float m_used = m == kNegInf ? 0.f : m;
         grew |= m != row_max[r] && row_max[r] != kNegInf;

@@ -97,9 +97,10 @@ struct BwdConfig : VariantParts<Variant_> {
   static constexpr bool kPrefetchRowStats = kHeadDimQKPad + kHeadDimVPad <= 256;
   // dq_accum of a full query tile (kBlockM rows, contiguous kBlockM x head_dim_qk floats) is
   // kept in the order of the dQ reductions (see DqAccumOrder) rather than row-major, so that
-  // each warp-wide red.v2 covers 256 contiguous bytes (red.v4, kDqRedV4: 512) (2 L2 lines, as FA2's MMA-order dQaccum)
-  // instead of 8 rows x 32 bytes (8 lines); _post reads it back in that order. Partial tiles
-  // stay row-major (their block would reach past the sequence), as do padded head dims.
+  // each warp-wide red.v2 covers 256 contiguous bytes (2 L2 lines, as FA2's MMA-order dQaccum;
+  // red.v4, kDqRedV4 below: 512) instead of 8 rows x 32 bytes (8 lines); _post reads it back
+  // in that order. Partial tiles stay row-major (their block would reach past the sequence),
+  // as do padded head dims.
   // Measured +7-15% over row-major (H200; the LSU queue no longer throttles the reductions).
   static constexpr bool kDqAccumFragmentOrder = kHeadDimQK == kHeadDimQKPad;
   // In fragment order, the non-causal kernels at head dims >= 128 (deterministic ones at 256

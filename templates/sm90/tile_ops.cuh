@@ -123,12 +123,7 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 #pragma unroll
     for (int j = 0; j < kColTiles; ++j)
       m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-    m = quad_max(m);
-    if constexpr (kTau > 0) {
-      // NaN when both are -inf: keep -inf.
-      if (!((m - softmax.row_max[h]) * scale_log2 > float(kTau)))
-        m = softmax.row_max[h];
-    }
+    m = thresholded_max<kTau>(quad_max(m), softmax.row_max[h], scale_log2);
     const float m_used = m == kNegInf ? 0.f : m;
     grew |= m != softmax.row_max[h] && softmax.row_max[h] != kNegInf;
     rescale[h] = exp2_approx((softmax.row_max[h] - m_used) * scale_log2);
