@@ -88,6 +88,12 @@ std::vector<Candidate> softmaxCandidates(const KernelPlan &base, const SearchSpa
           c.stagedEpilogue = staged;
           addCandidate(base, c, "softmax", out, refused);
         }
+  // The planner's own config, whatever tiles won stage 1: the tuner's "default" column and its
+  // speed-up are measured against it, and a winner is never one that lost to it. Stage 1 ran
+  // it only where it is a stage-1 point (tau 0, no emulation, no staged epilogue).
+  const TuneConfig own = configOf(base);
+  if (own.rescaleTau != 0 || own.exp2EmuPercent != 0 || own.stagedEpilogue)
+    addCandidate(base, own, "softmax", out, refused);
   if (pruned)
     *pruned = refused;
   return out;

@@ -4,9 +4,10 @@
 // within minutes per spec:
 //   1. "tile": every (block_m, block_n, warps, stages) that the planner's checks accept
 //      (rows per warp, shared memory, accumulator budget), with the exact softmax
-//      (rescale_tau 0, no exp2 emulation); plus the planner's default config;
+//      (rescale_tau 0, no exp2 emulation); the planner's default tile first;
 //   2. "softmax": on the best `softmaxTiles` tiles of stage 1, per bucket, every
-//      (rescale_tau, exp2_emu_percent) pair of the space.
+//      (rescale_tau, exp2_emu_percent, staged epilogue) of the space, plus the planner's
+//      default config itself where stage 1 did not run it (its tau 8).
 // After static pruning, ptxas prunes again (spills > 0), and numerics gate every candidate.
 // Nothing here needs a GPU: this is what the unit tests pin.
 //
@@ -58,8 +59,10 @@ struct Candidate {
 std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace &space,
                                       unsigned *pruned = nullptr);
 
-/// Stage 2: every (rescale_tau, exp2_emu_percent) of the space on each of `tiles`, except
-/// the stage-1 point itself (tau 0, no emulation).
+/// Stage 2: every (rescale_tau, exp2_emu_percent, staged epilogue) of the space on each of
+/// `tiles`, except the stage-1 point itself (tau 0, no emulation, not staged); plus the base
+/// plan's own config when it is not a stage-1 point (the planner's default tau is 8), so the
+/// default is always measured.
 std::vector<Candidate> softmaxCandidates(const KernelPlan &base, const SearchSpace &space,
                                          const std::vector<TuneConfig> &tiles,
                                          unsigned *pruned = nullptr);

@@ -406,6 +406,27 @@ TEST(SearchSpace, SoftmaxStageRunsOnTheBestTiles) {
     EXPECT_EQ(x.plan.exp2EmuPercent, x.config.exp2EmuPercent);
   }
   EXPECT_TRUE(bestTiles({}, 2).empty());
+
+  // A default off the stage-1 grid (the planner's tau 8) is measured in stage 2 even when
+  // its tile lost stage 1, once, as it is.
+  KernelPlan tau8 = basePlan(128);
+  tau8.rescaleTau = 8;
+  finalizePlan(tau8);
+  ASSERT_FALSE(bool(checkKernelPlan(tau8)));
+  std::vector<Candidate> withDefault = softmaxCandidates(tau8, SearchSpace(), {best[0]});
+  ASSERT_EQ(withDefault.size(), 9u);
+  EXPECT_TRUE(withDefault.back().config == configOf(tau8));
+  EXPECT_EQ(withDefault.back().plan.rescaleTau, 8);
+  EXPECT_EQ(withDefault.back().stage, "softmax");
+  // Its tile among the best: already one of the (tau, emu) points, not added twice.
+  std::vector<Candidate> ownTile =
+      softmaxCandidates(tau8, SearchSpace(), {tile(128, 64, 4, 2)});
+  EXPECT_EQ(ownTile.size(), 8u);
+  EXPECT_EQ(std::count_if(ownTile.begin(), ownTile.end(),
+                          [&](const Candidate &x) { return x.config == configOf(tau8); }),
+            1);
+  // A stage-1 default (tau 0) is not repeated.
+  EXPECT_EQ(softmaxCandidates(basePlan(128), SearchSpace(), best).size(), 16u);
 }
 
 TEST(SearchSpace, DefaultBucketsCoverEverySeqlen) {
