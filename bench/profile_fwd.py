@@ -34,7 +34,14 @@ def main():
     ap.add_argument("--seqlen", type=int, default=2048)
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--layout", choices=("bshd", "bhsd"), default="bshd")
+    ap.add_argument("--dropout", type=float, default=0.0, metavar="P",
+                    help="a bundle's dropout kernel with drop probability P (its output is then "
+                         "checked only for being finite)")
     args = ap.parse_args()
+    if not 0.0 <= args.dropout < 1.0:
+        ap.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.dropout and not args.bundle:
+        ap.error("--dropout needs --bundle (SDPA's dropout runs other kernels)")
     if not 1 <= args.seqlen <= 16384:
         ap.error(f"--seqlen must be in [1, 16384] (batch = 16384 / seqlen), got {args.seqlen}")
     if args.head_dim not in (32, 64, 128, 256):
@@ -54,14 +61,17 @@ def main():
 
     if args.bundle:
         try:
-            plan = fagen_rt.Bundle(args.bundle).plan_forward(qs, ks, vs, causal=args.causal)
+            variant = {"dropout_p": args.dropout} if args.dropout else {}
+            plan = fagen_rt.Bundle(args.bundle).plan_forward(qs, ks, vs, causal=args.causal,
+                                                              **variant)
         except fagen_rt.FagenError as e:
             print(f"{args.bundle}: {e}", file=sys.stderr)
             return 1
         print("kernel", plan.kernel, "grid", plan.grid, flush=True)
         o = torch.empty((b, s, h, d), device="cuda", dtype=torch.bfloat16)
         lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
-        run = lambda: plan.run(qs, ks, vs, o, lse)
+        run_args = fagen_rt.run_args(dropout_seed=1) if args.dropout else None
+        run = lambda: plan.run(qs, ks, vs, o, lse, args=run_args)
     else:
         backend = SDPBackend.CUDNN_ATTENTION if args.sdpa == "cudnn" else SDPBackend.FLASH_ATTENTION
         run = lambda: sdpa(backend)
@@ -74,7 +84,12 @@ def main():
     run()
     torch.cuda.nvtx.range_pop()
     torch.cuda.synchronize()
-    if args.bundle:
+    if args.bundle and args.dropout:
+        if not torch.isfinite(o).all().item():
+            print("WRONG: the dropout kernel's output is not finite", file=sys.stderr)
+            return 1
+        print("output finite (dropout: not compared with SDPA)")
+    elif args.bundle:
         ref = sdpa(SDPBackend.FLASH_ATTENTION)
         diff = (o.transpose(1, 2).float() - ref.float()).abs().max().item()
         print(f"max |O - SDPA flash| = {diff:.3g}")
