@@ -910,12 +910,13 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 
 /// The seqlen buckets for dense sm90ws forwards, from `fagen tune` on the H200
 /// (bf16, 2026-11-30, docs/perf/sm90-fwd.md run 14) where bench_fwd.py and the A/B runs of run
-/// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal and hd 256 up to 4k with
-/// the staged epilogue (+4-9 %); the rest stays the single default. fp16 shares the rule (same
-/// tiles; not measured). Measured on one CTA a tile; since run 19 the hd 256 non-causal short
-/// bucket runs persistent with its staged epilogue (within 1 % of one CTA a tile, run 19), and
-/// persistent without the staging was not measured. Empty where none applies; a tuning
-/// database overrides it.
+/// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
+/// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
+/// default tau 8): the staged epilogue at every length (one bucket when not causal), causal
+/// rows up to 4k on 128 x 64 tiles. fp16 shares the rule (same tiles; not measured). Measured
+/// on one CTA a tile; since run 19 the hd 256 non-causal short bucket runs persistent with its
+/// staged epilogue (within 1 % of one CTA a tile, run 19), and persistent without the staging
+/// was not measured. Empty where none applies; a tuning database overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
                      base.sparsity == "none" &&
@@ -932,9 +933,17 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
     longSeq.blockN = 80;
     longSeq.warps = 12;
   } else {
+    // Staged at every length since the rescale threshold (tau 8) became the default: the
+    // session-15 tune put the staged epilogue first in both buckets, and 64 keys a tile first
+    // for short causal rows (docs/perf/sm90-fwd.md run 23).
     shortSeq.stagedEpilogue = true;
+    if (base.mask == "causal")
+      shortSeq.blockN = 64;
+    longSeq.stagedEpilogue = true;
   }
   constexpr int64_t kShortMax = 4096;
+  if (shortSeq == longSeq)
+    return {{1, int64_t(1) << 40, shortSeq, provenance}};
   return {{1, kShortMax, shortSeq, provenance},
           {kShortMax + 1, int64_t(1) << 40, longSeq, provenance}};
 }

@@ -202,6 +202,7 @@ TEST(Plan, BuiltinSeqlenBuckets) {
   - {name: d, dtype: bf16, head_dim: 64}
   - {name: e, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap}
   - {name: f, dtype: bf16, head_dim: 128, tile: {template: sm90ws}}
+  - {name: g, dtype: bf16, head_dim: 256}
 )",
                                      {"sm_90a"}, /*builtinBuckets=*/true);
   std::map<std::string, std::string> ranges;
@@ -209,13 +210,16 @@ TEST(Plan, BuiltinSeqlenBuckets) {
     ranges[k.name] = llvm::formatv("{0}..{1}", k.seqlenMin, k.seqlenMax).str();
   const std::string all = llvm::formatv("0..{0}", int64_t(1) << 40).str();
   const std::string from4k = llvm::formatv("4097..{0}", int64_t(1) << 40).str();
+  const std::string from1 = llvm::formatv("1..{0}", int64_t(1) << 40).str();
   EXPECT_EQ(ranges, (std::map<std::string, std::string>{
                         {"fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_r8_so", "1..4096"},
                         {"fagen_fwd_bf16_hd128_causal_sm90ws_m192n80w12s2_r8", from4k},
                         {"fagen_fwd_bf16_hd128_none_sm90ws_m128n128w8s2_r8", "1..4096"},
                         {"fagen_fwd_bf16_hd128_none_sm90ws_m192n80w12s2_r8", from4k},
-                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_r8_so", "1..4096"},
-                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_r8", from4k},
+                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n64w8s2_r8_so", "1..4096"},
+                        {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_r8_so", from4k},
+                        // Equal configs in both ranges: one kernel for every length.
+                        {"fagen_fwd_bf16_hd256_none_sm90ws_m128n80w8s2_r8_so", from1},
                         // Variants without measured buckets, and pinned tiles: one kernel.
                         {"fagen_fwd_bf16_hd64_none_sm90ws_m192n128w12s2_r8", all},
                         {"fagen_fwd_bf16_hd128_causal_softcap_sm90ws_m128n128w8s2_r8", all},
