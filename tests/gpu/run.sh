@@ -23,49 +23,55 @@ status=0
 summary=()
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv
 
-step() { # name, command... (each step at most STEP_S seconds, 600 by default: a hung kernel,
-          # e.g. a deterministic backward waiting on a semaphore, fails its step, not the run)
-  local name=$1; shift
+step() { # name, log, command... (each step at most STEP_S seconds, 600 by default: a hung
+          # kernel, e.g. a deterministic backward waiting on a semaphore, fails its step, not the
+          # run). A failed step prints its log's last lines (fagen check writes a line per case
+          # as it ends, so a stall shows the case after the last one printed): the logs stay
+          # in $OUT, which a remote machine may not hand back whole.
+  local name=$1 log=$2; shift 2
   local t0=$SECONDS
   if timeout --kill-after=10 "${STEP_S:-600}" "$@"; then summary+=("$(printf '%-28s ok   (%ds)' "$name" $((SECONDS - t0)))")
-  else summary+=("$(printf '%-28s FAIL (%ds)' "$name" $((SECONDS - t0)))"); status=1; fi
+  else
+    summary+=("$(printf '%-28s FAIL (%ds)' "$name" $((SECONDS - t0)))"); status=1
+    echo "--- $name failed; the last lines of $log:"; tail -n 8 "$log" 2>/dev/null | cut -c1-300
+  fi
 }
 
 golden=/tmp/fagen-golden
 rm -rf "$golden"
-step "check + golden write" bash -c "$C/fagen check $C/check.fab --golden $golden --update-golden >$OUT/check.log 2>&1"
+step "check + golden write" "$OUT/check.log" bash -c "$C/fagen check $C/check.fab --golden $golden --update-golden >$OUT/check.log 2>&1"
 tail -n 1 "$OUT/check.log"
 grep -E "MISMATCH|error|golden:" "$OUT/check.log" | head -20
-step "check vs golden (repeat)" bash -c "$C/fagen check $C/check.fab --golden $golden >$OUT/check-golden.log 2>&1"
+step "check vs golden (repeat)" "$OUT/check-golden.log" bash -c "$C/fagen check $C/check.fab --golden $golden >$OUT/check-golden.log 2>&1"
 tail -n 1 "$OUT/check-golden.log"
 if command -v compute-sanitizer >/dev/null; then
-  step "memcheck (quick grid)" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/check.fab --quick >$OUT/sanitizer.log 2>&1"
-  step "racecheck (quick grid)" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/check.fab --quick --kernel hd128 >>$OUT/sanitizer.log 2>&1"
+  step "memcheck (quick grid)" "$OUT/sanitizer.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/check.fab --quick >$OUT/sanitizer.log 2>&1"
+  step "racecheck (quick grid)" "$OUT/sanitizer.log" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/check.fab --quick --kernel hd128 >>$OUT/sanitizer.log 2>&1"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log"
 fi
 if [ -f "$C/variants.fab" ]; then
-  step "check variants fwd+bwd" bash -c "$C/fagen check $C/variants.fab >$OUT/check-variants.log 2>&1"
+  step "check variants fwd+bwd" "$OUT/check-variants.log" bash -c "$C/fagen check $C/variants.fab >$OUT/check-variants.log 2>&1"
   tail -n 1 "$OUT/check-variants.log"
   grep -E "MISMATCH|FAIL|error" "$OUT/check-variants.log" | head -20
 fi
 if [ -f "$C/nonfinite.fab" ]; then
-  step "check NaN/Inf inputs" bash -c "$C/fagen check $C/nonfinite.fab --nonfinite >$OUT/check-nonfinite.log 2>&1 && $C/fagen check $C/check.fab --nonfinite >>$OUT/check-nonfinite.log 2>&1"
+  step "check NaN/Inf inputs" "$OUT/check-nonfinite.log" bash -c "$C/fagen check $C/nonfinite.fab --nonfinite >$OUT/check-nonfinite.log 2>&1 && $C/fagen check $C/check.fab --nonfinite >>$OUT/check-nonfinite.log 2>&1"
   grep -cE "PASS" "$OUT/check-nonfinite.log"; grep -E "FAIL" "$OUT/check-nonfinite.log" | head
 fi
 if [ -f "$C/variants.fab" ] && command -v compute-sanitizer >/dev/null; then
-  step "memcheck window fwd+bwd" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/variants.fab --quick --kernel window >$OUT/sanitizer-variants.log 2>&1"
-  step "racecheck bwd det (quick)" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/variants.fab --quick --kernel _det_ >>$OUT/sanitizer-variants.log 2>&1"
+  step "memcheck window fwd+bwd" "$OUT/sanitizer-variants.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/variants.fab --quick --kernel window >$OUT/sanitizer-variants.log 2>&1"
+  step "racecheck bwd det (quick)" "$OUT/sanitizer-variants.log" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/variants.fab --quick --kernel _det_ >>$OUT/sanitizer-variants.log 2>&1"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-variants.log" | tail -4
 fi
 if [ -f "$C/bench.fab" ] && [ -z "${SKIP_BENCH:-}" ]; then
   bundles="--bundle sm_90=$C/bench.fab"
   [ -f "$C/bench90a.fab" ] && bundles="$bundles --bundle sm_90a=$C/bench90a.fab"
-  step "bench fwd" bash -c "python3 bench/bench_fwd.py $bundles --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
+  step "bench fwd" "$OUT/bench.log" bash -c "python3 bench/bench_fwd.py $bundles --out $OUT/bench.json ${BENCH_ARGS:-} >$OUT/bench.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench.log"
-  step "bench bwd" bash -c "python3 bench/bench_bwd.py --bundle $C/bench.fab --deterministic --dropout 0.1 --out $OUT/bench-bwd.json ${BENCH_BWD_ARGS:-} >$OUT/bench-bwd.log 2>&1"
+  step "bench bwd" "$OUT/bench-bwd.log" bash -c "python3 bench/bench_bwd.py --bundle $C/bench.fab --deterministic --dropout 0.1 --out $OUT/bench-bwd.json ${BENCH_BWD_ARGS:-} >$OUT/bench-bwd.log 2>&1"
   sed -n '/^hd  causal/,$p' "$OUT/bench-bwd.log"
   if [ -f "$C/bench-variants90a.fab" ]; then
-    step "bench variants fwd" bash -c "python3 bench/bench_variants.py --bundle sm_90a=$C/bench-variants90a.fab --bundle sm_90=$C/bench-variants.fab --dense sm_90a=$C/bench90a.fab --dense sm_90=$C/bench.fab --out $OUT/bench-variants.json >$OUT/bench-variants.log 2>&1"
+    step "bench variants fwd" "$OUT/bench-variants.log" bash -c "python3 bench/bench_variants.py --bundle sm_90a=$C/bench-variants90a.fab --bundle sm_90=$C/bench-variants.fab --dense sm_90a=$C/bench90a.fab --dense sm_90=$C/bench.fab --out $OUT/bench-variants.json >$OUT/bench-variants.log 2>&1"
     sed -n '/^part /,$p' "$OUT/bench-variants.log"
   fi
 fi
