@@ -28,6 +28,15 @@ void addCandidate(const KernelPlan &base, const TuneConfig &config, const char *
   out.push_back({config, std::move(*plan), stage});
 }
 
+/// `config` as stage 1 times it: the exact softmax (tau 0, no emulation), the base's epilogue.
+TuneConfig stageOnePoint(TuneConfig config, const KernelPlan &base, const SearchSpace &space) {
+  config.rescaleTau = 0;
+  config.exp2EmuPercent = 0;
+  config.exp2PolyDegree = space.exp2PolyDegree;
+  config.stagedEpilogue = base.stagedEpilogue;
+  return config;
+}
+
 } // namespace
 
 SearchSpace searchSpaceFor(const KernelPlan &base) {
@@ -48,10 +57,7 @@ std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace 
                                       unsigned *pruned) {
   std::vector<Candidate> out;
   unsigned refused = 0;
-  TuneConfig exact = configOf(base);
-  exact.rescaleTau = 0;
-  exact.exp2EmuPercent = 0;
-  exact.exp2PolyDegree = space.exp2PolyDegree;
+  const TuneConfig exact = stageOnePoint(configOf(base), base, space);
   addCandidate(base, exact, "tile", out, refused);
   refused = 0; // the default is not part of the grid's count
   for (int m : space.blockM)
@@ -79,20 +85,20 @@ std::vector<Candidate> softmaxCandidates(const KernelPlan &base, const SearchSpa
     for (int tau : space.rescaleTau)
       for (int emu : space.exp2EmuPercent)
         for (bool staged : space.stagedEpilogue) {
-          if (tau == 0 && emu == 0 && !staged)
-            continue; // measured in stage 1
           TuneConfig c = tile;
           c.rescaleTau = tau;
           c.exp2EmuPercent = emu;
           c.exp2PolyDegree = space.exp2PolyDegree;
           c.stagedEpilogue = staged;
+          if (c == stageOnePoint(tile, base, space))
+            continue; // measured in stage 1
           addCandidate(base, c, "softmax", out, refused);
         }
   // The planner's own config, whatever tiles won stage 1: the tuner's "default" column and its
   // speed-up are measured against it, and a winner is never one that lost to it. Stage 1 ran
-  // it only where it is a stage-1 point (tau 0, no emulation, no staged epilogue).
+  // it only where it is its own stage-1 point (tau 0, no emulation).
   const TuneConfig own = configOf(base);
-  if (own.rescaleTau != 0 || own.exp2EmuPercent != 0 || own.stagedEpilogue)
+  if (own != stageOnePoint(own, base, space))
     addCandidate(base, own, "softmax", out, refused);
   if (pruned)
     *pruned = refused;

@@ -7,7 +7,7 @@
 //      (rescale_tau 0, no exp2 emulation); the planner's default tile first;
 //   2. "softmax": on the best `softmaxTiles` tiles of stage 1, per bucket, every
 //      (rescale_tau, exp2_emu_percent, staged epilogue) of the space, plus the planner's
-//      default config itself where stage 1 did not run it (its tau 8).
+//      default config itself where stage 1 did not run it (e.g. sm90ws's tau 8).
 // After static pruning, ptxas prunes again (spills > 0), and numerics gate every candidate.
 // Nothing here needs a GPU: this is what the unit tests pin.
 //
@@ -42,8 +42,8 @@ struct SearchSpace {
 
 /// The space for the template of `base`. sm90ws: block_m 128/192 (2 or 3 consumer
 /// warpgroups, warps = block_m / 16), block_n 64/80/96/112/128/176 (176: +3-8 % at hd 128 and
-/// seqlen >= 8k, -7 % at 2k; H200, docs/perf/sm90-fwd.md run 6), two stages, no rescale
-/// threshold, emulated exp2 0 or 25 % (it lost on the H200, run 7; another GPU may differ),
+/// seqlen >= 8k, -7 % at 2k; H200, docs/perf/sm90-fwd.md run 6), two stages, rescale threshold
+/// 0 or 8 (stage 2; 8 is the default since run 22), emulated exp2 0 or 25 % (it lost on the H200, run 7; another GPU may differ),
 /// the staged epilogue or not (stage 2; it wins at 2k, loses at 16k causal: run 13).
 SearchSpace searchSpaceFor(const KernelPlan &base);
 
@@ -60,9 +60,9 @@ std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace 
                                       unsigned *pruned = nullptr);
 
 /// Stage 2: every (rescale_tau, exp2_emu_percent, staged epilogue) of the space on each of
-/// `tiles`, except the stage-1 point itself (tau 0, no emulation, not staged); plus the base
-/// plan's own config when it is not a stage-1 point (the planner's default tau is 8), so the
-/// default is always measured.
+/// `tiles`, except each tile's stage-1 point (tau 0, no emulation, the base's epilogue); plus
+/// the base plan's own config when it is not its stage-1 point (e.g. sm90ws's default tau 8),
+/// so the default is always measured.
 std::vector<Candidate> softmaxCandidates(const KernelPlan &base, const SearchSpace &space,
                                          const std::vector<TuneConfig> &tiles,
                                          unsigned *pruned = nullptr);

@@ -371,6 +371,21 @@ TEST(SearchSpace, WarpSpecializedTemplateHasItsOwnSpace) {
                         "m128n128w8s2 emu25d3 staged", "m128n128w8s2 tau8",
                         "m128n128w8s2 tau8 emu25d3", "m128n128w8s2 tau8 staged",
                         "m128n128w8s2 tau8 emu25d3 staged"}));
+  // A base pinned to the staged epilogue: stage 1 timed its tiles staged, so stage 2 times
+  // the unstaged exact point instead, and the base's own config is not repeated.
+  KernelPlan stagedBase = base;
+  stagedBase.stagedEpilogue = true;
+  finalizePlan(stagedBase);
+  ASSERT_FALSE(bool(checkKernelPlan(stagedBase)));
+  std::set<std::string> stagedStage2;
+  for (const Candidate &x :
+       softmaxCandidates(stagedBase, searchSpaceFor(stagedBase), {configOf(base)}))
+    stagedStage2.insert(x.config.text());
+  EXPECT_EQ(stagedStage2, (std::set<std::string>{
+                              "m128n128w8s2", "m128n128w8s2 emu25d3",
+                              "m128n128w8s2 emu25d3 staged", "m128n128w8s2 tau8",
+                              "m128n128w8s2 tau8 emu25d3", "m128n128w8s2 tau8 staged",
+                              "m128n128w8s2 tau8 emu25d3 staged"}));
   // Where O is wider than Q the staged epilogue cannot be built.
   KernelPlan wideV = base;
   wideV.headDimQK = 64;
