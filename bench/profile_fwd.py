@@ -7,11 +7,15 @@ protocol's inputs (bf16, batch x seqlen = 16k tokens, hidden 2048), after three 
     ncu --nvtx --nvtx-include "prof/" --launch-count 1 \\
         --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \\
         python3 bench/profile_fwd.py --sdpa cudnn --head-dim 128 --seqlen 2048 --causal
+    ncu --nvtx --nvtx-include "prof/" --launch-count 1 \
+        --metrics smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
+        python3 bench/profile_fwd.py --bundle bench.fab --head-dim 64 --seqlen 8192 --dropout 0.1
 
 Memory: [batch, seq, heads, head_dim] (BSHD) unless --layout bhsd. The fagen output is
 poisoned (NaN) before the profiled call and checked against SDPA flash (max |diff| < 0.05)
-after it.
-docs/perf/sm90-fwd.md run 18 used it to count DRAM bytes per kernel.
+after it; with --dropout (the bundle's dropout kernel, seed 1) only checked to be finite.
+docs/perf/sm90-fwd.md run 18 used it to count DRAM bytes per kernel, docs/perf/sm80-fwd.md
+item 9 to compare the pipes and stalls of a dropout kernel with its dense one.
 """
 import argparse
 import os

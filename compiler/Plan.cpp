@@ -913,10 +913,10 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 /// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
 /// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
 /// default tau 8): the staged epilogue at every length (one bucket when not causal), causal
-/// rows up to 4k on 128 x 64 tiles. fp16 shares the rule (same tiles; not measured). Measured
-/// on one CTA a tile; since run 19 the hd 256 non-causal short bucket runs persistent with its
-/// staged epilogue (within 1 % of one CTA a tile, run 19), and persistent without the staging
-/// was not measured. Empty where none applies; a tuning database overrides it.
+/// rows up to 4k on 128 x 64 tiles. fp16 shares the rule (same tiles; not measured). The
+/// tuner times one CTA a tile; the hd 256 non-causal kernel runs persistent (the grid rule for
+/// even tiles), staged at every length, and run 23 measured it so through the runtime
+/// (bench_fwd.py). Empty where none applies; a tuning database overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
                      base.sparsity == "none" &&
