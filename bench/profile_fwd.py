@@ -7,8 +7,8 @@ protocol's inputs (bf16, batch x seqlen = 16k tokens, hidden 2048), after three 
     ncu --nvtx --nvtx-include "prof/" --launch-count 1 \\
         --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \\
         python3 bench/profile_fwd.py --sdpa cudnn --head-dim 128 --seqlen 2048 --causal
-    ncu --nvtx --nvtx-include "prof/" --launch-count 1 \
-        --metrics smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
+    ncu --nvtx --nvtx-include "prof/" --launch-count 1 \\
+        --metrics smsp__issue_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \\
         python3 bench/profile_fwd.py --bundle bench.fab --head-dim 64 --seqlen 8192 --dropout 0.1
 
 Memory: [batch, seq, heads, head_dim] (BSHD) unless --layout bhsd. The fagen output is

@@ -942,7 +942,7 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
     longSeq.stagedEpilogue = true;
   }
   constexpr int64_t kShortMax = 4096;
-  if (shortSeq == longSeq)
+  if (shortSeq == longSeq) // one range: tunedPlans would merge two, repeating the provenance
     return {{1, int64_t(1) << 40, shortSeq, provenance}};
   return {{1, kShortMax, shortSeq, provenance},
           {kShortMax + 1, int64_t(1) << 40, longSeq, provenance}};
