@@ -879,8 +879,11 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   std::memcpy(plan.params, &bp, sizeof bp);
 
   const int64_t dqRows = p.varlen ? p.total_q : int64_t(p.batch) * dqRowsPerHead;
+  const int32_t dqSlots =
+      fagen_bwd_dq_slots(k.deterministic ? 1 : 0, k.mask == "none" && k.sparsity == "none");
   fagen_bwd_workspace w = fagen_bwd_workspace_layout(rowsQ, dqRows, p.heads_q, p.head_dim_qk,
-                                                     p.batch, mBlocks, k.deterministic ? 1 : 0);
+                                                     p.batch, mBlocks, k.deterministic ? 1 : 0,
+                                                     dqSlots);
   plan.workspace_bytes = size_t(w.total_bytes);
   plan.workspace_offsets[0] = w.dq_accum_offset;
   plan.workspace_offsets[1] = w.d_offset;

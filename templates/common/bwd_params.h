@@ -18,7 +18,19 @@
 
 // Version 2: the dropout rule draws Philox4x32-7 (common/philox.h; version 1: 10 rounds).
 // Version 3: dq_accum holds whole query tiles (m_blocks * kBlockM rows a head) unless varlen.
-#define FAGEN_BWD_PARAMS_VERSION 3
+// Version 5: deterministic kernels without a mask or block sparsity add dQ into
+// fagen_bwd_dq_slots() copies of dq_accum (and of the semaphores), the first key tile of each
+// copy storing instead of adding (so _pre zeroes none of them), and _post sums the copies in
+// order. (4 is the forward's current number; the backward skips it so that a kernel of one pass
+// filed as the other is always refused.)
+#define FAGEN_BWD_PARAMS_VERSION 5
+
+// Deterministic kernels without a mask or block sparsity: key tile n adds its dQ into copy
+// (slot) n % FAGEN_BWD_DET_DQ_SLOTS of dq_accum after the slot's later key tiles only, so a
+// head's CTAs form that many semaphore chains instead of one, each as much shorter. Part of the
+// parameter layout (the runtime sizes the workspace with it): change it only with
+// FAGEN_BWD_PARAMS_VERSION. Measured: docs/perf/sm80-bwd.md items 29-30.
+#define FAGEN_BWD_DET_DQ_SLOTS 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,6 +48,10 @@ extern "C" {
 ///             read back by _post. fagen_bwd_dq_rows gives the row count.
 ///   d         float32, addressed like the LSE with d_batch_stride / d_head_stride
 ///   dq_semaphore  int32, one per (b, h, m_block), zeroed by _pre; deterministic kernels only.
+/// Both come in fagen_bwd_dq_slots() copies one after the other: slot s of dq_accum at
+/// dq_accum + s * dq_rows * heads_q * head_dim_qk floats (s * batch * dq_accum_batch_stride;
+/// varlen s * heads_q * dq_accum_head_stride), of dq_semaphore at s * batch *
+/// semaphore_batch_stride.
 typedef struct fagen_bwd_params {
   fagen_fwd_params fwd;
 
@@ -73,17 +89,27 @@ typedef struct fagen_bwd_workspace {
 
 static inline uint64_t fagen_align256_(uint64_t x) { return (x + 255u) & ~(uint64_t)255u; }
 
+/// Copies of dq_accum and of the semaphores that a backward kernel uses: deterministic ones
+/// with no mask (every query tile sees every key tile) and no block sparsity,
+/// FAGEN_BWD_DET_DQ_SLOTS; every other kernel 1.
+static inline int32_t fagen_bwd_dq_slots(int32_t deterministic, int32_t unmasked_dense) {
+  return deterministic && unmasked_dense ? FAGEN_BWD_DET_DQ_SLOTS : 1;
+}
+
+/// `dq_slots`: fagen_bwd_dq_slots of the kernel.
 static inline fagen_bwd_workspace fagen_bwd_workspace_layout(int64_t rows_q, int64_t dq_rows,
                                                              int32_t heads_q,
                                                              int32_t head_dim_qk,
                                                              int32_t batch, int32_t m_blocks,
-                                                             int32_t deterministic) {
+                                                             int32_t deterministic,
+                                                             int32_t dq_slots) {
   fagen_bwd_workspace w;
   w.dq_accum_offset = 0;
-  w.d_offset = fagen_align256_((uint64_t)dq_rows * heads_q * head_dim_qk * 4u);
+  w.d_offset = fagen_align256_((uint64_t)dq_slots * dq_rows * heads_q * head_dim_qk * 4u);
   w.semaphore_offset = w.d_offset + fagen_align256_((uint64_t)rows_q * heads_q * 4u);
-  w.total_bytes = w.semaphore_offset +
-                  (deterministic ? fagen_align256_((uint64_t)batch * heads_q * m_blocks * 4u) : 0);
+  w.total_bytes =
+      w.semaphore_offset +
+      (deterministic ? fagen_align256_((uint64_t)dq_slots * batch * heads_q * m_blocks * 4u) : 0);
   return w;
 }
 

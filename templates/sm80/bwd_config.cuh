@@ -3,6 +3,9 @@
 #ifndef FAGEN_TEMPLATES_SM80_BWD_CONFIG_CUH
 #define FAGEN_TEMPLATES_SM80_BWD_CONFIG_CUH
 
+#include <type_traits>
+
+#include "common/bwd_params.h"
 #include "common/types.cuh"
 #include "common/variants.cuh"
 #include "sm80/tile_ops.cuh"
@@ -71,6 +74,17 @@ struct BwdConfig : VariantParts<Variant_> {
   /// order (the ascending one spilled 108 bytes at hd 128 causal, nvcc 13.0, sm_90).
   static constexpr bool kDqAscending =
       kDeterministic_ && VariantParts<Variant_>::Mask::kCausal && !Variant_::kVarlen;
+  /// Deterministic kernels without a mask or block sparsity (every key tile adds to every
+  /// query tile): dQ goes into fagen_bwd_dq_slots() copies of dq_accum (bwd_params.h), key
+  /// tile n into copy n % kDqSlots after that copy's later key tiles only, so a head's CTAs
+  /// form kDqSlots semaphore chains instead of one; the first key tile of each chain stores
+  /// its dQ instead of adding it (kDqStoreFirst), so _pre zeroes no dq_accum, and _post sums
+  /// the copies in order. Measured: docs/perf/sm80-bwd.md items 29-30.
+  static constexpr bool kUnmaskedDense =
+      std::is_same<typename VariantParts<Variant_>::Mask, NoMask>::value &&
+      !VariantParts<Variant_>::Sparsity::kSparse;
+  static constexpr int kDqSlots = kDeterministic_ && kUnmaskedDense ? FAGEN_BWD_DET_DQ_SLOTS : 1;
+  static constexpr bool kDqStoreFirst = kDeterministic_ && kUnmaskedDense;
 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocksPerSm = 1;

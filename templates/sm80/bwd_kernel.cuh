@@ -1,12 +1,14 @@
 // fagen sm80: attention backward in FlashAttention-2 order, mma.sync + ldmatrix + cp.async.
 //
 // Portable: valid source for sm_80, sm_90 and sm_100. Three kernels per plan (bwd_params.h):
-//   bwd_preprocess   D = rowsum(dO o O) in fp32; zeroes this call's dq_accum rows and the dQ
-//                    semaphores.
+//   bwd_preprocess   D = rowsum(dO o O) in fp32; zeroes this call's dq_accum rows (unless the
+//                    first key tile stores, BwdConfig::kDqStoreFirst) and the dQ semaphores.
 //   bwd_kernel       one CTA per (key tile, kv head, batch): dK, dV of the tile in registers
 //                    over every visible query tile of every query head of the group; dQ
-//                    accumulated in fp32 into dq_accum.
-//   bwd_postprocess  dQ = dq_accum (times the softmax scale) in the input dtype.
+//                    accumulated in fp32 into dq_accum (deterministic unmasked kernels: into
+//                    BwdConfig::kDqSlots copies of it).
+//   bwd_postprocess  dQ = dq_accum (summed over its copies; times the softmax scale) in the
+//                    input dtype.
 // dq_accum is this file's own: the rows of a full query tile hold its dQ in the order of the
 // reductions (DqAccumOrder, kDqAccumFragmentOrder), other rows are row-major.
 // Semantics: docs/design/variants-and-backward.md. With the identity score mod, dS is kept
@@ -291,17 +293,33 @@ __device__ __forceinline__ void accumulate_dk_dv(AccK &acc_dk, AccV &acc_dv,
                                                        wd * (Config::kTileDK / 8));
 }
 
+/// Floats between two dq_accum slots (bwd_params.h): the whole of one copy.
+template <class Config>
+__device__ __forceinline__ int64_t dq_slot_stride(const fagen_bwd_params &params) {
+  return Config::Variant::kVarlen ? int64_t(params.fwd.heads_q) * params.dq_accum_head_stride
+                                  : int64_t(params.fwd.batch) * params.dq_accum_batch_stride;
+}
+
+/// int32s between two dq_semaphore slots (bwd_params.h).
+__device__ __forceinline__ int64_t semaphore_slot_stride(const fagen_bwd_params &params) {
+  return int64_t(params.fwd.batch) * params.semaphore_batch_stride;
+}
+
 /// How many key tiles add to dQ of (head, m_block) before st.n_block in the deterministic
-/// order (BwdConfig::kDqAscending). The key tiles that visit a query tile are contiguous (masks
-/// are monotone), minus the sparsity layout's holes.
+/// order (BwdConfig::kDqAscending), among those of st.n_block's dq_accum slot (n_block %
+/// kDqSlots). The key tiles that visit a query tile are contiguous (masks are monotone),
+/// minus the sparsity layout's holes.
 template <class Config>
 __device__ __forceinline__ int dq_rank(const fagen_bwd_params &params, const BwdStep &st) {
   using Mask = typename Config::Mask;
-  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kSlots = Config::kDqSlots;
+  static_assert(kSlots == 1 || !Config::Sparsity::kSparse,
+                "dq_accum slots only without block sparsity");
   if constexpr (Config::kDqAscending) {
     // Causal: every key tile before st.n_block sees every query tile it sees (key tile n's
     // query tiles are [m_block_begin(n), end), and m_block_begin grows with n).
     static_assert(Mask::kCausal, "ascending ranks assume causal masks");
+    static_assert(kSlots == 1, "dq_accum slots only without a mask");
     if constexpr (!Config::Sparsity::kSparse)
       return st.n_block;
     const typename Config::Sparsity sp(params.fwd, st.batch, st.head);
@@ -322,7 +340,7 @@ __device__ __forceinline__ int dq_rank(const fagen_bwd_params &params, const Bwd
          Mask::template m_block_begin<kBlockM, kBlockN>(last + 1, st.shape) <= st.m_block)
     ++last;
   if constexpr (!Config::Sparsity::kSparse)
-    return last - st.n_block;
+    return (last - st.n_block) / kSlots;
   const typename Config::Sparsity sp(params.fwd, st.batch, st.head);
   int rank = 0;
   for (int n = st.n_block + 1; n <= last; ++n)
@@ -371,12 +389,19 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
   constexpr int kRowTiles = G::kTileRows / 16, kChunk = Config::kDqChunkCols;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int wm = warp / G::kWarpsCols, wd = warp % G::kWarpsCols;
-  int32_t *sem = params.dq_semaphore + st.batch * params.semaphore_batch_stride +
+  const int slot = st.n_block % Config::kDqSlots;
+  int32_t *sem = params.dq_semaphore + slot * semaphore_slot_stride(params) +
+                 st.batch * params.semaphore_batch_stride +
                  st.head * params.semaphore_head_stride + st.m_block;
   const int row0 = st.m_block * Config::kBlockM + wm * G::kTileRows + lane / 4;
-  float *accum = params.dq_accum +
+  float *accum = params.dq_accum + slot * dq_slot_stride<Config>(params) +
                  batch_offset<Config::Variant::kVarlen>(st.batch, params.dq_accum_batch_stride) +
                  st.head * params.dq_accum_head_stride + (st.q_row0 + row0) * Config::kHeadDimQK;
+  // kDqStoreFirst: the slot's first key tile stores (dq_accum is not zeroed).
+  int rank = 0;
+  if constexpr (Config::kDeterministic)
+    rank = dq_rank<Config>(params, st);
+  const bool store = Config::kDqStoreFirst && rank == 0;
 #pragma unroll
   for (int c = 0; c < G::kTileCols / kChunk; ++c) {
     const int col0 = wd * G::kTileCols + c * kChunk; // the chunk's first column
@@ -385,7 +410,7 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
               Config::kRowQK, false, Config::kSwizzleQK>(
         dq, sm.ds + wm * G::kTileRows * Config::kRowP, sm.k, 0, col0 / 8);
     if (Config::kDeterministic && c == 0)
-      semaphore_wait(sem, dq_rank<Config>(params, st));
+      semaphore_wait(sem, rank);
     // DqAccumOrder (one 256- or 512-byte run per instruction), or row-major
     // (Config::dq_fragment_order).
     if (Config::dq_fragment_order((st.m_block + 1) * Config::kBlockM <= st.shape.seqlen_q)) {
@@ -399,11 +424,12 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
 #pragma unroll
           for (int r = 0; r < Order::kRunsPerChunk; ++r) {
             if constexpr (Order::kV4)
-              red_add_f32x4(mine + Order::run(c, t, h, r), dq[t][2 * r][2 * h],
-                            dq[t][2 * r][2 * h + 1], dq[t][2 * r + 1][2 * h],
-                            dq[t][2 * r + 1][2 * h + 1]);
+              add_or_store_f32x4(store, mine + Order::run(c, t, h, r), dq[t][2 * r][2 * h],
+                                 dq[t][2 * r][2 * h + 1], dq[t][2 * r + 1][2 * h],
+                                 dq[t][2 * r + 1][2 * h + 1]);
             else
-              red_add_f32x2(mine + Order::run(c, t, h, r), dq[t][r][2 * h], dq[t][r][2 * h + 1]);
+              add_or_store_f32x2(store, mine + Order::run(c, t, h, r), dq[t][r][2 * h],
+                                 dq[t][r][2 * h + 1]);
           }
     } else {
 #pragma unroll
@@ -415,9 +441,10 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
 #pragma unroll
           for (int j = 0; j < kChunk / 8; ++j)
             if (Config::kHeadDimQK == Config::kHeadDimQKPad || col0 + 8 * j < Config::kHeadDimQK)
-              red_add_f32x2(accum + (16 * t + 8 * h) * Config::kHeadDimQK + col0 + 8 * j +
-                                2 * (lane % 4),
-                            dq[t][j][2 * h], dq[t][j][2 * h + 1]);
+              add_or_store_f32x2(store,
+                                 accum + (16 * t + 8 * h) * Config::kHeadDimQK + col0 + 8 * j +
+                                     2 * (lane % 4),
+                                 dq[t][j][2 * h], dq[t][j][2 * h + 1]);
         }
     }
   }
@@ -570,9 +597,9 @@ template <class Config> __device__ __forceinline__ void bwd_kernel(const fagen_b
   store_dk_dv<Config>(params, batch, kv_head, n_block, span.k_row0, rows_k, sm, acc_dk, acc_dv);
 }
 
-/// D = rowsum(dO o O) of one query tile in fp32, its dq_accum rows zeroed and (deterministic)
-/// its dQ semaphore reset. Launch: grid (ceil(seqlen_q / kBlockM), heads_q, batch), block
-/// kPrePostThreads.
+/// D = rowsum(dO o O) of one query tile in fp32, its dq_accum rows zeroed (not with
+/// BwdConfig::kDqStoreFirst) and (deterministic) its dQ semaphores reset, every slot's.
+/// Launch: grid (ceil(seqlen_q / kBlockM), heads_q, batch), block kPrePostThreads.
 template <class Config>
 __device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
   using Element = typename Config::Element;
@@ -580,13 +607,15 @@ __device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
   constexpr int kBlockM = Config::kBlockM, kThreads = Config::kPrePostThreads;
   constexpr int kLanesPerRow = 8, kRowsPerRound = kThreads / kLanesPerRow;
   static_assert(kThreads % 32 == 0, "whole warps");
+  static_assert(kThreads >= Config::kDqSlots, "a thread per semaphore slot");
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const SequenceSpan span = sequence_span<kVarlen>(params.fwd, batch);
   const int rows = min(kBlockM, span.shape.seqlen_q - m_block * kBlockM);
   if (rows <= 0)
     return;
-  if (Config::kDeterministic && threadIdx.x == 0)
-    params.dq_semaphore[batch * params.semaphore_batch_stride +
+  if (Config::kDeterministic && threadIdx.x < Config::kDqSlots)
+    params.dq_semaphore[threadIdx.x * semaphore_slot_stride(params) +
+                        batch * params.semaphore_batch_stride +
                         head * params.semaphore_head_stride + m_block] = 0;
 
   const int64_t row0 = span.q_row0 + int64_t(m_block) * kBlockM;
@@ -621,16 +650,22 @@ __device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
       d[r] = sum;
   }
 
+  if constexpr (Config::kDqStoreFirst)
+    return; // every slot's first key tile stores
   // A fragment-order block spreads its rows over the whole tile: zero all of it.
   const int zero_rows = Config::dq_fragment_order(rows == kBlockM) ? kBlockM : rows;
   float4 *accum = reinterpret_cast<float4 *>(
       params.dq_accum + batch_offset<kVarlen>(batch, params.dq_accum_batch_stride) +
       head * params.dq_accum_head_stride + row0 * Config::kHeadDimQK);
-  for (int i = threadIdx.x; i < zero_rows * Config::kHeadDimQK / 4; i += kThreads)
-    accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int64_t slot_stride = dq_slot_stride<Config>(params) / 4; // in float4s
+#pragma unroll
+  for (int slot = 0; slot < Config::kDqSlots; ++slot)
+    for (int i = threadIdx.x; i < zero_rows * Config::kHeadDimQK / 4; i += kThreads)
+      accum[slot * slot_stride + i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
-/// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype.
+/// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype; with
+/// dq_accum slots (BwdConfig::kDqSlots), their sum in slot order.
 /// Launch: like bwd_preprocess, after bwd_kernel.
 template <class Config>
 __device__ __forceinline__ void bwd_postprocess(const fagen_bwd_params &params) {
@@ -650,6 +685,22 @@ __device__ __forceinline__ void bwd_postprocess(const fagen_bwd_params &params) 
   Element *dq = static_cast<Element *>(params.dq) +
                 batch_offset<kVarlen>(batch, params.dq_batch_stride) +
                 head * params.dq_head_stride + row0 * params.dq_row_stride;
+  // Four floats of dQ: the sum of the slots that key tiles wrote, in slot order (slot s holds
+  // key tiles n % kDqSlots == s; kDqStoreFirst: no key tile, nothing written, dQ = 0).
+  const int64_t slot_stride = dq_slot_stride<Config>(params) / 4; // in float4s
+  const int written = Config::kDqStoreFirst
+                          ? min(Config::kDqSlots, ceil_div(span.shape.seqlen_k, Config::kBlockN))
+                          : Config::kDqSlots;
+  const auto load = [&](int at) {
+    float4 v = written > 0 ? accum[at] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int slot = 1; slot < Config::kDqSlots; ++slot)
+      if (slot < written) {
+        const float4 u = accum[slot * slot_stride + at];
+        v.x += u.x, v.y += u.y, v.z += u.z, v.w += u.w;
+      }
+    return v;
+  };
   if (DqAccumOrder<Config>::kV4 && Config::dq_fragment_order(rows == kBlockM)) {
     // 16 columns of a row at a time: 16 contiguous floats, lane q's (q = 0..3) four at 4 q,
     // the first two of columns 16 pair + 2 q + {0, 1}, the other two 8 columns further.
@@ -661,7 +712,7 @@ __device__ __forceinline__ void bwd_postprocess(const fagen_bwd_params &params) 
       float4 f[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q)
-        f[q] = accum[at + q];
+        f[q] = load(at + q);
       u32 lo[4], hi[4];
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
@@ -676,7 +727,7 @@ __device__ __forceinline__ void bwd_postprocess(const fagen_bwd_params &params) 
     for (int c = threadIdx.x; c < rows * kChunksPerRow; c += Config::kPrePostThreads) {
       const int r = c / kChunksPerRow, chunk = c % kChunksPerRow;
       const int at = fragment_order ? DqAccumOrder<Config>::offset(r, 8 * chunk) / 4 : 2 * c;
-      const float4 a = accum[at], b = accum[at + 1];
+      const float4 a = load(at), b = load(at + 1);
       const u32 v[4] = {pack2<Element>(a.x * scale, a.y * scale), pack2<Element>(a.z * scale, a.w * scale),
                         pack2<Element>(b.x * scale, b.y * scale), pack2<Element>(b.z * scale, b.w * scale)};
       st_global_v4(dq + r * params.dq_row_stride + chunk * 8, v);

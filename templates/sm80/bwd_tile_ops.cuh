@@ -40,6 +40,23 @@ __device__ __forceinline__ void red_add_f32x4(float *ptr, float a, float b, floa
 #endif
 }
 
+/// red_add_f32x2, or a plain store of (a, b) when `store`.
+__device__ __forceinline__ void add_or_store_f32x2(bool store, float *ptr, float a, float b) {
+  if (store)
+    *reinterpret_cast<float2 *>(ptr) = make_float2(a, b);
+  else
+    red_add_f32x2(ptr, a, b);
+}
+
+/// red_add_f32x4, or a plain store of (a, b, c, d) when `store`.
+__device__ __forceinline__ void add_or_store_f32x4(bool store, float *ptr, float a, float b,
+                                                   float c, float d) {
+  if (store)
+    *reinterpret_cast<float4 *>(ptr) = make_float4(a, b, c, d);
+  else
+    red_add_f32x4(ptr, a, b, c, d);
+}
+
 /// The two 16-bit elements of `packed` (low first) as floats.
 template <class Element> __device__ __forceinline__ float2 unpack2(u32 packed);
 

@@ -84,6 +84,11 @@ struct BwdKernel {
   int block_m, block_n, threads, pre_threads, smem_bytes;
   bool deterministic;
 };
+/// The kernel's dq_accum copies (bwd_params.h), as the runtime computes them.
+static int dq_slots(const BwdKernel &k) {
+  return fagen_bwd_dq_slots(k.deterministic,
+                            k.var.mask == MaskK::None && k.var.sparse == SparseK::None);
+}
 static std::vector<BwdKernel> &kernels() {
   static std::vector<BwdKernel> k;
   return k;
@@ -674,7 +679,7 @@ struct DeviceProblem {
                                 : pb.batch * fagen_bwd_dq_rows(0, pb.max_sq, 0, kern.block_m);
     return fagen_bwd_workspace_layout(rows_q, dq_rows, pb.heads_q, pb.hd_qk, pb.batch,
                                       (pb.max_sq + kern.block_m - 1) / kern.block_m,
-                                      kern.deterministic);
+                                      kern.deterministic, dq_slots(kern));
   }
 };
 
@@ -854,7 +859,7 @@ static void run_bench(const Options &opt) {
         // most 256 rows; semaphores for 16-row tiles.
         const fagen_bwd_workspace ws = fagen_bwd_workspace_layout(
             int64_t(batch) * seqlen, int64_t(batch) * (seqlen + 256), heads, hd, batch,
-            (seqlen + 15) / 16, 1);
+            (seqlen + 15) / 16, 1, FAGEN_BWD_DET_DQ_SLOTS);
         DeviceBuffer work(ws.total_bytes);
         fill_random<<<1024, 256>>>((uint16_t *)q.ptr, elems, 1);
         fill_random<<<1024, 256>>>((uint16_t *)k.ptr, elems, 2);
@@ -905,7 +910,7 @@ static void run_bench(const Options &opt) {
           char *w = static_cast<char *>(work.ptr);
           const fagen_bwd_workspace wl = fagen_bwd_workspace_layout(
               int64_t(batch) * seqlen, batch * dq_rows, heads, hd, batch, m_blocks,
-              kern.deterministic);
+              kern.deterministic, dq_slots(kern));
           p.dq_accum = (float *)(w + wl.dq_accum_offset), p.d = (float *)(w + wl.d_offset);
           p.dq_semaphore = (int32_t *)(w + wl.semaphore_offset);
           p.semaphore_head_stride = m_blocks, p.semaphore_batch_stride = int64_t(m_blocks) * heads;

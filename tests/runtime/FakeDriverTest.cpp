@@ -601,7 +601,7 @@ TEST_F(FakeVariantTest, BackwardLaunchesPreMainPostInOrder) {
   EXPECT_EQ(plan.pre_post_grid[1], 16);
   EXPECT_EQ(plan.pre_post_grid[2], 2);
   EXPECT_EQ(plan.pre_post_block[0], 128);
-  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 2 * 1024, 16, 128, 2, 16, 0);
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 2 * 1024, 16, 128, 2, 16, 0, 1);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   // dq_accum: 16 whole query tiles of 64 rows a head; D: 1000 rows (both 256-byte aligned).
   EXPECT_EQ(plan.workspace_bytes, 2u * 1024 * 16 * 128 * 4 + 2 * 1000 * 16 * 4);
@@ -669,9 +669,12 @@ TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
   fagen_plan plan;
   ASSERT_EQ(fagen_plan_backward(bundle, &p, 1, &plan), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), "fagen_bwd_fp16_hd128_causal_det_sm80");
-  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 2 * 1024, 16, 128, 2, 16, 1);
+  // A causal kernel: one copy of dq_accum and of the semaphores.
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(2 * 1000, 2 * 1024, 16, 128, 2, 16, 1, 1);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_GT(w.total_bytes, w.semaphore_offset);
+  EXPECT_EQ(w.d_offset, 2u * 1024 * 16 * 128 * 4);
+  EXPECT_EQ(w.total_bytes - w.semaphore_offset, 2u * 16 * 16 * 4);
   alignas(256) static char buf[16], workspace[256];
   static float lse[4];
   size_t before = fake().launchLog.size();
@@ -698,6 +701,25 @@ TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
   EXPECT_TRUE(std::string(fagen_last_error()).find("passes [fwd, bwd] and deterministic true") !=
               std::string::npos)
       << fagen_last_error();
+
+  // An unmasked dense deterministic kernel: FAGEN_BWD_DET_DQ_SLOTS copies of dq_accum and of
+  // the semaphores (bwd_params.h), its non-deterministic twin one.
+  b = makeVariantBundle();
+  for (KernelRecord &k : b.kernels)
+    if (k.name.rfind("fagen_bwd_fp16_hd128_causal", 0) == 0)
+      k.mask = "none";
+  load(b);
+  p = testProblem(FAGEN_DTYPE_FP16, 128, 0);
+  const uint64_t dqBytes = 2u * 1024 * 16 * 128 * 4, semBytes = 2u * 16 * 16 * 4;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 1, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_bwd_fp16_hd128_causal_det_sm80");
+  w = fagen_bwd_workspace_layout(2 * 1000, 2 * 1024, 16, 128, 2, 16, 1, FAGEN_BWD_DET_DQ_SLOTS);
+  EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
+  EXPECT_EQ(w.d_offset, FAGEN_BWD_DET_DQ_SLOTS * dqBytes);
+  EXPECT_EQ(w.total_bytes - w.semaphore_offset, FAGEN_BWD_DET_DQ_SLOTS * semBytes);
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_bwd_fp16_hd128_causal_sm80");
+  EXPECT_EQ(plan.workspace_bytes, dqBytes + 2 * 1000 * 16 * 4); // dq_accum once, D, no semaphores
 }
 
 TEST_F(FakeVariantTest, TmaMapsOfVarlenCallsSpanThePackedTensors) {
@@ -747,7 +769,7 @@ TEST_F(FakeVariantTest, VarlenBackwardWorkspaceAndArguments) {
   fagen_plan plan;
   ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), "fagen_bwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80");
-  fagen_bwd_workspace w = fagen_bwd_workspace_layout(1500, 1500, 16, 64, 3, 11, 0);
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(1500, 1500, 16, 64, 3, 11, 0, 1);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_EQ(plan.pre_post_grid[0], 11); // ceil(700 / 64)
   EXPECT_EQ(plan.grid[0], 8);           // ceil(900 / 128)
