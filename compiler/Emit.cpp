@@ -9,6 +9,8 @@
 
 #include "Emit.h"
 
+#include "../templates/common/bwd_params.h"
+
 #include "llvm/Support/FormatVariadic.h"
 
 namespace fagen {
@@ -166,11 +168,18 @@ std::string agreement(const KernelPlan &p) {
       "memory\");\nstatic_assert(Config::kThreads == {1}, \"planner and template disagree on "
       "threads\");\n",
       p.smemBytes, p.threads);
-  if (p.pass == "bwd")
+  if (p.pass == "bwd") {
     out += llvm::formatv("static_assert(Config::kPrePostThreads == {0}, \"planner and template "
                          "disagree on the _pre/_post threads\");\n",
                          p.prePostThreads)
                .str();
+    // The runtime sizes the workspace with fagen_bwd_dq_slots of the bundle's record.
+    out += llvm::formatv("static_assert(Config::kDqSlots == {0}, \"runtime and template disagree "
+                         "on the dq_accum copies\");\n",
+                         fagen_bwd_dq_slots(p.deterministic ? 1 : 0,
+                                            p.mask == "none" && p.sparsity == "none"))
+               .str();
+  }
   return out;
 }
 

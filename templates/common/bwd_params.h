@@ -3,12 +3,16 @@
 // Like fwd_params.h: plain C, shared by templates/ and runtime/, versioned. A backward plan is
 // three kernels built into one cubin, all taking `const __grid_constant__ fagen_bwd_params`:
 //   <name>_pre   grid (ceil(seqlen_q / kBlockM), heads_q, batch): D = rowsum(dO * O) in fp32
-//                and dq_accum zeroed (rows of this call only).
+//                and dq_accum zeroed (rows of this call only; not where the first key tile
+//                stores, below).
 //   <name>       grid (ceil(seqlen_k / kBlockN), heads_kv, batch): per key tile, dK and dV of
 //                that tile (summed over the group's query heads inside the CTA, so no atomics
 //                for them), dQ accumulated in fp32 into dq_accum (atomicAdd, or in a fixed order
-//                with dq_semaphore when the kernel is deterministic).
-//   <name>_post  grid like _pre: dQ = dq_accum in the input dtype.
+//                with dq_semaphore when the kernel is deterministic; deterministic kernels
+//                without a mask or block sparsity use fagen_bwd_dq_slots() copies of both,
+//                each copy's first key tile storing).
+//   <name>_post  grid like _pre: dQ = dq_accum (the sum of its copies, in order) in the input
+//                dtype.
 // Launch geometry: block = Config::kThreads for the main kernel, Config::kPrePostThreads for
 // _pre/_post; dynamic shared memory Config::kSmemBytes for the main kernel, 0 for the others.
 #ifndef FAGEN_TEMPLATES_COMMON_BWD_PARAMS_H

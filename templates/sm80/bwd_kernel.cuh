@@ -5,8 +5,8 @@
 //                    first key tile stores, BwdConfig::kDqStoreFirst) and the dQ semaphores.
 //   bwd_kernel       one CTA per (key tile, kv head, batch): dK, dV of the tile in registers
 //                    over every visible query tile of every query head of the group; dQ
-//                    accumulated in fp32 into dq_accum (deterministic unmasked kernels: into
-//                    BwdConfig::kDqSlots copies of it).
+//                    accumulated in fp32 into dq_accum (deterministic kernels without a mask
+//                    or block sparsity: into BwdConfig::kDqSlots copies of it).
 //   bwd_postprocess  dQ = dq_accum (summed over its copies; times the softmax scale) in the
 //                    input dtype.
 // dq_accum is this file's own: the rows of a full query tile hold its dQ in the order of the
@@ -397,9 +397,11 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
   float *accum = params.dq_accum + slot * dq_slot_stride<Config>(params) +
                  batch_offset<Config::Variant::kVarlen>(st.batch, params.dq_accum_batch_stride) +
                  st.head * params.dq_accum_head_stride + (st.q_row0 + row0) * Config::kHeadDimQK;
-  // kDqStoreFirst: the slot's first key tile stores (dq_accum is not zeroed).
+  // kDqStoreFirst: the slot's first key tile stores (dq_accum is not zeroed). Its rank is
+  // taken here; other deterministic kernels take it at the wait, as before the slots (where
+  // their registers were measured).
   int rank = 0;
-  if constexpr (Config::kDeterministic)
+  if constexpr (Config::kDqStoreFirst)
     rank = dq_rank<Config>(params, st);
   const bool store = Config::kDqStoreFirst && rank == 0;
 #pragma unroll
@@ -410,7 +412,7 @@ __device__ __forceinline__ void accumulate_dq(const fagen_bwd_params &params, co
               Config::kRowQK, false, Config::kSwizzleQK>(
         dq, sm.ds + wm * G::kTileRows * Config::kRowP, sm.k, 0, col0 / 8);
     if (Config::kDeterministic && c == 0)
-      semaphore_wait(sem, rank);
+      semaphore_wait(sem, Config::kDqStoreFirst ? rank : dq_rank<Config>(params, st));
     // DqAccumOrder (one 256- or 512-byte run per instruction), or row-major
     // (Config::dq_fragment_order).
     if (Config::dq_fragment_order((st.m_block + 1) * Config::kBlockM <= st.shape.seqlen_q)) {
@@ -650,6 +652,8 @@ __device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
       d[r] = sum;
   }
 
+  static_assert(Config::kDqSlots == 1 || Config::kDqStoreFirst,
+                "more than one dq_accum copy only where the first key tile stores (no zeroing)");
   if constexpr (Config::kDqStoreFirst)
     return; // every slot's first key tile stores
   // A fragment-order block spreads its rows over the whole tile: zero all of it.
@@ -657,11 +661,8 @@ __device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
   float4 *accum = reinterpret_cast<float4 *>(
       params.dq_accum + batch_offset<kVarlen>(batch, params.dq_accum_batch_stride) +
       head * params.dq_accum_head_stride + row0 * Config::kHeadDimQK);
-  const int64_t slot_stride = dq_slot_stride<Config>(params) / 4; // in float4s
-#pragma unroll
-  for (int slot = 0; slot < Config::kDqSlots; ++slot)
-    for (int i = threadIdx.x; i < zero_rows * Config::kHeadDimQK / 4; i += kThreads)
-      accum[slot * slot_stride + i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int i = threadIdx.x; i < zero_rows * Config::kHeadDimQK / 4; i += kThreads)
+    accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 /// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype; with
