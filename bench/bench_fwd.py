@@ -1,7 +1,8 @@
 """Forward attention benchmark: fagen vs PyTorch SDPA's flash (FlashAttention-2) and cuDNN
 backends, side by side in one process on the same random inputs.
 
-FlashAttention-3 protocol: bf16, batch x seqlen = 16k tokens, hidden 2048 (heads = 2048 /
+FlashAttention-3 protocol: bf16 (--dtype fp16: fp16 inputs, a bundle with fp16 kernels such as
+bench/bench-fp16.yaml's), batch x seqlen = 16k tokens, hidden 2048 (heads = 2048 /
 head_dim), seqlen 512..16k, causal and not. TFLOP/s = 4*B*H*S^2*D (halved for causal) / time.
 Timing: triton.testing.do_bench (CUDA events, warm-up, L2 cleared before each run, median).
 --repeats N times every implementation of a row N times in interleaved rounds (each fagen
@@ -12,9 +13,10 @@ processes (docs/perf/sm90-fwd.md, runs 18-19); the rounds are kept as NAME_ms_al
     python3 bench/bench_fwd.py --bundle bench.fab [--out results.json] [--head-dims 64,128]
     python3 bench/bench_fwd.py --bundle default=bench.fab --bundle tuned=tuned.fab   # compare
     python3 bench/bench_fwd.py --bundle a=a.fab --bundle b=b.fab --repeats 3        # A/B
+    python3 bench/bench_fwd.py --bundle fp16.fab --dtype fp16     # bench/bench-fp16.yaml's kernels
 
 Before timing, each fagen output is compared with SDPA's flash output on the same inputs
-(max |diff| must stay under 0.05 in bf16, else the row is marked WRONG and the run fails).
+(max |diff| must stay under 0.05, else the row is marked WRONG and the run fails).
 """
 import argparse
 import json
@@ -42,11 +44,13 @@ def bench_ms(fn):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--bundle", required=True, action="append",
-                    help="a bundle with bf16 forward kernels (bench/bench.yaml); repeat as "
+                    help="a bundle with forward kernels of --dtype (bench/bench.yaml: bf16); repeat as "
                          "LABEL=PATH to time several bundles side by side (e.g. default vs tuned)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--seqlens", default=None, help="comma-separated; default: the FA3 protocol's")
+    ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"),
+                    help="input and output type (default bf16, the FA3 protocol's)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="time each implementation this many times in interleaved rounds and "
                          "keep the median (default 1)")
@@ -55,6 +59,7 @@ def main():
         ap.error(f"--repeats must be >= 1, got {args.repeats}")
 
     dev = torch.device("cuda")
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     props = torch.cuda.get_device_properties(0)
     bundles = []
     for i, spec in enumerate(args.bundle):
@@ -62,7 +67,7 @@ def main():
         bundles.append((label, fagen_rt.Bundle(path)))
     labels = [label for label, _ in bundles]
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(), "fagen": fagen_rt.version(),
+            "cudnn": torch.backends.cudnn.version(), "fagen": fagen_rt.version(), "dtype": args.dtype,
             "bundles": {label: os.path.basename(p.split("=", 1)[-1]) for label, p in zip(labels, args.bundle)},
             "rows": []}
     print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
@@ -73,7 +78,7 @@ def main():
         for causal in (False, True):
             for s in seqlens:
                 b, h = max(1, 16384 // s), 2048 // d
-                q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+                q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=dtype) for _ in range(3))
                 flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
                 row = dict(head_dim=d, causal=causal, seqlen=s, batch=b, heads=h)
                 # fagen reads [B, S, H, D]-indexed views; the BHSD tensors' transposes are that.
@@ -83,7 +88,7 @@ def main():
                 for label, bundle in bundles:
                     try:
                         plan = bundle.plan_forward(qt, kt, vt, causal=causal)
-                        o = torch.empty(b, s, h, d, device=dev, dtype=torch.bfloat16)
+                        o = torch.empty(b, s, h, d, device=dev, dtype=dtype)
                         lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
                         plan.run(qt, kt, vt, o, lse)
                         row[label + "_kernel"] = plan.kernel.split(" ")[0]
