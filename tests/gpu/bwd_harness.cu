@@ -130,6 +130,7 @@ using V_bsr = Variant<NoMask, NoScoreMod, NoDropout, RuntimeBlockMask<128>>;
 using V_bs = Variant<CausalMask, NoScoreMod, NoDropout, StaticBlockMask<FagenBlockLayout>>;
 using V_varlen = Variant<CausalMask, NoScoreMod, NoDropout, DenseBlocks, true>;
 using V_all = Variant<WindowMask, Softcap, PhiloxDropout, RuntimeBlockMask<128>, true>;
+using V_none_varlen = Variant<NoMask, NoScoreMod, NoDropout, DenseBlocks, true>;
 constexpr VariantDesc D_none{MaskK::None, ModK::None, false, SparseK::None, false};
 constexpr VariantDesc D_causal{MaskK::Causal, ModK::None, false, SparseK::None, false};
 constexpr VariantDesc D_causaltl{MaskK::CausalTL, ModK::None, false, SparseK::None, false};
@@ -142,6 +143,7 @@ constexpr VariantDesc D_bsr{MaskK::None, ModK::None, false, SparseK::Runtime, fa
 constexpr VariantDesc D_bs{MaskK::Causal, ModK::None, false, SparseK::Static, false};
 constexpr VariantDesc D_varlen{MaskK::Causal, ModK::None, false, SparseK::None, true};
 constexpr VariantDesc D_all{MaskK::Window, ModK::Softcap, true, SparseK::Runtime, true};
+constexpr VariantDesc D_none_varlen{MaskK::None, ModK::None, false, SparseK::None, true};
 
 #define KBF16 bfloat16_t, ElType::BF16
 #define KF16 half_t, ElType::F16
@@ -192,6 +194,19 @@ VAR(none_bsr128_det, V_bsr, D_bsr, true)
 VAR(causal_bs128, V_bs, D_bs, false)
 VAR(causal_varlen, V_varlen, D_varlen, false)
 VAR(window_softcap_drop_bsr128_varlen_det, V_all, D_all, true)
+// Deterministic kernels with two dq_accum copies (no mask, no block sparsity; bwd_params.h):
+// padded head dims, fp16, hd 256 (red.v4 order), ALiBi, varlen (sequences of no keys, one key
+// tile).
+BWD_KERNEL(fagen_bwd_bf16_hd40_none_det_sm80_m64n64w4s2, KBF16, 40, 40, 64, 64, 4, 2, V_none,
+           D_none, true)
+BWD_KERNEL(fagen_bwd_f16_hd96_none_det_sm80_m64n128w8s2, KF16, 96, 96, 64, 128, 8, 2, V_none,
+           D_none, true)
+BWD_KERNEL(fagen_bwd_bf16_hd256_none_det_sm80_m64n64w8s2, KBF16, 256, 256, 64, 64, 8, 2, V_none,
+           D_none, true)
+VAR(none_alibi_det, V_alibi, D_alibi, true)
+VAR(none_varlen_det, V_none_varlen, D_none_varlen, true)
+BWD_KERNEL(fagen_bwd_bf16_hd40_none_varlen_det_sm80_m64n64w4s2, KBF16, 40, 40, 64, 64, 4, 2,
+           V_none_varlen, D_none_varlen, true)
 // Deterministic dQ on the defaults (last: a deadlock would hang here, after the other checks).
 DETS(64, 128, 128, 8, 2)
 DETS(128, 64, 128, 8, 2)
@@ -272,6 +287,8 @@ static const VarlenCase kVarlenCases[] = {
     {4, 2, {17, 300, 1, 129}, {40, 300, 129, 1}},
     {2, 1, {577, 127}, {127, 577}},
     {2, 2, {1000}, {1000}},
+    {4, 2, {65, 0, 130, 200, 7}, {0, 70, 200, 129, 300}}, // no keys, no queries
+    {2, 1, {300, 64}, {64, 1}},                            // one key tile
 };
 constexpr int kNumCases = int(sizeof(kCases) / sizeof(kCases[0]));
 constexpr int kNumVarlenCases = int(sizeof(kVarlenCases) / sizeof(kVarlenCases[0]));
