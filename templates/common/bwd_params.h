@@ -93,10 +93,18 @@ typedef struct fagen_bwd_workspace {
 
 static inline uint64_t fagen_align256_(uint64_t x) { return (x + 255u) & ~(uint64_t)255u; }
 
+#ifdef __cplusplus
+#define FAGEN_BWD_CONSTEXPR constexpr
+#else
+#define FAGEN_BWD_CONSTEXPR
+#endif
+
 /// Copies of dq_accum and of the semaphores that a backward kernel uses: deterministic ones
 /// with no mask (every query tile sees every key tile) and no block sparsity,
-/// FAGEN_BWD_DET_DQ_SLOTS; every other kernel 1.
-static inline int32_t fagen_bwd_dq_slots(int32_t deterministic, int32_t unmasked_dense) {
+/// FAGEN_BWD_DET_DQ_SLOTS; every other kernel 1. The one statement of the rule: the template
+/// (BwdConfig::kDqSlots) evaluates it at compile time, the runtime to size the workspace.
+static FAGEN_BWD_CONSTEXPR inline int32_t fagen_bwd_dq_slots(int32_t deterministic,
+                                                              int32_t unmasked_dense) {
   return deterministic && unmasked_dense ? FAGEN_BWD_DET_DQ_SLOTS : 1;
 }
 

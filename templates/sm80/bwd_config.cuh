@@ -83,7 +83,7 @@ struct BwdConfig : VariantParts<Variant_> {
   static constexpr bool kUnmaskedDense =
       std::is_same<typename VariantParts<Variant_>::Mask, NoMask>::value &&
       !VariantParts<Variant_>::Sparsity::kSparse;
-  static constexpr int kDqSlots = kDeterministic_ && kUnmaskedDense ? FAGEN_BWD_DET_DQ_SLOTS : 1;
+  static constexpr int kDqSlots = fagen_bwd_dq_slots(kDeterministic_, kUnmaskedDense);
   static constexpr bool kDqStoreFirst = kDeterministic_ && kUnmaskedDense;
 
   static constexpr int kThreads = 32 * kWarps;

@@ -84,11 +84,12 @@ struct BwdKernel {
   int block_m, block_n, threads, pre_threads, smem_bytes;
   bool deterministic;
 };
-/// The kernel's dq_accum copies (bwd_params.h), as the runtime computes them.
-static int dq_slots(const BwdKernel &k) {
-  return fagen_bwd_dq_slots(k.deterministic,
-                            k.var.mask == MaskK::None && k.var.sparse == SparseK::None);
+/// A kernel's dq_accum copies (bwd_params.h) from its description, as the runtime computes
+/// them from a bundle record; BWD_KERNEL asserts it against the template's kDqSlots.
+static constexpr int desc_dq_slots(bool deterministic, VariantDesc v) {
+  return fagen_bwd_dq_slots(deterministic, v.mask == MaskK::None && v.sparse == SparseK::None);
 }
+static int dq_slots(const BwdKernel &k) { return desc_dq_slots(k.deterministic, k.var); }
 static std::vector<BwdKernel> &kernels() {
   static std::vector<BwdKernel> k;
   return k;
@@ -100,6 +101,8 @@ struct Register {
 #define BWD_KERNEL(...) BWD_KERNEL_(__VA_ARGS__)
 #define BWD_KERNEL_(NAME, EL, TYPE, HQK, HV, BM, BN, W, S, VARIANT, DESC, DET)                      \
   using cfg_##NAME = fagen::sm80::BwdConfig<fagen::EL, HQK, HV, BM, BN, W, S, VARIANT, DET>;       \
+  static_assert(cfg_##NAME::kDqSlots == desc_dq_slots(DET, DESC), "description and template "      \
+                "disagree on the dq_accum copies");                                                \
   extern "C" __global__ void __launch_bounds__(cfg_##NAME::kPrePostThreads)                        \
       NAME##_pre(const __grid_constant__ fagen_bwd_params params) {                                \
     fagen::sm80::bwd_preprocess<cfg_##NAME>(params);                                               \
