@@ -14,6 +14,11 @@ processes (docs/perf/sm90-fwd.md, runs 18-19); the rounds are kept as NAME_ms_al
     python3 bench/bench_fwd.py --bundle default=bench.fab --bundle tuned=tuned.fab   # compare
     python3 bench/bench_fwd.py --bundle a=a.fab --bundle b=b.fab --repeats 3        # A/B
     python3 bench/bench_fwd.py --bundle fp16.fab --dtype fp16     # bench/bench-fp16.yaml's kernels
+    python3 bench/bench_fwd.py --bundle bench.fab --workspace-ab --repeats 3  # tile counter A/B
+
+fagen runs each plan with its forward workspace (a tile counter for the sm90ws kernels of
+uneven tiles: one CTA per SM taking tiles as they free up); --workspace-ab also times every
+bundle without one (label nows_LABEL: one CTA per tile), the same cubins.
 
 Before timing, each fagen output is compared with SDPA's flash output on the same inputs
 (max |diff| must stay under 0.05, else the row is marked WRONG and the run fails).
@@ -51,6 +56,8 @@ def main():
     ap.add_argument("--seqlens", default=None, help="comma-separated; default: the FA3 protocol's")
     ap.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"),
                     help="input and output type (default bf16, the FA3 protocol's)")
+    ap.add_argument("--workspace-ab", action="store_true",
+                    help="also time each bundle without a forward workspace (nows_LABEL)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="time each implementation this many times in interleaved rounds and "
                          "keep the median (default 1)")
@@ -64,12 +71,16 @@ def main():
     bundles = []
     for i, spec in enumerate(args.bundle):
         label, path = spec.split("=", 1) if "=" in spec else ("fagen" if i == 0 else "fagen%d" % i, spec)
-        bundles.append((label, fagen_rt.Bundle(path)))
-    labels = [label for label, _ in bundles]
+        bundles.append((label, fagen_rt.Bundle(path), True))
+        if args.workspace_ab:
+            bundles.append(("nows_" + label, bundles[-1][1], False))
+    labels = [label for label, _, _ in bundles]
+    paths = [p.split("=", 1)[-1] for p in args.bundle]
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "fagen": fagen_rt.version(), "dtype": args.dtype,
-            "bundles": {label: os.path.basename(p.split("=", 1)[-1]) for label, p in zip(labels, args.bundle)},
-            "rows": []}
+            "bundles": {label: os.path.basename(paths[i // (2 if args.workspace_ab else 1)])
+                        for i, label in enumerate(labels)},
+            "workspace_ab": args.workspace_ab, "rows": []}
     print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
     torch.manual_seed(0)
     failed = False
@@ -85,12 +96,13 @@ def main():
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
                 fagen_out = None
                 timed = {}  # name -> (the call to time, its SDPA backend or None)
-                for label, bundle in bundles:
+                for label, bundle, ws in bundles:
                     try:
                         plan = bundle.plan_forward(qt, kt, vt, causal=causal)
                         o = torch.empty(b, s, h, d, device=dev, dtype=dtype)
                         lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-                        plan.run(qt, kt, vt, o, lse)
+                        plan.run(qt, kt, vt, o, lse, workspace=ws)
+                        row[label + "_workspace_bytes"] = plan.workspace_bytes if ws else 0
                         row[label + "_kernel"] = plan.kernel.split(" ")[0]
                         if fagen_out is None:
                             fagen_out = o.transpose(1, 2)
@@ -99,7 +111,8 @@ def main():
                             row[label + "_max_abs_diff_vs_" + labels[0]] = diff
                             if diff > 0.05:
                                 row["wrong"] = True
-                        run = lambda plan=plan, o=o, lse=lse: plan.run(qt, kt, vt, o, lse)
+                        run = lambda plan=plan, o=o, lse=lse, ws=ws: plan.run(qt, kt, vt, o, lse,
+                                                                              workspace=ws)
                         timed[label] = (run, None)
                     except fagen_rt.FagenError as e:
                         print(f"{label} d={d} causal={causal} s={s}: {e}", flush=True)

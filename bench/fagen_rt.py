@@ -115,6 +115,7 @@ def library(path=None):
         "fagen_run_forward": (c.c_int, [c.POINTER(_Plan), c.c_void_p, c.c_void_p, c.c_void_p,
                                         c.c_void_p, c.c_void_p, c.c_void_p]),
         "fagen_run_forward_with_args": (c.c_int, [Pl, P, P, P, P, P, A, P]),
+        "fagen_run_forward_with_workspace": (c.c_int, [Pl, P, P, P, P, P, P, A, P]),
         "fagen_plan_backward": (c.c_int, [P, Pr, c.c_int32, Pl]),
         "fagen_plan_backward_kernel": (c.c_int, [P, Pr, c.c_int32, c.c_int, Pl]),
         "fagen_run_backward": (c.c_int, [Pl, P, P, P, P, P, P, P, P, P, P, A, P]),
@@ -206,7 +207,8 @@ class Plan:
 
     @property
     def workspace_bytes(self):
-        """Scratch the caller allocates for a backward (0 for a forward)."""
+        """Scratch the caller allocates: a backward's; a forward's is optional (a tile counter
+        that sm90ws kernels of uneven work tiles run faster with; 0 for the others)."""
         return self._plan.workspace_bytes
 
     @property
@@ -214,14 +216,29 @@ class Plan:
         """RUN_ARG_* bits: what the variant reads from run_args()."""
         return self._plan.run_args
 
-    def run(self, q, k, v, o, lse, stream=None, args=None):
+    def run(self, q, k, v, o, lse, stream=None, args=None, workspace=True):
         """Launches the forward on `stream` (a CUstream as int; default: torch's current
-        stream) with the variant's run-time arguments (run_args())."""
+        stream) with the variant's run-time arguments (run_args()). workspace: True (a
+        workspace_bytes tensor this plan allocates once and reuses, when workspace_bytes > 0),
+        False (none: one CTA per work tile), or a device tensor of workspace_bytes bytes."""
         if stream is None:
             stream = _current_stream()
-        _check(library().fagen_run_forward_with_args(
+        if workspace is True:
+            workspace = self._own_workspace(q.device) if self.workspace_bytes > 0 else None
+        elif workspace is False:
+            workspace = None
+        _check(library().fagen_run_forward_with_workspace(
             ctypes.byref(self._plan), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-            lse.data_ptr(), None if args is None else ctypes.byref(args), stream))
+            lse.data_ptr(), _ptr(workspace), None if args is None else ctypes.byref(args),
+            stream))
+
+    def _own_workspace(self, device):
+        ws = getattr(self, "_workspace", None)
+        if ws is None:
+            import torch
+            ws = self._workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8,
+                                               device=device)
+        return ws
 
     def run_backward(self, q, k, v, o, lse, do, dq, dk, dv, workspace, stream=None, args=None):
         """Launches the backward: the forward's q, k, v, o, lse; do = dO; writes dq, dk, dv.

@@ -358,7 +358,7 @@ llvm::Expected<std::vector<CompiledKernel>> compileKernels(const Toolchain &tool
         // The fallback replaces the planned kernel only if it builds and spills less; a
         // fallback that cannot be built leaves the planned kernel in place.
         if (r && options.spillFallbacks && plans[i].spillFallback &&
-            r->report.maxSpillBytes > kSpillFallbackBytes) {
+            r->report.maxSpillBytes > spillFallbackBytes(plans[i].templ)) {
           llvm::Expected<KernelPlan> second = applyConfig(plans[i], *plans[i].spillFallback);
           if (!second) {
             llvm::consumeError(second.takeError());

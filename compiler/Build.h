@@ -69,7 +69,7 @@ struct BuildOptions {
   std::string cacheDir;       ///< "" = defaultCacheDir()
   bool useCache = true;
   std::string dumpDir;        ///< keep .cu/.ptx/.cubin/.ptxas.txt here when non-empty
-  /// Compile a plan's spillFallback instead when ptxas reports more than kSpillFallbackBytes
+  /// Compile a plan's spillFallback instead when ptxas reports more than spillFallbackBytes()
   /// of spills for the plan (`fagen build`); off for the tuner, which times exactly the
   /// configs it asks for.
   bool spillFallbacks = false;
@@ -90,7 +90,7 @@ struct CompiledKernel {
 
 /// Compiles every plan; on any failure returns an error naming each failed kernel with the
 /// compiler's message. Results are in the order of `plans`. With options.spillFallbacks, a
-/// plan that spills more than kSpillFallbackBytes and has a spillFallback is replaced by that
+/// plan that spills more than spillFallbackBytes() and has a spillFallback is replaced by that
 /// config's kernel when it builds and spills less (the result's plan says which was built; a
 /// replacement that duplicates another result is merged into it).
 

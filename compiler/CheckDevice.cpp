@@ -77,24 +77,63 @@ std::string runtimeFailure(const char *what, fagen_status status) {
   return std::string(what) + ": " + fagen_status_name(status) + ": " + fagen_last_error();
 }
 
-llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
-                                       bool dense, const CaseInputs &in, const DeviceCase &d) {
-  const CaseSizes n = caseSizes(in.problem);
-  if (llvm::Error e = memory.fill(d.o, 0xFF, n.o * 2))
-    return e;
-  if (llvm::Error e = memory.fill(d.lse, 0xFF, n.lse * 4))
-    return e;
-  if (llvm::Error e = memory.synchronize())
-    return e;
+fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase &d,
+                           CUdeviceptr workspace) {
   void *q = devicePointer(d.q), *k = devicePointer(d.k), *v = devicePointer(d.v),
        *o = devicePointer(d.o);
   auto *lse = static_cast<float *>(devicePointer(d.lse));
-  fagen_status st = dense ? fagen_run_forward(&plan, q, k, v, o, lse, nullptr)
-                          : fagen_run_forward_with_args(&plan, q, k, v, o, lse, &d.args, nullptr);
-  if (st != FAGEN_OK)
-    return runtimeFailure("run", st);
-  if (llvm::Error e = memory.synchronize())
+  if (workspace != 0)
+    return fagen_run_forward_with_workspace(&plan, q, k, v, o, lse, devicePointer(workspace),
+                                            dense ? nullptr : &d.args, nullptr);
+  return dense ? fagen_run_forward(&plan, q, k, v, o, lse, nullptr)
+               : fagen_run_forward_with_args(&plan, q, k, v, o, lse, &d.args, nullptr);
+}
+
+llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
+                                       bool dense, const CaseInputs &in, const DeviceCase &d) {
+  const CaseSizes n = caseSizes(in.problem);
+  auto once = [&](CUdeviceptr workspace) -> llvm::Expected<std::string> {
+    if (llvm::Error e = memory.fill(d.o, 0xFF, n.o * 2))
+      return e;
+    if (llvm::Error e = memory.fill(d.lse, 0xFF, n.lse * 4))
+      return e;
+    if (llvm::Error e = memory.synchronize())
+      return e;
+    if (fagen_status st = launchForward(plan, dense, d, workspace); st != FAGEN_OK)
+      return runtimeFailure(workspace != 0 ? "run with a workspace" : "run", st);
+    if (llvm::Error e = memory.synchronize())
+      return e;
+    return std::string();
+  };
+  if (plan.workspace_bytes == 0)
+    return once(0);
+  // A kernel with a tile counter: one CTA per tile (no workspace) first, then one per SM taking
+  // tiles from the counter, which must give the same bits. The workspace starts nonzero: the
+  // runtime zeroes the counter.
+  llvm::Expected<std::string> first = once(0);
+  if (!first || !first->empty())
+    return first;
+  std::vector<uint8_t> o(n.o * 2), lse(n.lse * 4), o2(o.size()), lse2(lse.size());
+  if (llvm::Error e = memory.download(o, d.o))
     return e;
+  if (llvm::Error e = memory.download(lse, d.lse))
+    return e;
+  llvm::Expected<CUdeviceptr> workspace = memory.alloc(plan.workspace_bytes);
+  if (!workspace)
+    return workspace.takeError();
+  if (llvm::Error e = memory.fill(*workspace, 0x5A, plan.workspace_bytes))
+    return e;
+  llvm::Expected<std::string> second = once(*workspace);
+  if (!second || !second->empty())
+    return second;
+  if (llvm::Error e = memory.download(o2, d.o))
+    return e;
+  if (llvm::Error e = memory.download(lse2, d.lse))
+    return e;
+  if (o != o2 || lse != lse2)
+    return std::string("the forward with a workspace (work tiles from its counter, one CTA "
+                       "per SM) is not bitwise the forward without (one CTA per tile): ") +
+           (o != o2 ? "O" : "LSE") + " differs";
   return std::string();
 }
 

@@ -62,9 +62,16 @@ struct DeviceCase {
 /// Uploads Q, K, V and the run-time arguments of `in` and allocates O and LSE.
 llvm::Error uploadCase(DeviceMemory &memory, const CaseInputs &in, DeviceCase &d);
 
+/// Launches the forward `plan` (fagen_run_forward for a dense kernel, else with the run-time
+/// arguments; with `workspace` nonzero, fagen_run_forward_with_workspace).
+fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase &d,
+                           CUdeviceptr workspace);
+
 /// Poisons O and LSE (0xFF bytes: NaN in fp16, bf16 and fp32), runs the forward `plan` (with
-/// fagen_run_forward for a dense kernel, else with the run-time arguments) and waits. Returns
-/// "" or the runtime's failure; an error for a failed driver call.
+/// fagen_run_forward for a dense kernel, else with the run-time arguments) and waits. A plan
+/// with a workspace (a tile counter) runs twice, without and with one (poisoned), and the two
+/// must agree bitwise; O and LSE are then the second run's. Returns "" or the runtime's failure
+/// (or the disagreement); an error for a failed driver call.
 llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
                                        bool dense, const CaseInputs &in, const DeviceCase &d);
 

@@ -317,15 +317,14 @@ llvm::Expected<std::string> runForwardOnce(DeviceMemory &memory, const fagen_pla
     return e;
   if (llvm::Error e = memory.fill(d.lse, kFinitePoison, n.lse * 4))
     return e;
-  using check::devicePointer;
-  auto *lse = static_cast<float *>(devicePointer(d.lse));
-  fagen_status st =
-      isDenseKernel(k)
-          ? fagen_run_forward(&plan, devicePointer(d.q), devicePointer(d.k), devicePointer(d.v),
-                              devicePointer(d.o), lse, nullptr)
-          : fagen_run_forward_with_args(&plan, devicePointer(d.q), devicePointer(d.k),
-                                        devicePointer(d.v), devicePointer(d.o), lse, &d.args,
-                                        nullptr);
+  CUdeviceptr workspace = 0; // the path a caller with a workspace takes
+  if (plan.workspace_bytes > 0) {
+    llvm::Expected<CUdeviceptr> w = memory.alloc(plan.workspace_bytes);
+    if (!w)
+      return w.takeError();
+    workspace = *w;
+  }
+  fagen_status st = check::launchForward(plan, isDenseKernel(k), d, workspace);
   if (st != FAGEN_OK)
     return check::runtimeFailure("run", st);
   std::vector<uint16_t> o(n.o);

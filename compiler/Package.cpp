@@ -51,6 +51,7 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     const bool backward = p.pass == "bwd";
     r.deterministic = backward && p.deterministic;
     r.persistent = p.persistent;
+    r.tileCounter = p.tileCounter;
     r.prePostThreads = backward ? p.prePostThreads : 0;
     r.blockM = p.blockM;
     r.blockN = p.blockN;

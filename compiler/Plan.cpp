@@ -68,12 +68,15 @@ int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
 
 int sm90WsPaddedHeadDim(int headDim) { return (headDim + 63) / 64 * 64; }
 
-int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
+int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
+                       bool tileCounter) {
   // Q + kStages x (K + V) at head dims padded to 64-column swizzle blocks, 1024 bytes to align
   // the base, then the mbarriers: Q full, Q empty, and K full, V full, K empty, V empty per
-  // stage. Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig.
+  // stage; with a tile counter, the tile ring's four mbarriers and two entries. Mirrors
+  // templates/sm90/fwd_config.cuh's WsFwdConfig.
   int qk = sm90WsPaddedHeadDim(headDimQK), v = sm90WsPaddedHeadDim(headDimV);
-  return (blockM * qk + stages * blockN * (qk + v)) * 2 + 1024 + 8 * (2 + 4 * stages);
+  return (blockM * qk + stages * blockN * (qk + v)) * 2 + 1024 + 8 * (2 + 4 * stages) +
+         (tileCounter ? 8 * 4 + 16 * 2 : 0);
 }
 
 namespace {
@@ -657,13 +660,19 @@ void finalizePlan(KernelPlan &p) {
   // +17 % at 2k in run 8).
   const bool evenTiles = p.mask == "none" && !p.varlen && p.sparsity == "none";
   p.persistent = p.templ == "sm90ws" && (evenTiles || (p.headDimQK == 64 && p.headDimV == 64));
+  // Uneven tiles can also take them from a counter in the caller's forward workspace: one CTA
+  // per SM, the next tile (heaviest first) to whichever frees up (docs/perf/sm90-fwd.md run 25).
+  // Not the block-sparse kernels: their producer's walk over the layout then spills (24-52
+  // bytes, nvcc 13.0).
+  p.tileCounter = p.templ == "sm90ws" && p.pass == "fwd" && !evenTiles && p.sparsity == "none";
   if (p.pass == "bwd")
     p.smemBytes =
         sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.varlen);
   else if (p.templ == "sm90")
     p.smemBytes = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   else if (p.templ == "sm90ws")
-    p.smemBytes = sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
+    p.smemBytes = sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
+                                     p.tileCounter);
   else
     p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   p.prePostThreads = p.pass == "bwd" ? kBwdPrePostThreads : 0;
@@ -922,13 +931,15 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
                      base.sparsity == "none" &&
                      (base.mask == "none" ||
                       (base.mask == "causal" && base.maskAlign == "bottom_right"));
+  const bool causal = base.mask == "causal";
   if (base.pass != "fwd" || base.templ != "sm90ws" || base.tuning != "default" || !dense ||
       base.headDimQK != base.headDimV || (base.headDimQK != 128 && base.headDimQK != 256))
     return {};
   const std::string provenance = "built in: fagen tune on an H200, 2026-11-30";
+  constexpr int64_t kShortMax = 4096;
   KernelConfig shortSeq = configOf(base), longSeq = configOf(base);
   if (base.headDimQK == 128) {
-    shortSeq.stagedEpilogue = base.mask == "causal";
+    shortSeq.stagedEpilogue = causal;
     longSeq.blockM = 192;
     longSeq.blockN = 80;
     longSeq.warps = 12;
@@ -941,7 +952,6 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
       shortSeq.blockN = 64;
     longSeq.stagedEpilogue = true;
   }
-  constexpr int64_t kShortMax = 4096;
   if (shortSeq == longSeq) // one range: tunedPlans would merge two, repeating the provenance
     return {{1, int64_t(1) << 40, shortSeq, provenance}};
   return {{1, kShortMax, shortSeq, provenance},
@@ -1031,9 +1041,9 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                            p.deterministic ? "true" : "false", p.prePostThreads)
                  .str();
     out += llvm::formatv("  block_m={0} block_n={1} warps={2} stages={3} threads={4} smem={5} "
-                         "tuning={6}{7}\n",
+                         "tuning={6}{7}{8}\n",
                          p.blockM, p.blockN, p.warps, p.stages, p.threads, p.smemBytes, p.tuning,
-                         p.persistent ? " persistent" : "")
+                         p.persistent ? " persistent" : "", p.tileCounter ? " tile_counter" : "")
                .str();
     if (p.rescaleTau != 0 || p.exp2EmuPercent != 0)
       out += llvm::formatv("  rescale_tau={0} exp2_emu_percent={1} exp2_poly_degree={2}\n",
@@ -1044,7 +1054,7 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
     if (p.spillFallback)
       out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over {1} spill "
                            "bytes)\n",
-                           p.spillFallback->text(), kSpillFallbackBytes)
+                           p.spillFallback->text(), spillFallbackBytes(p.templ))
                  .str();
     if (p.seqlenMin != 0 || p.seqlenMax != (int64_t(1) << 40))
       out += llvm::formatv("  seqlen={0}..{1}\n", p.seqlenMin, p.seqlenMax).str();

@@ -41,6 +41,11 @@ struct KernelConfig {
 /// softcap 1.02x, hd 128 window with windows of 1k-4k keys 1.12-1.23x; docs/perf/sm80-fwd.md),
 /// while 116 bytes (portable hd 64 causal softcap) measured 3 % slower than its fallback.
 constexpr int kSpillFallbackBytes = 16;
+/// The spill bytes above which a plan's spillFallback is built instead: kSpillFallbackBytes,
+/// or 0 for the sm90ws template, whose kernels issue 5 wants spill-free (checked in CI).
+inline int spillFallbackBytes(const std::string &templ) {
+  return templ == "sm90ws" ? 0 : kSpillFallbackBytes;
+}
 
 /// Everything the emitter and the bundle need to know about one kernel.
 struct KernelPlan {
@@ -82,13 +87,17 @@ struct KernelPlan {
   /// sm90ws launch: one CTA per SM, each walking its share of the work tiles (else one CTA per
   /// work tile); derived by finalizePlan.
   bool persistent = false;
+  /// sm90ws forward: the kernel can take its work tiles from a counter in the caller's forward
+  /// workspace (the template's kTileCounter; with one, the runtime launches one CTA per SM that
+  /// takes the next tile as it frees up); derived by finalizePlan for uneven work tiles.
+  bool tileCounter = false;
   /// The calls the kernel is meant for, on max(seqlen_q, seqlen_k): the whole range for
   /// planner defaults, a shape bucket for tuned kernels.
   int64_t seqlenMin = 0;
   int64_t seqlenMax = int64_t(1) << 40;
   std::string tuning;   ///< "default", "spec" (forced by the spec's tile:) or a tuning record
   /// A planner default's second choice: `fagen build` compiles this config instead when ptxas
-  /// reports more than kSpillFallbackBytes of spills for the first and the second spills less
+  /// reports more than spillFallbackBytes() of spills for the first and the second spills less
   /// (forward variants with per-logit work, portable or sm90ws, whose register needs differ by
   /// arch and nvcc version). Empty for plans that pin a tile dimension, tuned plans (cleared by
   /// applyConfig) and kernels shared by variants whose fallbacks differ.
@@ -171,7 +180,8 @@ int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int st
 int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 /// Shared memory of the sm90ws (TMA, warp-specialized) forward template; mirrors
 /// sm90::WsFwdConfig::kSmemBytes.
-int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages);
+int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
+                       bool tileCounter = false);
 
 /// Plans every kernel of `spec`: one per variant x pass x arch (x tuned seqlen range).
 /// `archs`, when non-empty, replaces the spec's targets. Backward kernels use the sm80

@@ -268,6 +268,12 @@ private:
   Progress Log;
   CUdeviceptr FlushBuffer = 0;
   size_t FlushBytes = 0;
+  static constexpr size_t kWorkspaceBytes = 256; ///< after the flush bytes
+  void *workspace(const fagen_plan &plan) const {
+    return plan.workspace_bytes == 0 || plan.workspace_bytes > kWorkspaceBytes
+               ? nullptr
+               : reinterpret_cast<void *>(uintptr_t(FlushBuffer + FlushBytes));
+  }
   std::vector<CUevent> Events; ///< 2 per timed run: start, stop
   bool DbFailed = false;
 };
@@ -317,7 +323,10 @@ std::vector<Job> Tuner::pendingJobs(const std::vector<Workload> &workloads, size
 
 int Tuner::setUpTiming() {
   FlushBytes = std::max(kMinFlushBytes, size_t(Device.l2Bytes) * 4);
-  if (CUresult r = Api.cuMemAlloc(&FlushBuffer, FlushBytes); r != CUDA_SUCCESS) {
+  // The flush buffer, then kWorkspaceBytes for the forward workspace of kernels with a tile
+  // counter (timed as callers with a workspace run them).
+  if (CUresult r = Api.cuMemAlloc(&FlushBuffer, FlushBytes + kWorkspaceBytes);
+      r != CUDA_SUCCESS) {
     FlushBuffer = 0;
     llvm::errs() << "fagen tune: " << cudaErrorText(Api, r, "cuMemAlloc")
                  << " (L2 flush buffer of " << (FlushBytes >> 20) << " MB)\n";
@@ -361,10 +370,10 @@ TimingOutcome Tuner::timeCandidate(const fagen_bundle *bundle, int index,
   CUstream stream = nullptr;
   auto launch = [&](unsigned i) {
     const InputSet &s = sets[i % sets.size()];
-    return fagen_run_forward(&plan, reinterpret_cast<const void *>(s.q),
-                             reinterpret_cast<const void *>(s.k),
-                             reinterpret_cast<const void *>(s.v), reinterpret_cast<void *>(s.o),
-                             reinterpret_cast<float *>(s.lse), stream);
+    return fagen_run_forward_with_workspace(
+        &plan, reinterpret_cast<const void *>(s.q), reinterpret_cast<const void *>(s.k),
+        reinterpret_cast<const void *>(s.v), reinterpret_cast<void *>(s.o),
+        reinterpret_cast<float *>(s.lse), workspace(plan), nullptr, stream);
   };
   // Warm-up: Opt.warmup launches, more if they take under Opt.warmupMs (one launch timed to
   // size them; at most 1000).

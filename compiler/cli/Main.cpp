@@ -190,6 +190,11 @@ int commandInspect(const std::string &path) {
         k.exp2EmuPercent, k.exp2PolyDegree);
     if (k.persistent)
       llvm::outs() << "  persistent: one thread block per SM, each walking its work tiles\n";
+    if (k.tileCounter)
+      llvm::outs() << "  tile counter: with a forward workspace (4 bytes), one thread block per "
+                      "SM takes the next work tile, heaviest first; without, "
+                   << (k.persistent ? "as persistent says" : "one thread block per work tile")
+                   << "\n";
     if (k.seqlenMin != 0 || k.seqlenMax != kSeqlenUnbounded)
       llvm::outs() << llvm::formatv("  serves max(seqlen_q, seqlen_k) in {0}..{1}\n", k.seqlenMin,
                                     k.seqlenMax);
@@ -274,9 +279,11 @@ int main(int argc, char **argv) {
       "an epsilon (O and LSE; each of dQ, dK, dV). Outputs are poisoned first. A backward\n"
       "kernel gets O and LSE from a forward kernel of its variant in the bundle, else from\n"
       "the float64 reference rounded to the dtype (the table says which); a deterministic\n"
-      "one runs twice and must repeat bit for bit. Varlen kernels run each shape as packed\n"
-      "sequences of uneven lengths; runtime block masks are random (30% of the blocks,\n"
-      "some rows none); static layouts are read from the cubin and verified by their hash.\n\n";
+      "one runs twice and must repeat bit for bit; so does a forward kernel with a tile\n"
+      "counter, one CTA per tile and then one per SM taking tiles from the counter in its\n"
+      "workspace. Varlen kernels run each shape as packed sequences of uneven lengths;\n"
+      "runtime block masks are random (30% of the blocks, some rows none); static layouts\n"
+      "are read from the cubin and verified by their hash.\n\n";
   check->add_option("bundle", checkOptions.bundlePath, "a bundle written by fagen build")
       ->required();
   check->add_option("--golden", checkOptions.goldenDir,

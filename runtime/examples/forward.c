@@ -47,6 +47,10 @@ int main(int argc, char **argv) {
   /* With device pointers q, k, v, o (bf16) and lse (float) from the application:
    *   fagen_run_forward(&plan, q, k, v, o, lse, stream);   -- no allocation, no sync
    *
+   * A plan with plan.workspace_bytes > 0 (a sm90ws kernel of uneven tiles: causal, window,
+   * varlen) runs faster with that much scratch, a tile counter the runtime zeroes itself:
+   *   fagen_run_forward_with_workspace(&plan, q, k, v, o, lse, fwd_workspace, NULL, stream);
+   *
    * Other variants set more fields of the problem (a zero field keeps the default), e.g. a
    * sliding window with dropout, whose seed the run-time arguments carry:
    *   problem.causal = 0; problem.mask = FAGEN_MASK_WINDOW;

@@ -198,6 +198,7 @@ Fields kernelFields(const KernelRecord &k) {
           {"stages", std::to_string(k.stages)},
           {"template", k.templ},
           {"threads", std::to_string(k.threads)},
+          {"tile_counter", std::to_string(int(k.tileCounter))},
           {"tuning", k.tuning},
           {"variant", k.variant},
           {"varlen", std::to_string(int(k.varlen))},
@@ -385,6 +386,9 @@ bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
   if (k.persistent && k.templ != "sm90ws")
     return r.fail("persistent is 1 on a kernel of template '" + k.templ +
                   "'; only sm90ws kernels walk work tiles");
+  if (k.tileCounter && (k.templ != "sm90ws" || k.pass != "fwd"))
+    return r.fail("tile_counter is 1 on a " + k.pass + " kernel of template '" + k.templ +
+                  "'; only sm90ws forward kernels take work tiles from a counter");
   if (k.pass == "fwd" && k.prePostThreads != 0)
     return r.fail("pre_post_threads is " + n(k.prePostThreads) +
                   " on a fwd kernel, expected 0 (only bwd kernels have NAME_pre and NAME_post)");
@@ -452,7 +456,8 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.oneOf("sparsity", {"none", "runtime", "static"}, k.sparsity) &&
             r.integer("spill_bytes", -1, INT32_MAX, k.spillBytes) &&
             r.integer("stages", 1, 16, k.stages) && r.str("template", k.templ, true) &&
-            r.integer("threads", 1, 1024, k.threads) && r.str("tuning", k.tuning, true) &&
+            r.integer("threads", 1, 1024, k.threads) && r.flag("tile_counter", k.tileCounter) &&
+            r.str("tuning", k.tuning, true) &&
             r.str("variant", k.variant, true) && r.flag("varlen", k.varlen) &&
             r.integer("warps", 1, 32, k.warps) && r.finish();
   if (ok && k.seqlenMin > k.seqlenMax)

@@ -16,7 +16,7 @@
 namespace fagen {
 
 /// Bumped on any incompatible change of the file layout or the manifest keys.
-constexpr uint32_t kBundleFormatVersion = 4;
+constexpr uint32_t kBundleFormatVersion = 5;
 
 /// Upper end of an open seqlen range.
 constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
@@ -53,6 +53,9 @@ struct KernelRecord {
   int exp2EmuPercent = 0; ///< percent of exp2 on the FMA units (FA4 emulated exp2)
   int exp2PolyDegree = 3; ///< that polynomial's degree
   bool persistent = false; ///< sm90ws: one CTA per SM walking the work tiles (else one per tile)
+  /// sm90ws forward: takes work tiles from a counter in the forward workspace when the caller
+  /// gives one (one CTA per SM); without, as `persistent` says.
+  bool tileCounter = false;
   /// The calls this kernel is tuned for: max(seqlen_q, seqlen_k) in [seqlenMin, seqlenMax]
   /// (0..kSeqlenUnbounded for an untuned kernel, which serves every call). Among kernels of
   /// one variant and arch, the runtime prefers the narrowest range that holds the call.

@@ -69,6 +69,7 @@ bool bindAll(void *lib, DriverApi &api, std::string &missing) {
   bind(lib, "cuMemcpyHtoD_v2", api.cuMemcpyHtoD, missing);
   bind(lib, "cuMemcpyDtoH_v2", api.cuMemcpyDtoH, missing);
   bind(lib, "cuMemsetD8_v2", api.cuMemsetD8, missing);
+  bind(lib, "cuMemsetD32Async", api.cuMemsetD32Async, missing);
   bind(lib, "cuEventCreate", api.cuEventCreate, missing);
   bind(lib, "cuEventRecord", api.cuEventRecord, missing);
   bind(lib, "cuEventSynchronize", api.cuEventSynchronize, missing);

@@ -77,6 +77,7 @@ struct DriverApi {
   CUresult (*cuMemcpyHtoD)(CUdeviceptr dst, const void *src, size_t bytes);  // _v2
   CUresult (*cuMemcpyDtoH)(void *dst, CUdeviceptr src, size_t bytes);        // _v2
   CUresult (*cuMemsetD8)(CUdeviceptr dst, unsigned char value, size_t count); // _v2
+  CUresult (*cuMemsetD32Async)(CUdeviceptr dst, unsigned value, size_t count, CUstream stream);
   CUresult (*cuEventCreate)(CUevent *event, unsigned flags);
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
   CUresult (*cuEventSynchronize)(CUevent event);

@@ -239,16 +239,22 @@ bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
 bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
 /// CTAs of a sm90ws launch: one per SM for a persistent kernel (the plan's choice, measured:
-/// compiler/Plan.cpp finalizePlan), else one per work tile.
-int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms) {
-  return k.persistent ? std::min<int64_t>(tiles, std::max(sms, 1)) : tiles;
+/// compiler/Plan.cpp finalizePlan) and for a kernel that takes its tiles from the forward
+/// workspace's counter (`counter`: the call has a workspace), else one per work tile.
+int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms, bool counter) {
+  const bool oneCtaPerSm = k.persistent || (counter && k.tileCounter);
+  return oneCtaPerSm ? std::min<int64_t>(tiles, std::max(sms, 1)) : tiles;
 }
+
+/// Bytes of the forward workspace of a kernel with a tile counter: one int32 counter.
+constexpr size_t kFwdWorkspaceBytes = 4;
 
 /// Why a sm90ws launch of this size would overflow the kernel's 32-bit counters ("" if it
 /// does not): its work tiles (and a 1-D grid of them) and the key tiles one CTA walks.
 std::string wsSizeProblem(const KernelRecord &k, const fagen_fwd_problem &p, int sms) {
   const int64_t tiles = (p.seqlen_q + k.blockM - 1) / k.blockM * p.heads_q * p.batch;
-  const int64_t grid = wsGridSize(k, tiles, sms);
+  // With a tile counter, one CTA may take every tile.
+  const int64_t grid = k.tileCounter ? 1 : wsGridSize(k, tiles, sms, false);
   const int64_t keyTiles = (tiles + grid - 1) / grid * ((p.seqlen_k + k.blockN - 1) / k.blockN);
   if (tiles <= (int64_t(1) << 30) && keyTiles <= (int64_t(1) << 30))
     return "";
@@ -942,17 +948,21 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
     return FAGEN_OK;
   }
   const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;
-  if (takesTmaMaps(k)) // a 1-D grid over the work tiles (templates/sm90/fwd_ws_kernel.cuh)
-    setGrid(plan.grid, wsGridSize(k, tiles, device.sms), 1, 1);
+  // sm90ws: a 1-D grid over the work tiles (templates/sm90/fwd_ws_kernel.cuh), the size of a
+  // call with a workspace (runForward launches one CTA per tile when a call has none).
+  if (takesTmaMaps(k))
+    setGrid(plan.grid, wsGridSize(k, tiles, device.sms, true), 1, 1);
   else
     setGrid(plan.grid, ceilDiv(problem.seqlen_q, k.blockM), problem.heads_q, problem.batch);
   fagen_fwd_params params;
   fillForwardParams(problem, params);
+  if (k.tileCounter)
+    params.work_tiles = int32_t(tiles); // < 2^30 (wsSizeProblem)
   std::memcpy(plan.params, &params, sizeof params);
   const PlanVarlenRows rows = {problem.varlen ? problem.total_q : 0,
                                problem.varlen ? problem.total_k : 0};
   std::memcpy(plan.params + kPlanVarlenRowsOffset, &rows, sizeof rows);
-  plan.workspace_bytes = 0;
+  plan.workspace_bytes = k.tileCounter ? kFwdWorkspaceBytes : 0;
   return FAGEN_OK;
 }
 
@@ -1144,7 +1154,7 @@ fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function
 }
 
 fagen_status runForward(const char *function, const fagen_plan *plan, const void *q,
-                        const void *k, const void *v, void *o, float *lse,
+                        const void *k, const void *v, void *o, float *lse, void *workspace,
                         const fagen_run_args *args, bool argsAccepted, void *stream) {
   if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
     return s;
@@ -1173,7 +1183,23 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
   fagen_fwd_tma_maps maps;
   if (fagen_status s = encodeTmaMaps(function, *api, *plan, kernel, params, maps); s != FAGEN_OK)
     return s;
-  return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes, &params,
+  int32_t grid[3] = {plan->grid[0], plan->grid[1], plan->grid[2]};
+  if (kernel.tileCounter && workspace != nullptr) {
+    // The tiles come from the workspace's counter, which starts each launch at 0.
+    if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 4}}); s != FAGEN_OK)
+      return s;
+    params.tile_counter = static_cast<int32_t *>(workspace);
+    if (CUresult r = api->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(workspace), 0, 1,
+                                           static_cast<CUstream>(stream));
+        r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_CUDA, cudaErrorText(*api, r, "cuMemsetD32Async") +
+                                        " zeroing the tile counter in the workspace of kernel " +
+                                        kernel.name);
+  } else if (kernel.tileCounter && !kernel.persistent) {
+    // No workspace: one CTA per work tile (the static deal of a grid that size).
+    grid[0] = int32_t(ceilDiv(params.seqlen_q, kernel.blockM) * params.heads_q * params.batch);
+  }
+  return launch(*api, *plan, plan->function, grid, plan->block, plan->smem_bytes, &params,
                 stream, "", &maps);
 }
 
@@ -1346,13 +1372,22 @@ fagen_status fagen_plan_backward_kernel(const fagen_bundle *bundle,
 
 fagen_status fagen_run_forward(const fagen_plan *plan, const void *q, const void *k,
                                const void *v, void *o, float *lse, void *stream) {
-  return runForward("fagen_run_forward", plan, q, k, v, o, lse, nullptr, false, stream);
+  return runForward("fagen_run_forward", plan, q, k, v, o, lse, nullptr, nullptr, false, stream);
 }
 
 fagen_status fagen_run_forward_with_args(const fagen_plan *plan, const void *q, const void *k,
                                          const void *v, void *o, float *lse,
                                          const fagen_run_args *args, void *stream) {
-  return runForward("fagen_run_forward_with_args", plan, q, k, v, o, lse, args, true, stream);
+  return runForward("fagen_run_forward_with_args", plan, q, k, v, o, lse, nullptr, args, true,
+                    stream);
+}
+
+fagen_status fagen_run_forward_with_workspace(const fagen_plan *plan, const void *q,
+                                              const void *k, const void *v, void *o, float *lse,
+                                              void *workspace, const fagen_run_args *args,
+                                              void *stream) {
+  return runForward("fagen_run_forward_with_workspace", plan, q, k, v, o, lse, workspace, args,
+                    true, stream);
 }
 
 fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const void *k,

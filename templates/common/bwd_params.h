@@ -25,9 +25,10 @@
 // Version 5: deterministic kernels without a mask or block sparsity add dQ into
 // fagen_bwd_dq_slots() copies of dq_accum (and of the semaphores), the first key tile of each
 // copy storing instead of adding (so _pre zeroes none of them), and _post sums the copies in
-// order. (4 is the forward's current number; the backward skips it so that a kernel of one pass
-// filed as the other is always refused.)
-#define FAGEN_BWD_PARAMS_VERSION 5
+// order. Version 6: the embedded fagen_fwd_params grew (tile_counter, forward version 5). (The
+// backward's numbers skip the forward's current one, so that a kernel of one pass filed as the
+// other is always refused.)
+#define FAGEN_BWD_PARAMS_VERSION 6
 
 // Deterministic kernels without a mask or block sparsity: key tile n adds its dQ into copy
 // (slot) n % FAGEN_BWD_DET_DQ_SLOTS of dq_accum after the slot's later key tiles only, so a

@@ -15,8 +15,8 @@
 // Version 3: kernels of template sm90ws take a second argument, `const __grid_constant__
 // fagen_fwd_tma_maps` (common/tma_params.h), after this struct. Version 4: the same layout; the
 // dropout rule draws Philox4x32-7 (common/philox.h), so a forward and a backward from bundles
-// of different versions would not drop the same elements.
-#define FAGEN_FWD_PARAMS_VERSION 4
+// of different versions would not drop the same elements. Version 5: tile_counter.
+#define FAGEN_FWD_PARAMS_VERSION 5
 
 #ifdef __cplusplus
 extern "C" {
@@ -90,9 +90,17 @@ typedef struct fagen_fwd_params {
   float dropout_p;
   float dropout_rescale;
   uint32_t dropout_threshold; // 8 bits: min(255, round(dropout_p * 256)); drop iff byte < it
-  uint32_t pad0_;
+  // sm90ws kernels with a tile counter: their work tiles, ceil(seqlen_q / kBlockM) * heads_q *
+  // batch, filled by the runtime from the kernel's block_m (read from the parameter bank so
+  // that the producer keeps no register for it); 0 for other kernels.
+  int32_t work_tiles;
   uint64_t dropout_seed;
   uint64_t dropout_offset;
+
+  // Work tiles from a counter (sm90ws kernels built with kTileCounter): one int32 of the
+  // caller's forward workspace, zeroed by the runtime before each launch; null = the static
+  // deal (templates/sm90/fwd_ws_kernel.cuh, WsTileQueue).
+  int32_t *tile_counter;
 } fagen_fwd_params;
 
 #ifdef __cplusplus

@@ -119,9 +119,16 @@ struct FwdConfig : VariantParts<Variant_> {
 /// after the epilogue instead of after the last S, which delays a persistent kernel's next Q.
 /// A tuning choice (H200, docs/perf/sm90-fwd.md run 13): +2-9 % at seqlen 2k for hd 128 causal
 /// and hd 256, -2..-6 % at 16k causal, -4..-7 % for the persistent hd 64 kernels.
+/// kTileCounter: the kernel can take its work tiles from a global counter
+/// (fagen_fwd_params::tile_counter, zeroed before the launch; null: the static deal of
+/// WsTileScheduler), which the producer reads and hands to the consumers through a two-entry
+/// ring in shared memory (fwd_ws_kernel.cuh's WsTileRing). For uneven work tiles (causal,
+/// windows, varlen, sparsity): one CTA per SM that takes the next tile, heaviest first, when it
+/// frees up.
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
-          int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false, int kRescaleTau_ = 0>
+          int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false, int kRescaleTau_ = 0,
+          bool kTileCounter_ = false>
 struct WsFwdConfig : VariantParts<Variant_> {
   using Element = Element_;
   static constexpr int kHeadDimQK = kHeadDimQK_;
@@ -140,6 +147,7 @@ struct WsFwdConfig : VariantParts<Variant_> {
   /// grows, 1..8 only when it grows by more than that many powers of two.
   static constexpr int kRescaleTau = kRescaleTau_;
   static_assert(kRescaleTau >= 0 && kRescaleTau <= 8, "kRescaleTau must be in 0..8");
+  static constexpr bool kTileCounter = kTileCounter_;
 
   static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -158,14 +166,17 @@ struct WsFwdConfig : VariantParts<Variant_> {
 
   // Shared memory, every tile in 128-byte-swizzled 64-column blocks (sm90/tile_ops.cuh): the Q
   // tile, kStages K tiles, kStages V tiles, then the mbarriers (Q full, Q empty, then K full,
-  // V full, K empty, V empty per stage), plus 1024 bytes to align the base to a swizzle atom.
+  // V full, K empty, V empty per stage), plus 1024 bytes to align the base to a swizzle atom;
+  // kTileCounter: then the tile ring's mbarriers (full, empty per entry) and its two entries.
   static constexpr int kSmemQBytes = kBlockM * kDimQK * 2;
   static constexpr int kSmemKTileBytes = kBlockN * kDimQK * 2;
   static constexpr int kSmemVTileBytes = kBlockN * kDimV * 2;
   static constexpr int kSmemAlignBytes = 1024;
   static constexpr int kBarrierOffset =
       kSmemQBytes + kStages * (kSmemKTileBytes + kSmemVTileBytes);
-  static constexpr int kSmemBytes = kBarrierOffset + kSmemAlignBytes + 8 * (2 + 4 * kStages);
+  static constexpr int kTileRingOffset = kBarrierOffset + 8 * (2 + 4 * kStages);
+  static constexpr int kSmemBytes =
+      kTileRingOffset + kSmemAlignBytes + (kTileCounter ? 8 * 4 + 16 * 2 : 0);
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
   static constexpr bool served_head_dim(int d) {

@@ -40,6 +40,7 @@ template <class Config> struct WsSmem {
   __device__ u32 v_full(int i) const { return k_full(i) + 8 * Config::kStages; }
   __device__ u32 k_empty(int i) const { return v_full(i) + 8 * Config::kStages; }
   __device__ u32 v_empty(int i) const { return k_empty(i) + 8 * Config::kStages; }
+  __device__ u32 tile_ring() const { return q + Config::kTileRingOffset; }
   /// Parity of the phase in which the slot of round r fills (the consumers' wait) and of the
   /// phase that frees it (the producer's; 1 on round 0, which returns at once on a fresh
   /// barrier). Round of K/V tile i: i / kStages; of the Q buffer: the work tile's ordinal.
@@ -81,6 +82,54 @@ template <class Config> struct WsTileScheduler {
     m_block = Config::Mask::kWorkGrowsWithRow ? num_m - 1 - m : m;
     head = bh % heads;
     batch = bh / heads;
+  }
+};
+
+/// A work tile as the producer hands it to the consumers (kTileCounter kernels): its
+/// coordinates, and the CTA's K/V tiles before it and its ordinal (the parities of their slots
+/// and of the Q buffer), so that the consumers carry no scheduling state across tiles.
+struct WsWork {
+  int m_block, head, batch; // m_block < 0: no more work
+  int kv, work;
+};
+
+/// kTileCounter kernels: the work tiles come from the producer, through a two-entry ring in
+/// shared memory (full: written; empty: every consumer warp read it), as WsWork. With
+/// params.tile_counter set (zero at launch), CTA b's first tile is b and each later one is
+/// gridDim.x + atomicAdd(tile_counter, 1): tiles go out in WsTileScheduler's order (heaviest
+/// causal tiles first) to whichever CTA asks first, so a persistent grid balances uneven tiles
+/// as the hardware's dispatch of one CTA per tile does, and still loads the next tile's Q while
+/// the consumers finish the current one. The producer asks when it has issued the current
+/// tile's last load. Without a counter the tiles are WsTileScheduler's static deal.
+template <class Config> struct WsTileRing {
+  u32 ring; // full[2], empty[2] mbarriers, then two 16-byte entries
+  __device__ explicit WsTileRing(u32 ring_) : ring(ring_) {}
+  __device__ u32 full(int r) const { return ring + 8 * (r & 1); }
+  __device__ u32 empty(int r) const { return ring + 16 + 8 * (r & 1); }
+  __device__ u32 entry(int r) const { return ring + 32 + 16 * (r & 1); }
+  __device__ void init() const {
+    for (int e = 0; e < 2; ++e) {
+      mbarrier_init(full(e), 1);
+      mbarrier_init(empty(e), 4 * Config::kConsumers); // one arrival per consumer warp
+    }
+  }
+  /// The producer's entry r (kv < 2^30, checked by the runtime; the work ordinal's parity
+  /// rides in its top bit).
+  __device__ void publish(int r, const WsWork &w) const {
+    mbarrier_wait(empty(r), (r >> 1 & 1) ^ 1);
+    st_shared_v4_u32(entry(r), u32(w.m_block), u32(w.head), u32(w.batch),
+                     u32(w.kv) | u32(w.work) << 31);
+    mbarrier_arrive(full(r));
+  }
+  /// A consumer thread's entry r.
+  __device__ WsWork take(int r) const {
+    mbarrier_wait(full(r), r >> 1 & 1);
+    u32 v[4];
+    ld_shared_v4_u32(v, entry(r));
+    __syncwarp();
+    if (threadIdx.x % 32 == 0)
+      mbarrier_arrive(empty(r));
+    return {int(v[0]), int(v[1]), int(v[2]), int(v[3] & 0x7fffffffu), int(v[3] >> 31)};
   }
 };
 
@@ -176,15 +225,9 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
   };
   using DimQK = std::integral_constant<int, Config::kDimQK>;
   using DimV = std::integral_constant<int, Config::kDimV>;
-  for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
-    int m_block, head, batch;
-    sched.tile(t, m_block, head, batch);
-    const SequenceSpan span = ws_span<Config>(params, batch);
-    if (!ws_has_rows<Config>(m_block, span.shape))
-      continue;
-    const KeyTiles tiles = KeyTiles::template make<false>(params, m_block, head, batch, span.shape);
-    if (tiles.count == 0) // the consumers write its empty rows
-      continue;
+  // Q, then K_0, then K_{i+1} before V_i, for work tile `work` of the CTA.
+  auto load_tile = [&](int m_block, int head, int batch, const SequenceSpan &span,
+                       const KeyTiles &tiles, int work) {
     const int kv_head = head / params.group_size;
     mbarrier_wait(sm.q_empty(), sm.empty_parity(work));
     mbarrier_arrive_expect_tx(sm.q_full(), Config::kSmemQBytes);
@@ -211,7 +254,38 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
       n = n_next;
     }
     kv += tiles.count;
-    ++work;
+  };
+  if constexpr (Config::kTileCounter) {
+    const WsTileRing<Config> ring(sm.tile_ring());
+    int t = int(blockIdx.x), work = 0, r = 0;
+    for (; t < params.work_tiles; ++r) { // sched.total, from the runtime
+      int m_block, head, batch;
+      sched.tile(t, m_block, head, batch);
+      ring.publish(r, {m_block, head, batch, kv, work});
+      const SequenceSpan span = ws_span<Config>(params, batch);
+      if (ws_has_rows<Config>(m_block, span.shape)) {
+        const KeyTiles tiles =
+            KeyTiles::template make<false>(params, m_block, head, batch, span.shape);
+        if (tiles.count > 0) // else the consumers write its empty rows
+          load_tile(m_block, head, batch, span, tiles, work++);
+      }
+      t = params.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(params.tile_counter, 1)
+                                         : sched.nth(r + 1);
+    }
+    ring.publish(r, {-1, 0, 0, 0, 0});
+  } else {
+    for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
+      int m_block, head, batch;
+      sched.tile(t, m_block, head, batch);
+      const SequenceSpan span = ws_span<Config>(params, batch);
+      if (!ws_has_rows<Config>(m_block, span.shape))
+        continue;
+      const KeyTiles tiles =
+          KeyTiles::template make<false>(params, m_block, head, batch, span.shape);
+      if (tiles.count == 0) // the consumers write its empty rows
+        continue;
+      load_tile(m_block, head, batch, span, tiles, work++);
+    }
   }
 }
 
@@ -421,6 +495,8 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
       mbarrier_init(sm.k_empty(s), 4 * kConsumers);
       mbarrier_init(sm.v_empty(s), 4 * kConsumers);
     }
+    if constexpr (Config::kTileCounter)
+      WsTileRing<Config>(sm.tile_ring()).init();
     fence_mbarrier_init();
   }
   __syncthreads();
@@ -436,27 +512,50 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
   // The ping-pong's turn starts at consumer 0; it comes back to it after the last turn.
   if (Config::kPingPong && consumer == kConsumers - 1)
     named_barrier_arrive<256>(1);
-  const WsTileScheduler<Config> sched(params);
-  int kv = 0;
-  for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
-    int m_block, head, batch;
-    sched.tile(t, m_block, head, batch);
-    const AttentionShape shape = ws_span<Config>(params, batch).shape;
-    if (!ws_has_rows<Config>(m_block, shape))
-      continue;
-    const WsKeyTiles<Config> tiles =
-        WsKeyTiles<Config>::template make<true>(params, m_block, head, batch, shape);
-    if (tiles.count == 0) { // rows that see no key: O = 0, LSE = -inf
-      const int64_t row0 = int64_t(m_block) * Config::kBlockM + 64 * consumer;
-      sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
-          ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride,
-          ws_lse_rows<Config>(params, batch, head, row0),
-          int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
-      continue;
+  if constexpr (Config::kTileCounter) {
+    const WsTileRing<Config> ring(sm.tile_ring());
+    for (int r = 0;; ++r) {
+      const WsWork w = ring.take(r);
+      if (w.m_block < 0)
+        break;
+      const AttentionShape shape = ws_span<Config>(params, w.batch).shape;
+      if (!ws_has_rows<Config>(w.m_block, shape))
+        continue;
+      const WsKeyTiles<Config> tiles =
+          WsKeyTiles<Config>::template make<true>(params, w.m_block, w.head, w.batch, shape);
+      if (tiles.count == 0) { // rows that see no key: O = 0, LSE = -inf
+        const int64_t row0 = int64_t(w.m_block) * Config::kBlockM + 64 * consumer;
+        sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
+            ws_o_rows<Config>(params, w.batch, w.head, row0), params.o_row_stride,
+            ws_lse_rows<Config>(params, w.batch, w.head, row0),
+            int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
+        continue;
+      }
+      ws_consume_tile<Config>(sm, params, w.m_block, w.head, w.batch, shape, tiles, w.kv, w.work);
     }
-    ws_consume_tile<Config>(sm, params, m_block, head, batch, shape, tiles, kv, work);
-    kv += tiles.count;
-    ++work;
+  } else {
+    const WsTileScheduler<Config> sched(params);
+    int kv = 0;
+    for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
+      int m_block, head, batch;
+      sched.tile(t, m_block, head, batch);
+      const AttentionShape shape = ws_span<Config>(params, batch).shape;
+      if (!ws_has_rows<Config>(m_block, shape))
+        continue;
+      const WsKeyTiles<Config> tiles =
+          WsKeyTiles<Config>::template make<true>(params, m_block, head, batch, shape);
+      if (tiles.count == 0) { // rows that see no key: O = 0, LSE = -inf
+        const int64_t row0 = int64_t(m_block) * Config::kBlockM + 64 * consumer;
+        sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
+            ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride,
+            ws_lse_rows<Config>(params, batch, head, row0),
+            int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
+        continue;
+      }
+      ws_consume_tile<Config>(sm, params, m_block, head, batch, shape, tiles, kv, work);
+      kv += tiles.count;
+      ++work;
+    }
   }
   if (Config::kPingPong && consumer == 0)
     named_barrier_sync<256>(1); // the last consumer's last turn

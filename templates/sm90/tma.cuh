@@ -33,6 +33,19 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
 __device__ __forceinline__ void mbarrier_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+/// 16 bytes of shared memory handed over through an mbarrier (the arrive releases the store,
+/// the wait acquires it; the clobbers keep the compiler from moving either across).
+__device__ __forceinline__ void st_shared_v4_u32(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a), "r"(b), "r"(c),
+               "r"(d)
+               : "memory");
+}
+__device__ __forceinline__ void ld_shared_v4_u32(u32 (&v)[4], u32 addr) {
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+               : "r"(addr)
+               : "memory");
+}
 /// Blocks until the phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
   u32 done;

@@ -187,6 +187,14 @@ FAKE_API CUresult cuMemFree_v2(unsigned long long) { return 0; }
 FAKE_API CUresult cuMemcpyHtoD_v2(unsigned long long, const void *, size_t) { return 0; }
 FAKE_API CUresult cuMemcpyDtoH_v2(void *, unsigned long long, size_t) { return 0; }
 FAKE_API CUresult cuMemsetD8_v2(unsigned long long, unsigned char, size_t) { return 0; }
+FAKE_API CUresult cuMemsetD32Async(unsigned long long dst, unsigned value, size_t count,
+                                   void *stream) {
+  if (envInt("FAKE_CUDA_MEMSET_ERROR", 0) != 0)
+    return envInt("FAKE_CUDA_MEMSET_ERROR", 0);
+  FakeCudaState *s = fake_cuda_state();
+  s->memsetLog.push_back({dst, value, count, stream, s->launches.load()});
+  return 0;
+}
 FAKE_API CUresult cuEventCreate(void **e, unsigned) {
   *e = nullptr;
   return 0;

@@ -20,6 +20,15 @@ struct FakeLaunch {
   std::vector<unsigned char> tmaMaps; ///< kernels named *_sm90ws_*: their second argument
 };
 
+/// One cuMemsetD32Async call; `launchesBefore`: cuLaunchKernel calls made before it.
+struct FakeMemset {
+  unsigned long long dst;
+  unsigned value;
+  size_t count;
+  void *stream;
+  int launchesBefore;
+};
+
 /// One cuTensorMapEncodeTiled call.
 struct FakeTensorMap {
   int dataType, swizzle, oobFill;
@@ -46,6 +55,8 @@ struct FakeCudaState {
   /// Every cuTensorMapEncodeTiled call, in order ($FAKE_CUDA_TMA_ERROR: fail with that code).
   /// The map it writes holds the global address in its first 8 bytes.
   std::vector<FakeTensorMap> tensorMaps;
+  /// Every cuMemsetD32Async call, in order ($FAKE_CUDA_MEMSET_ERROR: fail with that code).
+  std::vector<FakeMemset> memsetLog;
 };
 
 /// Exported by the fake library; the test finds it with dlsym.

@@ -205,6 +205,86 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
   EXPECT_EQ(persistent.grid[1], 1);
 }
 
+TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
+  // A sm90ws kernel of uneven (causal) tiles with a tile counter: the plan asks for a 4-byte
+  // forward workspace; with one, one CTA per SM (132 on the fake GPU) takes tiles from the
+  // counter, which the runtime zeroes on the call's stream first; without, one CTA per tile.
+  Bundle b = makeTestBundle();
+  KernelRecord &k = b.kernels[2];
+  k.name = "fagen_fwd_fp16_hd128_causal_sm90ws_m128n80w8s2";
+  k.templ = "sm90ws";
+  k.blockN = 80;
+  k.threads = 384;
+  k.tileCounter = true;
+  load(b);
+  fagen_fwd_problem p = testProblem(); // 8 query tiles x 16 heads x 2 batches = 256 tiles
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(plan.workspace_bytes, 4u);
+  EXPECT_EQ(plan.grid[0], 132);
+  alignas(16) static char q[16], kk[16], v[16], o[16];
+  alignas(16) static int32_t workspace[4];
+  static float lse[4];
+  void *stream = reinterpret_cast<void *>(uintptr_t(0x5000));
+  fake().memsetLog.clear();
+  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, nullptr, stream),
+            FAGEN_OK)
+      << fagen_last_error();
+  ASSERT_EQ(fake().memsetLog.size(), 1u);
+  const FakeMemset &m = fake().memsetLog[0];
+  EXPECT_EQ(m.dst, reinterpret_cast<unsigned long long>(workspace));
+  EXPECT_EQ(m.value, 0u);
+  EXPECT_EQ(m.count, 1u);
+  EXPECT_EQ(m.stream, stream);
+  EXPECT_EQ(m.launchesBefore, fake().launches.load() - 1); // right before the launch
+  EXPECT_EQ(fake().grid[0], 132u);
+  EXPECT_EQ(fake().stream, stream);
+  EXPECT_EQ(fake().params.tile_counter, workspace);
+  EXPECT_EQ(fake().params.work_tiles, 256);
+  // Without a workspace (any of the three run calls): one CTA per tile, no counter, no memset.
+  ASSERT_EQ(fagen_run_forward(&plan, q, kk, v, o, lse, nullptr), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fake().grid[0], 256u);
+  EXPECT_EQ(fake().params.tile_counter, nullptr);
+  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, nullptr, nullptr, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  EXPECT_EQ(fake().grid[0], 256u);
+  EXPECT_EQ(fake().memsetLog.size(), 1u);
+  // A misaligned workspace is named; a failed memset is a CUDA error that says what it zeroed.
+  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse,
+                                             reinterpret_cast<char *>(workspace) + 2, nullptr,
+                                             nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward_with_workspace: workspace is not 4-byte aligned");
+  setenv("FAKE_CUDA_MEMSET_ERROR", "1", 1);
+  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, nullptr,
+                                             nullptr),
+            FAGEN_ERROR_CUDA);
+  unsetenv("FAKE_CUDA_MEMSET_ERROR");
+  EXPECT_TRUE(std::strstr(fagen_last_error(), "cuMemsetD32Async") != nullptr &&
+              std::strstr(fagen_last_error(), "zeroing the tile counter in the workspace of "
+                                              "kernel fagen_fwd_fp16_hd128_causal_sm90ws_"
+                                              "m128n80w8s2") != nullptr)
+      << fagen_last_error();
+  // A kernel without a counter reports no workspace and ignores one.
+  Bundle plain = b;
+  plain.kernels[2].tileCounter = false;
+  load(plain);
+  fagen_plan noCounter;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &noCounter), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(noCounter.workspace_bytes, 0u);
+  EXPECT_EQ(noCounter.grid[0], 256);
+  fake().memsetLog.clear();
+  ASSERT_EQ(fagen_run_forward_with_workspace(&noCounter, q, kk, v, o, lse, workspace, nullptr,
+                                             nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  EXPECT_TRUE(fake().memsetLog.empty());
+  EXPECT_EQ(fake().params.tile_counter, nullptr);
+  EXPECT_EQ(fake().params.work_tiles, 0);
+}
+
 TEST_F(FakeDriverTest, RunNamesTheBadPointer) {
   fagen_fwd_problem p = testProblem();
   fagen_plan plan;

@@ -158,6 +158,12 @@ FAKE_API CUresult cuMemsetD8_v2(unsigned long long dst, unsigned char value, siz
   gpuClockMs += 0.05;
   return 0;
 }
+FAKE_API CUresult cuMemsetD32Async(unsigned long long dst, unsigned value, size_t count, void *) {
+  auto *words = reinterpret_cast<unsigned *>(dst);
+  for (size_t i = 0; i < count; ++i)
+    words[i] = value;
+  return 0;
+}
 FAKE_API CUresult cuEventCreate(void **e, unsigned) {
   *e = std::malloc(1);
   return 0;

@@ -80,8 +80,12 @@ TEST(Plan, ArchSpecificDefaults) {
   EXPECT_EQ(p[2].name, "fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_r8");
   EXPECT_EQ(p[2].rescaleTau, 8); // FlashAttention-4's threshold, measured on sm90ws too
   EXPECT_EQ(p[2].threads, 384);
-  EXPECT_EQ(p[2].smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 128, 2));
-  EXPECT_EQ(p[2].smemBytes, sm90FwdSmemBytes(128, 128, 128, 2) + 8 * 10); // + 10 mbarriers
+  // Causal tiles cost unequal amounts: the kernel can take them from a counter.
+  EXPECT_TRUE(p[2].tileCounter);
+  EXPECT_FALSE(p[1].tileCounter); // the portable template has no tile scheduler
+  EXPECT_EQ(p[2].smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 128, 2, true));
+  // + 10 mbarriers, + the tile ring's 4 mbarriers and two 16-byte entries
+  EXPECT_EQ(p[2].smemBytes, sm90FwdSmemBytes(128, 128, 128, 2) + 8 * 10 + 8 * 4 + 16 * 2);
   EXPECT_FALSE(bool(applyConfig(p[2], [] {
     KernelConfig c;
     c.blockM = 128, c.blockN = 64, c.warps = 4, c.stages = 2; // 4 warps cannot be 2 warpgroups
@@ -115,7 +119,9 @@ TEST(Plan, Sm90WsDefaults) {
   EXPECT_EQ(configOf(p[0]).text(), "m192n128w12s2 tau8");
   EXPECT_EQ(p[0].threads, 512);
   EXPECT_EQ(configOf(p[1]).text(), "m128n80w8s2 tau8");
-  EXPECT_EQ(p[1].smemBytes, (128 + 4 * 80) * 256 * 2 + 1024 + 80);
+  EXPECT_EQ(p[1].smemBytes, (128 + 4 * 80) * 256 * 2 + 1024 + 80 + 64); // + the tile ring
+  EXPECT_FALSE(p[0].tileCounter);
+  EXPECT_TRUE(p[1].tileCounter);
 }
 
 TEST(Plan, KernelNamesSpellTheVariant) {
@@ -655,6 +661,13 @@ TEST(Plan, Sm90WsPersistentForEvenTilesAndHd64) {
   }
   EXPECT_EQ(persistent, (std::set<std::string>{"d128", "f128", "cap128", "alibi128", "drop256",
                                                "c64"}));
+  // Uneven work tiles (a mask, varlen) can take them from a counter; even ones and block-sparse
+  // ones not.
+  std::set<std::string> counter;
+  for (const KernelPlan &k : p)
+    if (k.tileCounter)
+      counter.insert(k.variant);
+  EXPECT_EQ(counter, (std::set<std::string>{"c128", "w128", "v128", "c256", "c64"}));
 }
 
 } // namespace

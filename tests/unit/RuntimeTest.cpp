@@ -204,7 +204,7 @@ TEST(RuntimeTest, PlanRefusesOtherParamsLayouts) {
   fagen_plan plan;
   EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
   EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 1 but this runtime "
-                                           "fills version 4: rebuild the bundle"))
+                                           "fills version 5: rebuild the bundle"))
       << fagen_last_error();
   fagen_bundle_destroy(bundle);
 }

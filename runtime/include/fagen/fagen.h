@@ -203,7 +203,8 @@ typedef struct fagen_plan {
   void *function;           /* CUfunction for the current context's device */
   void *pre_function;       /* backward: NAME_pre and NAME_post; null for the forward */
   void *post_function;
-  size_t workspace_bytes;   /* caller-allocated scratch the call needs (0 for the forward) */
+  size_t workspace_bytes;   /* caller-allocated scratch: the backward needs it; a forward with
+                               it > 0 runs faster with it (fagen_run_forward_with_workspace) */
   uint64_t workspace_offsets[3]; /* backward: dq_accum, D, dq semaphore (fagen_bwd_workspace) */
   uint8_t params[FAGEN_PLAN_PARAMS_BYTES]; /* the parameter block, pointers filled at run time */
 } fagen_plan;
@@ -241,6 +242,20 @@ FAGEN_API fagen_status fagen_run_forward_with_args(const fagen_plan *plan, const
                                                    const void *k, const void *v, void *o,
                                                    float *lse, const fagen_run_args *args,
                                                    void *stream);
+
+/** fagen_run_forward_with_args with a workspace: plan->workspace_bytes of device memory,
+ *  4-byte aligned, not shared with another call in flight; no initialization needed (the
+ *  runtime zeroes what it uses on `stream` before the launch). Kernels whose work tiles cost
+ *  different amounts (sm90ws with a causal or window mask, varlen or block sparsity) report a
+ *  workspace of 4 bytes: a counter from which one thread block per SM takes the next tile,
+ *  heaviest first, as it frees up. Without one (workspace null, or the calls above) they run
+ *  one thread block per tile; the results are bitwise the same. With plan->workspace_bytes 0
+ *  the workspace is not read and may be null. */
+FAGEN_API fagen_status fagen_run_forward_with_workspace(const fagen_plan *plan, const void *q,
+                                                        const void *k, const void *v, void *o,
+                                                        float *lse, void *workspace,
+                                                        const fagen_run_args *args,
+                                                        void *stream);
 
 /** Picks the backward kernel for the forward call `problem` (the same variant; its do/dq/dk/dv
  *  strides set) and fills *plan, with plan->workspace_bytes: the scratch the caller allocates

@@ -52,6 +52,13 @@ public:
            const fagen_run_args &args, void *stream = nullptr) const {
     check(fagen_run_forward_with_args(&plan_, q, k, v, o, lse, &args, stream));
   }
+  /// The forward with a workspace of workspaceBytes() bytes of device memory (when that is
+  /// above 0: a tile counter that the sm90ws kernels of uneven work tiles run faster with);
+  /// `args` may be null for a dense variant.
+  void run(const void *q, const void *k, const void *v, void *o, float *lse, void *workspace,
+           const fagen_run_args *args, void *stream = nullptr) const {
+    check(fagen_run_forward_with_workspace(&plan_, q, k, v, o, lse, workspace, args, stream));
+  }
   /// Launches the backward (a plan from Bundle::planBackward); `workspace` holds
   /// workspaceBytes() bytes of device memory.
   void runBackward(const void *q, const void *k, const void *v, const void *o, const float *lse,
@@ -59,7 +66,7 @@ public:
                    const fagen_run_args *args = nullptr, void *stream = nullptr) const {
     check(fagen_run_backward(&plan_, q, k, v, o, lse, dout, dq, dk, dv, workspace, args, stream));
   }
-  /// Scratch the caller allocates for the call (0 for a forward).
+  /// Scratch the caller allocates for the call (a forward: optional, see run with a workspace).
   size_t workspaceBytes() const { return plan_.workspace_bytes; }
   fagen_pass pass() const { return plan_.pass; }
   const fagen_plan &get() const { return plan_; }
