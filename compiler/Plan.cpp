@@ -922,10 +922,12 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 /// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
 /// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
 /// default tau 8): the staged epilogue at every length (one bucket when not causal), causal
-/// rows up to 4k on 128 x 64 tiles. fp16 shares the rule (same tiles; not measured). The
-/// tuner times one CTA a tile; the hd 256 non-causal kernel runs persistent (the grid rule for
-/// even tiles), staged at every length, and run 23 measured it so through the runtime
-/// (bench_fwd.py). Empty where none applies; a tuning database overrides it.
+/// rows up to 4k on 128 x 64 tiles. hd 64 causal (run 26, a tune with tile counters): rows up
+/// to 2k on 128 x 128 tiles (+1-12 % at 1k-2k; at 4k the default was 1-3 % faster in one run
+/// of two). fp16 shares the rule (same tiles; not measured). The hd 256 non-causal kernel runs
+/// persistent (the grid rule for even tiles), staged at every length, and run 23 measured it
+/// so through the runtime (bench_fwd.py). Empty where none applies; a tuning database
+/// overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
                      base.sparsity == "none" &&
@@ -933,11 +935,20 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
                       (base.mask == "causal" && base.maskAlign == "bottom_right"));
   const bool causal = base.mask == "causal";
   if (base.pass != "fwd" || base.templ != "sm90ws" || base.tuning != "default" || !dense ||
-      base.headDimQK != base.headDimV || (base.headDimQK != 128 && base.headDimQK != 256))
+      base.headDimQK != base.headDimV ||
+      (base.headDimQK != 128 && base.headDimQK != 256 && !(base.headDimQK == 64 && causal)))
     return {};
   const std::string provenance = "built in: fagen tune on an H200, 2026-11-30";
   constexpr int64_t kShortMax = 4096;
   KernelConfig shortSeq = configOf(base), longSeq = configOf(base);
+  if (base.headDimQK == 64) { // causal only; longer rows keep the default, which the tune confirmed
+    const std::string counterTune = "built in: fagen tune on an H200, 2026-12-01";
+    constexpr int64_t kShortMax64 = 2048;
+    shortSeq.blockM = 128;
+    shortSeq.warps = 8;
+    return {{1, kShortMax64, shortSeq, counterTune},
+            {kShortMax64 + 1, int64_t(1) << 40, longSeq, counterTune}};
+  }
   if (base.headDimQK == 128) {
     shortSeq.stagedEpilogue = causal;
     longSeq.blockM = 192;
