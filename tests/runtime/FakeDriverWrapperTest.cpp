@@ -20,6 +20,12 @@ TEST(FakeDriverWrapperTest, PlanRunAndErrors) {
   auto state = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
   ASSERT_NE(state, nullptr);
   EXPECT_EQ(state()->params.o, buf);
+  // The overload with a workspace: this kernel has no tile counter, so none is read.
+  EXPECT_EQ(plan.workspaceBytes(), 0u);
+  alignas(16) static char other[16];
+  plan.run(buf, buf, buf, other, lse, /*workspace=*/nullptr, /*args=*/nullptr);
+  EXPECT_EQ(state()->params.o, other);
+  EXPECT_EQ(state()->params.tile_counter, nullptr);
   try {
     b.planForward(fagenTestProblem(FAGEN_DTYPE_FP16, 96, 1));
     FAIL() << "no exception";
