@@ -219,12 +219,14 @@ class Plan:
     def run(self, q, k, v, o, lse, stream=None, args=None, workspace=True):
         """Launches the forward on `stream` (a CUstream as int; default: torch's current
         stream) with the variant's run-time arguments (run_args()). workspace: True (a
-        workspace_bytes tensor this plan allocates once and reuses, when workspace_bytes > 0),
-        False (none: one CTA per work tile), or a device tensor of workspace_bytes bytes."""
+        workspace_bytes tensor this plan allocates once per device and stream and reuses, when
+        workspace_bytes > 0: calls of one plan on one stream never overlap), False (none: the
+        launch without a tile counter), or a device tensor of workspace_bytes bytes."""
         if stream is None:
             stream = _current_stream()
         if workspace is True:
-            workspace = self._own_workspace(q.device) if self.workspace_bytes > 0 else None
+            workspace = (self._own_workspace(q.device, stream) if self.workspace_bytes > 0
+                         else None)
         elif workspace is False:
             workspace = None
         _check(library().fagen_run_forward_with_workspace(
@@ -232,13 +234,13 @@ class Plan:
             lse.data_ptr(), _ptr(workspace), None if args is None else ctypes.byref(args),
             stream))
 
-    def _own_workspace(self, device):
-        ws = getattr(self, "_workspace", None)
-        if ws is None:
+    def _own_workspace(self, device, stream):
+        cache = self.__dict__.setdefault("_workspaces", {})
+        key = (str(device), stream)
+        if key not in cache:
             import torch
-            ws = self._workspace = torch.empty(self.workspace_bytes, dtype=torch.uint8,
-                                               device=device)
-        return ws
+            cache[key] = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=device)
+        return cache[key]
 
     def run_backward(self, q, k, v, o, lse, do, dq, dk, dv, workspace, stream=None, args=None):
         """Launches the backward: the forward's q, k, v, o, lse; do = dO; writes dq, dk, dv.

@@ -2,6 +2,8 @@
 
 #include "CheckDevice.h"
 
+#include <algorithm>
+
 namespace fagen {
 
 namespace check {
@@ -92,25 +94,30 @@ fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase 
 llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
                                        bool dense, const CaseInputs &in, const DeviceCase &d) {
   const CaseSizes n = caseSizes(in.problem);
-  auto once = [&](CUdeviceptr workspace) -> llvm::Expected<std::string> {
+  auto once = [&](const fagen_plan &p, CUdeviceptr workspace) -> llvm::Expected<std::string> {
     if (llvm::Error e = memory.fill(d.o, 0xFF, n.o * 2))
       return e;
     if (llvm::Error e = memory.fill(d.lse, 0xFF, n.lse * 4))
       return e;
+    if (workspace != 0) // nonzero: the runtime must zero the counter
+      if (llvm::Error e = memory.fill(workspace, 0x5A, p.workspace_bytes))
+        return e;
     if (llvm::Error e = memory.synchronize())
       return e;
-    if (fagen_status st = launchForward(plan, dense, d, workspace); st != FAGEN_OK)
+    if (fagen_status st = launchForward(p, dense, d, workspace); st != FAGEN_OK)
       return runtimeFailure(workspace != 0 ? "run with a workspace" : "run", st);
     if (llvm::Error e = memory.synchronize())
       return e;
     return std::string();
   };
   if (plan.workspace_bytes == 0)
-    return once(0);
-  // A kernel with a tile counter: one CTA per tile (no workspace) first, then one per SM taking
-  // tiles from the counter, which must give the same bits. The workspace starts nonzero: the
-  // runtime zeroes the counter.
-  llvm::Expected<std::string> first = once(0);
+    return once(plan, 0);
+  // A kernel with a tile counter: without a workspace (one CTA per tile, or the static
+  // persistent deal) first, then from the counter with the plan's grid (one CTA per SM: at the
+  // grid's shapes, one tile each), then with 3 CTAs, which take many tiles each (the tile
+  // ring's reuse, the Q buffer's parity, skipped tiles between loaded ones). All three must
+  // give the same bits.
+  llvm::Expected<std::string> first = once(plan, 0);
   if (!first || !first->empty())
     return first;
   std::vector<uint8_t> o(n.o * 2), lse(n.lse * 4), o2(o.size()), lse2(lse.size());
@@ -121,19 +128,22 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
   llvm::Expected<CUdeviceptr> workspace = memory.alloc(plan.workspace_bytes);
   if (!workspace)
     return workspace.takeError();
-  if (llvm::Error e = memory.fill(*workspace, 0x5A, plan.workspace_bytes))
-    return e;
-  llvm::Expected<std::string> second = once(*workspace);
-  if (!second || !second->empty())
-    return second;
-  if (llvm::Error e = memory.download(o2, d.o))
-    return e;
-  if (llvm::Error e = memory.download(lse2, d.lse))
-    return e;
-  if (o != o2 || lse != lse2)
-    return std::string("the forward with a workspace (work tiles from its counter, one CTA "
-                       "per SM) is not bitwise the forward without (one CTA per tile): ") +
-           (o != o2 ? "O" : "LSE") + " differs";
+  fagen_plan few = plan; // the runtime launches plan.grid CTAs with a workspace
+  few.grid[0] = std::min(few.grid[0], 3);
+  const fagen_plan *launches[] = {&plan, &few};
+  for (const fagen_plan *p : launches) {
+    llvm::Expected<std::string> again = once(*p, *workspace);
+    if (!again || !again->empty())
+      return again;
+    if (llvm::Error e = memory.download(o2, d.o))
+      return e;
+    if (llvm::Error e = memory.download(lse2, d.lse))
+      return e;
+    if (o != o2 || lse != lse2)
+      return "the forward with a workspace (work tiles from its counter, " +
+             std::to_string(p->grid[0]) + " CTAs) is not bitwise the forward without: " +
+             (o != o2 ? "O" : "LSE") + " differs";
+  }
   return std::string();
 }
 

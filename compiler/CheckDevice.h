@@ -69,9 +69,10 @@ fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase 
 
 /// Poisons O and LSE (0xFF bytes: NaN in fp16, bf16 and fp32), runs the forward `plan` (with
 /// fagen_run_forward for a dense kernel, else with the run-time arguments) and waits. A plan
-/// with a workspace (a tile counter) runs twice, without and with one (poisoned), and the two
-/// must agree bitwise; O and LSE are then the second run's. Returns "" or the runtime's failure
-/// (or the disagreement); an error for a failed driver call.
+/// with a workspace (a tile counter) runs three times: without one, with one (poisoned) on the
+/// plan's grid, and with one on 3 CTAs (many tiles each); all must agree bitwise, and O and
+/// LSE are then the last run's. Returns "" or the runtime's failure (or the disagreement); an
+/// error for a failed driver call.
 llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
                                        bool dense, const CaseInputs &in, const DeviceCase &d);
 

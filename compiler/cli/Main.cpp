@@ -279,11 +279,12 @@ int main(int argc, char **argv) {
       "an epsilon (O and LSE; each of dQ, dK, dV). Outputs are poisoned first. A backward\n"
       "kernel gets O and LSE from a forward kernel of its variant in the bundle, else from\n"
       "the float64 reference rounded to the dtype (the table says which); a deterministic\n"
-      "one runs twice and must repeat bit for bit; so does a forward kernel with a tile\n"
-      "counter, one CTA per tile and then one per SM taking tiles from the counter in its\n"
-      "workspace. Varlen kernels run each shape as packed sequences of uneven lengths;\n"
-      "runtime block masks are random (30% of the blocks, some rows none); static layouts\n"
-      "are read from the cubin and verified by their hash.\n\n";
+      "one runs twice and must repeat bit for bit. A forward kernel with a tile counter runs\n"
+      "three times, without a workspace, with one on the plan's grid and with one on 3 CTAs\n"
+      "(many tiles each), and must give the same bits. Varlen kernels run each shape as\n"
+      "packed sequences of uneven lengths; runtime block masks are random (30% of the\n"
+      "blocks, some rows none); static layouts are read from the cubin and verified by their\n"
+      "hash.\n\n";
   check->add_option("bundle", checkOptions.bundlePath, "a bundle written by fagen build")
       ->required();
   check->add_option("--golden", checkOptions.goldenDir,

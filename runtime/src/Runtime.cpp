@@ -253,8 +253,9 @@ constexpr size_t kFwdWorkspaceBytes = 4;
 /// does not): its work tiles (and a 1-D grid of them) and the key tiles one CTA walks.
 std::string wsSizeProblem(const KernelRecord &k, const fagen_fwd_problem &p, int sms) {
   const int64_t tiles = (p.seqlen_q + k.blockM - 1) / k.blockM * p.heads_q * p.batch;
-  // With a tile counter, one CTA may take every tile.
-  const int64_t grid = k.tileCounter ? 1 : wsGridSize(k, tiles, sms, false);
+  // A kernel with a tile counter keeps its K/V tile count modulo 2 kStages (any CTA may take
+  // any number of tiles): only a work tile's own key tiles count.
+  const int64_t grid = k.tileCounter ? tiles : wsGridSize(k, tiles, sms, false);
   const int64_t keyTiles = (tiles + grid - 1) / grid * ((p.seqlen_k + k.blockN - 1) / k.blockN);
   if (tiles <= (int64_t(1) << 30) && keyTiles <= (int64_t(1) << 30))
     return "";
@@ -1192,7 +1193,8 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
     if (CUresult r = api->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(workspace), 0, 1,
                                            static_cast<CUstream>(stream));
         r != CUDA_SUCCESS)
-      return fail(FAGEN_ERROR_CUDA, cudaErrorText(*api, r, "cuMemsetD32Async") +
+      return fail(FAGEN_ERROR_CUDA, std::string(function) + ": " +
+                                        cudaErrorText(*api, r, "cuMemsetD32Async") +
                                         " zeroing the tile counter in the workspace of kernel " +
                                         kernel.name);
   } else if (kernel.tileCounter && !kernel.persistent) {

@@ -123,8 +123,8 @@ struct FwdConfig : VariantParts<Variant_> {
 /// (fagen_fwd_params::tile_counter, zeroed before the launch; null: the static deal of
 /// WsTileScheduler), which the producer reads and hands to the consumers through a two-entry
 /// ring in shared memory (fwd_ws_kernel.cuh's WsTileRing). For uneven work tiles (causal,
-/// windows, varlen, sparsity): one CTA per SM that takes the next tile, heaviest first, when it
-/// frees up.
+/// windows, varlen; not block sparsity, whose producer then spills): one CTA per SM that takes
+/// the next tile, heaviest first, when it frees up.
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
           int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false, int kRescaleTau_ = 0,

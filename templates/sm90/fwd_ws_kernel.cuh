@@ -86,15 +86,16 @@ template <class Config> struct WsTileScheduler {
 };
 
 /// A work tile as the producer hands it to the consumers (kTileCounter kernels): its
-/// coordinates, and the CTA's K/V tiles before it and its ordinal (the parities of their slots
-/// and of the Q buffer), so that the consumers carry no scheduling state across tiles.
+/// coordinates, and the CTA's K/V tiles before it (modulo 2 kStages: what the slots and their
+/// parities read) and the parity of its ordinal (the Q buffer's), so that the consumers carry
+/// no scheduling state across tiles.
 struct WsWork {
   int m_block, head, batch; // m_block < 0: no more work
   int kv, work;
 };
 
 /// kTileCounter kernels: the work tiles come from the producer, through a two-entry ring in
-/// shared memory (full: written; empty: every consumer warp read it), as WsWork. With
+/// shared memory (full: written; empty: every consumer thread read it), as WsWork. With
 /// params.tile_counter set (zero at launch), CTA b's first tile is b and each later one is
 /// gridDim.x + atomicAdd(tile_counter, 1): tiles go out in WsTileScheduler's order (heaviest
 /// causal tiles first) to whichever CTA asks first, so a persistent grid balances uneven tiles
@@ -110,10 +111,12 @@ template <class Config> struct WsTileRing {
   __device__ void init() const {
     for (int e = 0; e < 2; ++e) {
       mbarrier_init(full(e), 1);
-      mbarrier_init(empty(e), 4 * Config::kConsumers); // one arrival per consumer warp
+      // One arrival per consumer thread, each after its own read (compute-sanitizer's
+      // racecheck does not see a warp's reads ordered by __syncwarp before lane 0's arrive).
+      mbarrier_init(empty(e), 128 * Config::kConsumers);
     }
   }
-  /// The producer's entry r (kv < 2^30, checked by the runtime; the work ordinal's parity
+  /// The producer's entry r (kv < 2 kStages; the work ordinal's parity
   /// rides in its top bit).
   __device__ void publish(int r, const WsWork &w) const {
     mbarrier_wait(empty(r), (r >> 1 & 1) ^ 1);
@@ -126,9 +129,7 @@ template <class Config> struct WsTileRing {
     mbarrier_wait(full(r), r >> 1 & 1);
     u32 v[4];
     ld_shared_v4_u32(v, entry(r));
-    __syncwarp();
-    if (threadIdx.x % 32 == 0)
-      mbarrier_arrive(empty(r));
+    mbarrier_arrive(empty(r));
     return {int(v[0]), int(v[1]), int(v[2]), int(v[3] & 0x7fffffffu), int(v[3] >> 31)};
   }
 };
@@ -266,8 +267,12 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
       if (ws_has_rows<Config>(m_block, span.shape)) {
         const KeyTiles tiles =
             KeyTiles::template make<false>(params, m_block, head, batch, span.shape);
-        if (tiles.count > 0) // else the consumers write its empty rows
+        if (tiles.count > 0) { // else the consumers write its empty rows
           load_tile(m_block, head, batch, span, tiles, work++);
+          // Slots and parities read kv modulo 2 kStages: kept there, a CTA may take any
+          // number of tiles without overflowing it.
+          kv %= 2 * Config::kStages;
+        }
       }
       t = params.tile_counter != nullptr ? int(gridDim.x) + atomicAdd(params.tile_counter, 1)
                                          : sched.nth(r + 1);

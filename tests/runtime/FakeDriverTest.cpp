@@ -262,11 +262,38 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
                                              nullptr),
             FAGEN_ERROR_CUDA);
   unsetenv("FAKE_CUDA_MEMSET_ERROR");
-  EXPECT_TRUE(std::strstr(fagen_last_error(), "cuMemsetD32Async") != nullptr &&
+  EXPECT_TRUE(std::strncmp(fagen_last_error(), "fagen_run_forward_with_workspace: ", 34) == 0 &&
+              std::strstr(fagen_last_error(), "cuMemsetD32Async") != nullptr &&
               std::strstr(fagen_last_error(), "zeroing the tile counter in the workspace of "
                                               "kernel fagen_fwd_fp16_hd128_causal_sm90ws_"
                                               "m128n80w8s2") != nullptr)
       << fagen_last_error();
+  // Any CTA may take any number of tiles (the kernel keeps its K/V count modulo 2 stages): a
+  // long call is limited only by its tiles, not by tiles x key tiles per CTA.
+  fagen_fwd_problem longCall = testProblem();
+  longCall.batch = 1;
+  longCall.seqlen_q = longCall.seqlen_k = 1 << 20;
+  fagen_fwd_problem_set_bshd_strides(&longCall);
+  fagen_plan longPlan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &longCall, &longPlan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(longPlan.grid[0], 132);
+  // A persistent kernel with a counter (hd 64): one CTA per SM either way; without a
+  // workspace the static deal (no counter).
+  Bundle persistent = b;
+  persistent.kernels[2].persistent = true;
+  load(persistent);
+  fagen_plan both;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &both), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(both.workspace_bytes, 4u);
+  EXPECT_EQ(both.grid[0], 132);
+  ASSERT_EQ(fagen_run_forward(&both, q, kk, v, o, lse, nullptr), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fake().grid[0], 132u);
+  EXPECT_EQ(fake().params.tile_counter, nullptr);
+  ASSERT_EQ(fagen_run_forward_with_workspace(&both, q, kk, v, o, lse, workspace, nullptr, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  EXPECT_EQ(fake().grid[0], 132u);
+  EXPECT_EQ(fake().params.tile_counter, workspace);
   // A kernel without a counter reports no workspace and ignores one.
   Bundle plain = b;
   plain.kernels[2].tileCounter = false;

@@ -194,7 +194,8 @@ typedef struct fagen_plan {
   const fagen_bundle *bundle;
   int32_t kernel_index;
   fagen_pass pass;
-  int32_t grid[3];          /* the forward kernel, or the backward's main kernel */
+  int32_t grid[3];          /* the forward kernel (a kernel with a tile counter: its launch
+                               with a workspace), or the backward's main kernel */
   int32_t block[3];
   int32_t smem_bytes;
   int32_t pre_post_grid[3]; /* backward: the _pre and _post kernels (no dynamic smem) */
@@ -246,11 +247,12 @@ FAGEN_API fagen_status fagen_run_forward_with_args(const fagen_plan *plan, const
 /** fagen_run_forward_with_args with a workspace: plan->workspace_bytes of device memory,
  *  4-byte aligned, not shared with another call in flight; no initialization needed (the
  *  runtime zeroes what it uses on `stream` before the launch). Kernels whose work tiles cost
- *  different amounts (sm90ws with a causal or window mask, varlen or block sparsity) report a
- *  workspace of 4 bytes: a counter from which one thread block per SM takes the next tile,
- *  heaviest first, as it frees up. Without one (workspace null, or the calls above) they run
- *  one thread block per tile; the results are bitwise the same. With plan->workspace_bytes 0
- *  the workspace is not read and may be null. */
+ *  different amounts (sm90ws with a causal or window mask, or varlen; not block-sparse ones)
+ *  report a workspace of 4 bytes: a counter from which one thread block per SM (plan->grid)
+ *  takes the next tile, heaviest first, as it frees up. Without one (workspace null, or the
+ *  calls above) they run one thread block per tile, or, where the kernel is persistent (hd
+ *  64), one per SM dealing the tiles statically; the results are bitwise the same. With
+ *  plan->workspace_bytes 0 the workspace is not read and may be null. */
 FAGEN_API fagen_status fagen_run_forward_with_workspace(const fagen_plan *plan, const void *q,
                                                         const void *k, const void *v, void *o,
                                                         float *lse, void *workspace,
