@@ -938,18 +938,15 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
       base.headDimQK != base.headDimV ||
       (base.headDimQK != 128 && base.headDimQK != 256 && !(base.headDimQK == 64 && causal)))
     return {};
-  const std::string provenance = "built in: fagen tune on an H200, 2026-11-30";
-  constexpr int64_t kShortMax = 4096;
+  std::string provenance = "built in: fagen tune on an H200, 2026-11-30";
+  int64_t shortMax = 4096;
   KernelConfig shortSeq = configOf(base), longSeq = configOf(base);
   if (base.headDimQK == 64) { // causal only; longer rows keep the default, which the tune confirmed
-    const std::string counterTune = "built in: fagen tune on an H200, 2026-12-01";
-    constexpr int64_t kShortMax64 = 2048;
+    provenance = "built in: fagen tune on an H200, 2026-12-01";
+    shortMax = 2048;
     shortSeq.blockM = 128;
     shortSeq.warps = 8;
-    return {{1, kShortMax64, shortSeq, counterTune},
-            {kShortMax64 + 1, int64_t(1) << 40, longSeq, counterTune}};
-  }
-  if (base.headDimQK == 128) {
+  } else if (base.headDimQK == 128) {
     shortSeq.stagedEpilogue = causal;
     longSeq.blockM = 192;
     longSeq.blockN = 80;
@@ -965,8 +962,8 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   }
   if (shortSeq == longSeq) // one range: tunedPlans would merge two, repeating the provenance
     return {{1, int64_t(1) << 40, shortSeq, provenance}};
-  return {{1, kShortMax, shortSeq, provenance},
-          {kShortMax + 1, int64_t(1) << 40, longSeq, provenance}};
+  return {{1, shortMax, shortSeq, provenance},
+          {shortMax + 1, int64_t(1) << 40, longSeq, provenance}};
 }
 
 llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,

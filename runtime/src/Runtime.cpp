@@ -1199,7 +1199,7 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
                                         kernel.name);
   } else if (kernel.tileCounter && !kernel.persistent) {
     // No workspace: one CTA per work tile (the static deal of a grid that size).
-    grid[0] = int32_t(ceilDiv(params.seqlen_q, kernel.blockM) * params.heads_q * params.batch);
+    grid[0] = params.work_tiles;
   }
   return launch(*api, *plan, plan->function, grid, plan->block, plan->smem_bytes, &params,
                 stream, "", &maps);

@@ -37,6 +37,18 @@ FakeCudaState &fake() {
   return *state;
 }
 
+/// The test bundle with its causal fp16 hd 128 forward (kernel 2) made a warp-specialized
+/// sm_90a kernel on 128 x 80 tiles.
+Bundle sm90wsTestBundle() {
+  Bundle b = makeTestBundle();
+  KernelRecord &k = b.kernels[2];
+  k.name = "fagen_fwd_fp16_hd128_causal_sm90ws_m128n80w8s2";
+  k.templ = "sm90ws";
+  k.blockN = 80;
+  k.threads = 384;
+  return b;
+}
+
 struct FakeDriverTest : ::testing::Test {
   void SetUp() override {
     unsetenv("FAKE_CUDA_CC");
@@ -118,12 +130,8 @@ TEST_F(FakeDriverTest, RunLaunchesWithThePointersFilledIn) {
 
 TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
   // A warp-specialized sm_90a kernel takes Q, K and V as tensor maps encoded for each call.
-  Bundle b = makeTestBundle();
-  KernelRecord &k = b.kernels[2];
-  k.name = "fagen_fwd_fp16_hd128_causal_sm90ws_m128n80w8s2";
-  k.templ = "sm90ws";
-  k.blockN = 80;
-  k.threads = 384;
+  Bundle b = sm90wsTestBundle();
+  const KernelRecord &k = b.kernels[2];
   load(b);
   fagen_fwd_problem p = testProblem(); // BSHD, batch 2, 16/4 heads, 1000 x 577, d 128
   fagen_plan plan;
@@ -209,13 +217,8 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   // A sm90ws kernel of uneven (causal) tiles with a tile counter: the plan asks for a 4-byte
   // forward workspace; with one, one CTA per SM (132 on the fake GPU) takes tiles from the
   // counter, which the runtime zeroes on the call's stream first; without, one CTA per tile.
-  Bundle b = makeTestBundle();
-  KernelRecord &k = b.kernels[2];
-  k.name = "fagen_fwd_fp16_hd128_causal_sm90ws_m128n80w8s2";
-  k.templ = "sm90ws";
-  k.blockN = 80;
-  k.threads = 384;
-  k.tileCounter = true;
+  Bundle b = sm90wsTestBundle();
+  b.kernels[2].tileCounter = true;
   load(b);
   fagen_fwd_problem p = testProblem(); // 8 query tiles x 16 heads x 2 batches = 256 tiles
   fagen_plan plan;
