@@ -120,17 +120,19 @@ std::string forwardConfig(const KernelPlan &p) {
     bool ws = p.templ == "sm90ws";
     // Template parameters past the defaults, positional: spelled up to the last that differs.
     bool staged = ws && p.stagedEpilogue, tau = ws && p.rescaleTau != 0;
-    bool counter = ws && p.tileCounter;
+    bool counter = ws && p.tileCounter, tmaO = ws && p.tmaStoreO;
     std::string extra;
-    if (emu || staged || tau || counter)
+    if (emu || staged || tau || counter || tmaO)
       extra = llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}",
                             p.exp2EmuPercent, p.exp2PolyDegree);
-    if (staged || tau || counter)
+    if (staged || tau || counter || tmaO)
       extra += staged ? ", /*kStagedEpilogue=*/true" : ", /*kStagedEpilogue=*/false";
-    if (tau || counter)
+    if (tau || counter || tmaO)
       extra += llvm::formatv(", /*kRescaleTau=*/{0}", p.rescaleTau).str();
-    if (counter)
-      extra += ",\n    /*kTileCounter=*/true";
+    if (counter || tmaO)
+      extra += counter ? ",\n    /*kTileCounter=*/true" : ",\n    /*kTileCounter=*/false";
+    if (tmaO)
+      extra += ", /*kTmaStoreO=*/true";
     if (ws)
       return llvm::formatv("using Config = fagen::sm90::WsFwdConfig<{0}, /*kHeadDimQK=*/{1}, "
                            "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, "

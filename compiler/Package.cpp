@@ -52,6 +52,7 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     r.deterministic = backward && p.deterministic;
     r.persistent = p.persistent;
     r.tileCounter = p.tileCounter;
+    r.tmaStoreO = p.tmaStoreO;
     r.prePostThreads = backward ? p.prePostThreads : 0;
     r.blockM = p.blockM;
     r.blockN = p.blockN;

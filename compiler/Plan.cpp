@@ -69,14 +69,14 @@ int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
 int sm90WsPaddedHeadDim(int headDim) { return (headDim + 63) / 64 * 64; }
 
 int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
-                       bool tileCounter) {
-  // Q + kStages x (K + V) at head dims padded to 64-column swizzle blocks, 1024 bytes to align
-  // the base, then the mbarriers: Q full, Q empty, and K full, V full, K empty, V empty per
-  // stage; with a tile counter, the tile ring's four mbarriers and two entries. Mirrors
-  // templates/sm90/fwd_config.cuh's WsFwdConfig.
+                       bool tileCounter, bool tmaStoreO) {
+  // Q + kStages x (K + V) at head dims padded to 64-column swizzle blocks (+ the O tile with a
+  // TMA store of O), 1024 bytes to align the base, then the mbarriers: Q full, Q empty, and K
+  // full, V full, K empty, V empty per stage; with a tile counter, the tile ring's four
+  // mbarriers and two entries. Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig.
   int qk = sm90WsPaddedHeadDim(headDimQK), v = sm90WsPaddedHeadDim(headDimV);
-  return (blockM * qk + stages * blockN * (qk + v)) * 2 + 1024 + 8 * (2 + 4 * stages) +
-         (tileCounter ? 8 * 4 + 16 * 2 : 0);
+  return (blockM * qk + stages * blockN * (qk + v) + (tmaStoreO ? blockM * v : 0)) * 2 + 1024 +
+         8 * (2 + 4 * stages) + (tileCounter ? 8 * 4 + 16 * 2 : 0);
 }
 
 namespace {
@@ -665,6 +665,15 @@ void finalizePlan(KernelPlan &p) {
   // Not the block-sparse kernels: their producer's walk over the layout then spills (24-52
   // bytes, nvcc 13.0).
   p.tileCounter = p.templ == "sm90ws" && p.pass == "fwd" && !evenTiles && p.sparsity == "none";
+  // O through shared memory and a TMA store per warpgroup, which runs while the warpgroup starts
+  // its next tile (docs/perf/sm90-fwd.md run 28: the epilogue 3000 -> 1370 cycles a tile at
+  // hd 128). Head dims 128, where it was measured faster; hd 64 measured slower (its main-loop
+  // step grew 7 %), hd 256 has no room for the O tile. Not varlen (a tile's rows past its
+  // sequence would land in the next) nor with the staged epilogue (O through the Q tile).
+  p.tmaStoreO = p.templ == "sm90ws" && p.pass == "fwd" && p.headDimQK == 128 &&
+                p.headDimV == 128 && !p.varlen && !p.stagedEpilogue &&
+                sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
+                                   p.tileCounter, true) <= archSmemLimit(p.arch);
   if (p.pass == "bwd")
     p.smemBytes =
         sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.varlen);
@@ -672,7 +681,7 @@ void finalizePlan(KernelPlan &p) {
     p.smemBytes = sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   else if (p.templ == "sm90ws")
     p.smemBytes = sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
-                                     p.tileCounter);
+                                     p.tileCounter, p.tmaStoreO);
   else
     p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
   p.prePostThreads = p.pass == "bwd" ? kBwdPrePostThreads : 0;
@@ -947,7 +956,10 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
     shortSeq.blockM = 128;
     shortSeq.warps = 8;
   } else if (base.headDimQK == 128) {
-    shortSeq.stagedEpilogue = causal;
+    provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue by A/B (2026-12-01)";
+    // Short rows on 128 x 128 tiles, storing O with TMA (finalizePlan): that beat the staged
+    // epilogue of the session-15 tune by 4-18 % on causal rows up to 4k (docs/perf/sm90-fwd.md
+    // run 28).
     longSeq.blockM = 192;
     longSeq.blockN = 80;
     longSeq.warps = 12;
@@ -1049,9 +1061,10 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                            p.deterministic ? "true" : "false", p.prePostThreads)
                  .str();
     out += llvm::formatv("  block_m={0} block_n={1} warps={2} stages={3} threads={4} smem={5} "
-                         "tuning={6}{7}{8}\n",
+                         "tuning={6}{7}{8}{9}\n",
                          p.blockM, p.blockN, p.warps, p.stages, p.threads, p.smemBytes, p.tuning,
-                         p.persistent ? " persistent" : "", p.tileCounter ? " tile_counter" : "")
+                         p.persistent ? " persistent" : "", p.tileCounter ? " tile_counter" : "",
+                         p.tmaStoreO ? " tma_store_o" : "")
                .str();
     if (p.rescaleTau != 0 || p.exp2EmuPercent != 0)
       out += llvm::formatv("  rescale_tau={0} exp2_emu_percent={1} exp2_poly_degree={2}\n",

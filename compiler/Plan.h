@@ -91,6 +91,10 @@ struct KernelPlan {
   /// workspace (the template's kTileCounter; with one, the runtime launches one CTA per SM that
   /// takes the next tile as it frees up); derived by finalizePlan for uneven work tiles.
   bool tileCounter = false;
+  /// sm90ws forward: each consumer warpgroup stages its O rows in an O tile of shared memory
+  /// and stores them with TMA (the template's kTmaStoreO); derived by finalizePlan (head dims
+  /// 128, not varlen, not the staged epilogue, where the O tile fits).
+  bool tmaStoreO = false;
   /// The calls the kernel is meant for, on max(seqlen_q, seqlen_k): the whole range for
   /// planner defaults, a shape bucket for tuned kernels.
   int64_t seqlenMin = 0;
@@ -181,7 +185,7 @@ int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 /// Shared memory of the sm90ws (TMA, warp-specialized) forward template; mirrors
 /// sm90::WsFwdConfig::kSmemBytes.
 int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
-                       bool tileCounter = false);
+                       bool tileCounter = false, bool tmaStoreO = false);
 
 /// Plans every kernel of `spec`: one per variant x pass x arch (x tuned seqlen range).
 /// `archs`, when non-empty, replaces the spec's targets. Backward kernels use the sm80

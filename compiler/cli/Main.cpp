@@ -195,6 +195,9 @@ int commandInspect(const std::string &path) {
                       "SM takes the next work tile, heaviest first; without, "
                    << (k.persistent ? "as persistent says" : "one thread block per work tile")
                    << "\n";
+    if (k.tmaStoreO)
+      llvm::outs() << "  O stored through shared memory with TMA (O's strides must meet TMA's "
+                      "rules, as Q's)\n";
     if (k.seqlenMin != 0 || k.seqlenMax != kSeqlenUnbounded)
       llvm::outs() << llvm::formatv("  serves max(seqlen_q, seqlen_k) in {0}..{1}\n", k.seqlenMin,
                                     k.seqlenMax);

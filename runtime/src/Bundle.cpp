@@ -199,6 +199,7 @@ Fields kernelFields(const KernelRecord &k) {
           {"template", k.templ},
           {"threads", std::to_string(k.threads)},
           {"tile_counter", std::to_string(int(k.tileCounter))},
+          {"tma_store_o", std::to_string(int(k.tmaStoreO))},
           {"tuning", k.tuning},
           {"variant", k.variant},
           {"varlen", std::to_string(int(k.varlen))},
@@ -389,6 +390,10 @@ bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
   if (k.tileCounter && (k.templ != "sm90ws" || k.pass != "fwd"))
     return r.fail("tile_counter is 1 on a " + k.pass + " kernel of template '" + k.templ +
                   "'; only sm90ws forward kernels take work tiles from a counter");
+  if (k.tmaStoreO && (k.templ != "sm90ws" || k.pass != "fwd" || k.varlen))
+    return r.fail("tma_store_o is 1 on a " + std::string(k.varlen ? "varlen " : "") + k.pass +
+                  " kernel of template '" + k.templ +
+                  "'; only sm90ws forward kernels without varlen store O through TMA");
   if (k.pass == "fwd" && k.prePostThreads != 0)
     return r.fail("pre_post_threads is " + n(k.prePostThreads) +
                   " on a fwd kernel, expected 0 (only bwd kernels have NAME_pre and NAME_post)");
@@ -457,7 +462,7 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.integer("spill_bytes", -1, INT32_MAX, k.spillBytes) &&
             r.integer("stages", 1, 16, k.stages) && r.str("template", k.templ, true) &&
             r.integer("threads", 1, 1024, k.threads) && r.flag("tile_counter", k.tileCounter) &&
-            r.str("tuning", k.tuning, true) &&
+            r.flag("tma_store_o", k.tmaStoreO) && r.str("tuning", k.tuning, true) &&
             r.str("variant", k.variant, true) && r.flag("varlen", k.varlen) &&
             r.integer("warps", 1, 32, k.warps) && r.finish();
   if (ok && k.seqlenMin > k.seqlenMax)

@@ -16,7 +16,7 @@
 namespace fagen {
 
 /// Bumped on any incompatible change of the file layout or the manifest keys.
-constexpr uint32_t kBundleFormatVersion = 5;
+constexpr uint32_t kBundleFormatVersion = 6;
 
 /// Upper end of an open seqlen range.
 constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
@@ -56,6 +56,9 @@ struct KernelRecord {
   /// sm90ws forward: takes work tiles from a counter in the forward workspace when the caller
   /// gives one (one CTA per SM); without, as `persistent` says.
   bool tileCounter = false;
+  /// sm90ws forward, not varlen: stores O through TMA (the runtime encodes O's tensor map, and O
+  /// must meet TMA's layout rules).
+  bool tmaStoreO = false;
   /// The calls this kernel is tuned for: max(seqlen_q, seqlen_k) in [seqlenMin, seqlenMax]
   /// (0..kSeqlenUnbounded for an untuned kernel, which serves every call). Among kernels of
   /// one variant and arch, the runtime prefers the narrowest range that holds the call.

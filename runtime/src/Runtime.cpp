@@ -188,25 +188,31 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
     const char *name;
     const int64_t *strides;
     int64_t heads, seqlen;
+    const char *verb;
   };
   const char *dims[3] = {"batch", "head", "row"};
   // Varlen: packed tensors, whose batch stride is unused and whose rows are all sequences'.
   const int64_t rowsQ = p.varlen ? p.total_q : p.seqlen_q;
   const int64_t rowsK = p.varlen ? p.total_k : p.seqlen_k;
-  for (const Tensor &t : {Tensor{"q", p.q_strides, p.heads_q, rowsQ},
-                          Tensor{"k", p.k_strides, p.heads_kv, rowsK},
-                          Tensor{"v", p.v_strides, p.heads_kv, rowsK}}) {
+  const Tensor all[4] = {{"q", p.q_strides, p.heads_q, rowsQ, "loads"},
+                         {"k", p.k_strides, p.heads_kv, rowsK, "loads"},
+                         {"v", p.v_strides, p.heads_kv, rowsK, "loads"},
+                         {"o", p.o_strides, p.heads_q, rowsQ, "stores"}};
+  for (const Tensor &t : all) {
+    if (t.name[0] == 'o' && !k.tmaStoreO)
+      continue;
     const int64_t extents[3] = {p.varlen ? 1 : p.batch, t.heads, t.seqlen};
     for (int d = 0; d < 3; ++d) {
       if (extents[d] > 1 && t.strides[d] == 0)
-        return "kernel " + k.name + " loads " + t.name + " through TMA, which cannot broadcast: " +
-               t.name + "_strides[" + str(d) + "] (" + dims[d] + ") is 0 with " +
-               str(extents[d]) + " indices; pass a materialized tensor or build the variant " +
+        return "kernel " + k.name + " " + t.verb + " " + t.name +
+               " through TMA, which cannot broadcast: " + t.name + "_strides[" + str(d) + "] (" +
+               dims[d] + ") is 0 with " + str(extents[d]) +
+               " indices; pass a materialized tensor or build the variant " +
                "with tile: {template: sm80}";
       if (t.strides[d] >= (int64_t(1) << 39))
-        return "kernel " + k.name + " loads " + t.name + " through TMA, whose strides must be " +
-               "below 2^39 elements: " + t.name + "_strides[" + str(d) + "] is " +
-               str(t.strides[d]);
+        return "kernel " + k.name + " " + t.verb + " " + t.name +
+               " through TMA, whose strides must be below 2^39 elements: " + t.name +
+               "_strides[" + str(d) + "] is " + str(t.strides[d]);
     }
   }
   return "";
@@ -1126,7 +1132,8 @@ fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fag
   PlanVarlenRows rows;
   std::memcpy(&rows, plan.params + kPlanVarlenRowsOffset, sizeof rows);
   if (int r = encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK, k.headDimV,
-                               k.blockM, k.blockN, maps, what, rows.total_q, rows.total_k))
+                               k.blockM, k.blockN, maps, what, rows.total_q, rows.total_k,
+                               k.tmaStoreO))
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
                 std::string(function) + ": " +
                     cudaErrorText(api, r, "cuTensorMapEncodeTiled") + " for tensor " + what +

@@ -53,13 +53,15 @@ inline int encodeTensorMap(TensorMapEncodeTiledFn encode, fagen_tensor_map &map,
 }
 
 /// Fills `maps` for a forward call of a kernel with tiles blockM x blockN and head dims
-/// headDimQK (Q, K) and headDimV (V). Varlen (totalQ > 0): Q, K and V are the packed tensors,
-/// totalQ and totalK rows, batch 1 (the kernel adds each sequence's first row). Returns 0, or
-/// the first failing driver result with the tensor's name in `what`.
+/// headDimQK (Q, K) and headDimV (V, O); O's map only for a kernel that stores through it
+/// (storeO: O must then meet TMA's layout rules too), zeros otherwise. Varlen (totalQ > 0): Q,
+/// K and V are the packed tensors, totalQ and totalK rows, batch 1 (the kernel adds each
+/// sequence's first row). Returns 0, or the first failing driver result with the tensor's
+/// name in `what`.
 inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_params &p,
                             int headDimQK, int headDimV, int blockM, int blockN,
                             fagen_fwd_tma_maps &maps, std::string &what, int64_t totalQ = 0,
-                            int64_t totalK = 0) {
+                            int64_t totalK = 0, bool storeO = false) {
   struct Tensor {
     const char *name;
     fagen_tensor_map &map;
@@ -71,19 +73,25 @@ inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_param
   const int64_t batch = varlen ? 1 : p.batch;
   const int64_t rowsQ = varlen ? totalQ : p.seqlen_q, rowsK = varlen ? totalK : p.seqlen_k;
   auto batchStride = [varlen](int64_t stride) { return varlen ? 0 : stride; };
-  const Tensor tensors[3] = {
+  const Tensor tensors[4] = {
       {"q", maps.q, p.q, headDimQK, rowsQ, p.heads_q, p.q_row_stride, p.q_head_stride,
        batchStride(p.q_batch_stride), blockM},
       {"k", maps.k, p.k, headDimQK, rowsK, p.heads_kv, p.k_row_stride, p.k_head_stride,
        batchStride(p.k_batch_stride), blockN},
       {"v", maps.v, p.v, headDimV, rowsK, p.heads_kv, p.v_row_stride, p.v_head_stride,
-       batchStride(p.v_batch_stride), blockN}};
-  for (const Tensor &t : tensors)
+       batchStride(p.v_batch_stride), blockN},
+      {"o", maps.o, p.o, headDimV, rowsQ, p.heads_q, p.o_row_stride, p.o_head_stride,
+       batchStride(p.o_batch_stride), 64}};
+  maps.o = fagen_tensor_map{};
+  for (const Tensor &t : tensors) {
+    if (&t.map == &maps.o && !storeO)
+      continue;
     if (int r = encodeTensorMap(encode, t.map, t.address, t.headDim, t.seqlen, t.heads, batch,
                                 t.rowStride, t.headStride, t.batchStride, t.boxRows)) {
       what = t.name;
       return r;
     }
+  }
   return 0;
 }
 

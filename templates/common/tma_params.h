@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#define FAGEN_FWD_TMA_MAPS_VERSION 1
+#define FAGEN_FWD_TMA_MAPS_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -28,10 +28,15 @@ typedef struct __attribute__((aligned(64))) fagen_tensor_map {
 /// with 128-byte swizzle, no interleave, L2 promotion 256 B and out-of-bounds elements read as
 /// zero (CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE). A kernel loads a (rows, head_dim) tile as
 /// head_dim / 64 boxes, into its 64-column blocks (templates/sm90/tile_ops.cuh).
+/// O (version 2): the same for the output, {head_dim_v, seqlen_q, heads_q, batch} with O's
+/// strides and box {64, 64, 1, 1} (one consumer warpgroup's rows), which kernels built with
+/// kTmaStoreO store through; the others never read it. Varlen calls encode it like Q (packed
+/// rows, batch 1), and no varlen kernel stores through it.
 typedef struct fagen_fwd_tma_maps {
   fagen_tensor_map q;
   fagen_tensor_map k;
   fagen_tensor_map v;
+  fagen_tensor_map o;
 } fagen_fwd_tma_maps;
 
 #ifdef __cplusplus

@@ -125,10 +125,15 @@ struct FwdConfig : VariantParts<Variant_> {
 /// ring in shared memory (fwd_ws_kernel.cuh's WsTileRing). For uneven work tiles (causal,
 /// windows, varlen; not block sparsity, whose producer then spills): one CTA per SM that takes
 /// the next tile, heaviest first, when it frees up.
+/// kTmaStoreO: each consumer warpgroup writes its 64 rows of O into an O tile of its own in
+/// shared memory and stores them with TMA (fagen_fwd_tma_maps::o), one bulk copy per 64
+/// columns that runs while the warpgroup goes on to its next tile; the Q tile is handed back
+/// after the last S as without staging. Not for varlen (a tile's rows past its sequence would
+/// land in the next one's) nor with kStagedEpilogue.
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
           int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false, int kRescaleTau_ = 0,
-          bool kTileCounter_ = false>
+          bool kTileCounter_ = false, bool kTmaStoreO_ = false>
 struct WsFwdConfig : VariantParts<Variant_> {
   using Element = Element_;
   static constexpr int kHeadDimQK = kHeadDimQK_;
@@ -148,6 +153,7 @@ struct WsFwdConfig : VariantParts<Variant_> {
   static constexpr int kRescaleTau = kRescaleTau_;
   static_assert(kRescaleTau >= 0 && kRescaleTau <= 8, "kRescaleTau must be in 0..8");
   static constexpr bool kTileCounter = kTileCounter_;
+  static constexpr bool kTmaStoreO = kTmaStoreO_;
 
   static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -165,15 +171,17 @@ struct WsFwdConfig : VariantParts<Variant_> {
                 "with");
 
   // Shared memory, every tile in 128-byte-swizzled 64-column blocks (sm90/tile_ops.cuh): the Q
-  // tile, kStages K tiles, kStages V tiles, then the mbarriers (Q full, Q empty, then K full,
-  // V full, K empty, V empty per stage), plus 1024 bytes to align the base to a swizzle atom;
-  // kTileCounter: then the tile ring's mbarriers (full, empty per entry) and its two entries.
+  // tile, kStages K tiles, kStages V tiles, kTmaStoreO: the O tile, then the mbarriers (Q full,
+  // Q empty, then K full, V full, K empty, V empty per stage), plus 1024 bytes to align the base
+  // to a swizzle atom; kTileCounter: then the tile ring's mbarriers (full, empty per entry) and
+  // its two entries.
   static constexpr int kSmemQBytes = kBlockM * kDimQK * 2;
   static constexpr int kSmemKTileBytes = kBlockN * kDimQK * 2;
   static constexpr int kSmemVTileBytes = kBlockN * kDimV * 2;
+  static constexpr int kSmemOBytes = kTmaStoreO ? kBlockM * kDimV * 2 : 0;
   static constexpr int kSmemAlignBytes = 1024;
-  static constexpr int kBarrierOffset =
-      kSmemQBytes + kStages * (kSmemKTileBytes + kSmemVTileBytes);
+  static constexpr int kOOffset = kSmemQBytes + kStages * (kSmemKTileBytes + kSmemVTileBytes);
+  static constexpr int kBarrierOffset = kOOffset + kSmemOBytes;
   static constexpr int kTileRingOffset = kBarrierOffset + 8 * (2 + 4 * kStages);
   static constexpr int kSmemBytes =
       kTileRingOffset + kSmemAlignBytes + (kTileCounter ? 8 * 4 + 16 * 2 : 0);
@@ -204,6 +212,9 @@ struct WsFwdConfig : VariantParts<Variant_> {
                 "S + O + P accumulators need more registers than a consumer thread has for them: "
                 "lower kBlockN (or kBlockM: three consumer warpgroups have 160 registers a "
                 "thread)");
+  static_assert(!(kTmaStoreO && (kStagedEpilogue || Variant_::kVarlen)),
+                "kTmaStoreO is an epilogue of its own (not with kStagedEpilogue), and not for "
+                "varlen: TMA would store a tile's rows past its sequence into the next one");
   static_assert(!kStagedEpilogue || kDimV <= kDimQK,
                 "kStagedEpilogue writes O through the Q tile: kHeadDimV must not be wider (in "
                 "64-column blocks) than kHeadDimQK");

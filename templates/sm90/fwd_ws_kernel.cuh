@@ -22,14 +22,35 @@
 namespace fagen {
 namespace sm90 {
 
+#ifdef FAGEN_WS_TRACE
+/// Dev instrumentation, compiled only with -DFAGEN_WS_TRACE (tests/gpu/ws_trace.cu): thread 0 of
+/// each warpgroup (0: the producer, 1..3: consumers) writes clock64() at a work tile's events
+/// into ws_trace_buf[((blockIdx.x * 4 + warpgroup) * kWsTraceTiles + work) * 8 + event], for
+/// the CTA's first kWsTraceTiles tiles (kernels without a tile counter: `work` is then the
+/// tile's ordinal). Never in a bundle's kernels.
+__device__ unsigned long long *ws_trace_buf;
+constexpr int kWsTraceTiles = 32;
+__device__ __forceinline__ void ws_trace(int work, int event, unsigned long long value) {
+  if (threadIdx.x % 128 == 0 && work < kWsTraceTiles && ws_trace_buf != nullptr)
+    ws_trace_buf[((blockIdx.x * 4 + threadIdx.x / 128) * kWsTraceTiles + work) * 8 + event] =
+        value;
+}
+#define FAGEN_WS_TRACE_AT(work, event) ::fagen::sm90::ws_trace(work, event, clock64())
+#define FAGEN_WS_TRACE_VALUE(work, event, value) ::fagen::sm90::ws_trace(work, event, value)
+#else
+#define FAGEN_WS_TRACE_AT(work, event) ((void)0)
+#define FAGEN_WS_TRACE_VALUE(work, event, value) ((void)0)
+#endif
+
 /// The CTA's shared memory: tiles (sm90/tile_ops.cuh layout) and mbarriers. K/V tiles are
 /// numbered across the CTA's work tiles (i), so slots and phases continue from one to the next.
 template <class Config> struct WsSmem {
-  u32 q, k, v, bars; // Q (kBlockM, d); K, V (kStages, kBlockN, d); mbarriers
+  u32 q, k, v, o, bars; // Q (kBlockM, d); K, V (kStages, kBlockN, d); O (kTmaStoreO); mbarriers
   __device__ explicit WsSmem(u32 base) {
     q = (base + 1023) & ~1023u;
     k = q + Config::kSmemQBytes;
     v = k + Config::kStages * Config::kSmemKTileBytes;
+    o = q + Config::kOOffset;
     bars = q + Config::kBarrierOffset;
   }
   __device__ u32 k_slot(int i) const { return k + (i % Config::kStages) * Config::kSmemKTileBytes; }
@@ -230,7 +251,9 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
   auto load_tile = [&](int m_block, int head, int batch, const SequenceSpan &span,
                        const KeyTiles &tiles, int work) {
     const int kv_head = head / params.group_size;
+    FAGEN_WS_TRACE_AT(work, 0);
     mbarrier_wait(sm.q_empty(), sm.empty_parity(work));
+    FAGEN_WS_TRACE_AT(work, 1);
     mbarrier_arrive_expect_tx(sm.q_full(), Config::kSmemQBytes);
 #pragma unroll
     for (int b = 0; b < Config::kDimQK / 64; ++b)
@@ -254,6 +277,7 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
               Config::kSmemVTileBytes);
       n = n_next;
     }
+    FAGEN_WS_TRACE_AT(work, 2);
     kv += tiles.count;
   };
   if constexpr (Config::kTileCounter) {
@@ -313,11 +337,16 @@ __device__ __forceinline__ float *ws_lse_rows(const fagen_fwd_params &params, in
   return params.lse + seq + head * params.lse_head_stride + row0;
 }
 
+/// Named barriers: 1 + c, consumer c's ping-pong turn; kWsEpilogueBarrier + c, the warpgroup
+/// of consumer c around its kTmaStoreO epilogue.
+constexpr int kWsEpilogueBarrier = 4;
+
 /// One consumer warpgroup's 64 rows of a work tile: O and LSE (fwd_kernel.cuh's step order).
 /// kv: the CTA's K/V tiles before this work tile; work: its ordinal (the Q buffer's round).
 template <class Config>
 __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
-                                                const fagen_fwd_params &params, int m_block,
+                                                const fagen_fwd_params &params,
+                                                const fagen_fwd_tma_maps &maps, int m_block,
                                                 int head, int batch, const AttentionShape &shape,
                                                 const WsKeyTiles<Config> &tiles, int kv,
                                                 int work) {
@@ -400,7 +429,9 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   // K_i being key tile n_block. The first and last steps are peeled: with commits under a
   // condition, ptxas serializes every wgmma (warning C7514).
   int n_block = tiles.n_first;
+  FAGEN_WS_TRACE_AT(work, 0);
   mbarrier_wait(sm.q_full(), sm.full_parity(work));
+  FAGEN_WS_TRACE_AT(work, 1);
   {
     float acc_s[kColTiles][4]; // (64, kBlockN) per warpgroup
     wait_k(0);
@@ -411,11 +442,13 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     next_turn();
     draw_keep_bits(n_block);
     wgmma_wait<0>();
+    FAGEN_WS_TRACE_AT(work, 2);
     s_done(acc_s, 0);
     float rescale[2];
     mask_and_exp(rescale, acc_s, n_block);
     make_p(acc_s);
   }
+  FAGEN_WS_TRACE_AT(work, 3);
   for (int i = 1; i < n_tiles; ++i) {
     float acc_s[kColTiles][4];
     wait_k(i);
@@ -441,6 +474,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
       rescale_o(acc_o, rescale);
     make_p(acc_s);
   }
+  FAGEN_WS_TRACE_AT(work, 4);
   wait_v(n_tiles - 1);
   my_turn();
   wgmma_fence();
@@ -449,6 +483,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   next_turn();
   wgmma_wait<0>();
   pv_done(n_tiles);
+  FAGEN_WS_TRACE_AT(work, 5);
 
   float row_lse[2];
   float(&o3)[1][kDimV / 8][4] = reinterpret_cast<float(&)[1][kDimV / 8][4]>(acc_o);
@@ -470,10 +505,29 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     fence_proxy_async_smem(); // TMA writes the next Q over these rows
     __syncwarp();
     release(sm.q_empty());
+  } else if constexpr (Config::kTmaStoreO) {
+    // The warpgroup's 64 rows of the O tile, once its previous store has read them (the
+    // storing thread waits; the barrier tells the others), then one TMA store per 64 columns
+    // from its thread 0 (rows past seqlen_q are not written: the map's bounds).
+    const int wg_thread = sm80::thread_index_rematerialized() % 128;
+    if (wg_thread == 0)
+      bulk_wait_group_read<0>();
+    named_barrier_sync<128>(kWsEpilogueBarrier + consumer);
+    stage_o_rows<Element, kDimV, kDimV, kBlockM>(sm.o, first_row, wg_thread % 32, acc_o);
+    fence_proxy_async_smem();
+    named_barrier_sync<128>(kWsEpilogueBarrier + consumer);
+    if (wg_thread == 0) {
+#pragma unroll
+      for (int b = 0; b < kDimV / 64; ++b)
+        tma_store_4d(maps.o, sm.o + b * kBlockM * 128 + consumer * 64 * 128, 64 * b,
+                     m_block * kBlockM + 64 * consumer, head, batch);
+      bulk_commit_group();
+    }
   } else {
     store_o_rows<Element, kDimV, Config::kHeadDimV>(ws_o_rows<Config>(params, batch, head, row0),
                                                     params.o_row_stride, rows_left, acc_o);
   }
+  FAGEN_WS_TRACE_AT(work, 6);
 }
 
 /// Launch: a 1-D grid of at most the work tiles, ceil(seqlen_q / kBlockM) * heads_q * batch
@@ -488,10 +542,18 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
   constexpr int kConsumers = Config::kConsumers;
   extern __shared__ __align__(1024) unsigned char smem[];
   const WsSmem<Config> sm(sm80::smem_addr(smem));
+  FAGEN_WS_TRACE_AT(0, 7);
+#ifdef FAGEN_WS_TRACE
+  u32 smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  FAGEN_WS_TRACE_VALUE(1, 7, smid);
+#endif
   if (threadIdx.x == 0) {
     prefetch_tensor_map(maps.q);
     prefetch_tensor_map(maps.k);
     prefetch_tensor_map(maps.v);
+    if constexpr (Config::kTmaStoreO)
+      prefetch_tensor_map(maps.o);
     mbarrier_init(sm.q_full(), 1);
     mbarrier_init(sm.q_empty(), 4 * kConsumers); // one arrival per consumer warp
     for (int s = 0; s < Config::kStages; ++s) {
@@ -536,7 +598,8 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
             int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
         continue;
       }
-      ws_consume_tile<Config>(sm, params, w.m_block, w.head, w.batch, shape, tiles, w.kv, w.work);
+      ws_consume_tile<Config>(sm, params, maps, w.m_block, w.head, w.batch, shape, tiles, w.kv,
+                              w.work);
     }
   } else {
     const WsTileScheduler<Config> sched(params);
@@ -557,13 +620,15 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
             int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
         continue;
       }
-      ws_consume_tile<Config>(sm, params, m_block, head, batch, shape, tiles, kv, work);
+      ws_consume_tile<Config>(sm, params, maps, m_block, head, batch, shape, tiles, kv, work);
       kv += tiles.count;
       ++work;
     }
   }
   if (Config::kPingPong && consumer == 0)
     named_barrier_sync<256>(1); // the last consumer's last turn
+  if (Config::kTmaStoreO && threadIdx.x % 128 == 0)
+    bulk_wait_group_read<0>(); // the O tile stays allocated until TMA has read it
 }
 
 } // namespace sm90

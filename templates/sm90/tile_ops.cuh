@@ -181,6 +181,23 @@ __device__ __forceinline__ void store_o_rows(Element *gmem, int64_t row_stride, 
   }
 }
 
+/// Writes one warp's 16 rows of O fragments (rows row0..row0+15, the first kCols columns) to a
+/// swizzled (kTileRows, >= kDimV) tile at `tile` (the layout above, which TMA reads too); lane:
+/// the thread's lane, read by the caller where it does not cost the accumulators registers.
+template <class Element, int kDimV, int kCols, int kTileRows>
+__device__ __forceinline__ void stage_o_rows(u32 tile, int row0, int lane,
+                                             const float (&o)[kDimV / 8][4]) {
+  // Rows lane / 4 and lane / 4 + 8 share their swizzle (row % 8): chunk d of either lies at
+  // base ^ (d % 8) << 4, plus its column block, as the base has bits 4-6 clear.
+  const u32 base = (tile + (row0 + lane / 4) * 128 + 4 * (lane % 4)) ^ ((row0 + lane / 4) % 8) << 4;
+#pragma unroll
+  for (int d = 0; d < kCols / 8; ++d)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      sm80::st_shared_b32((base ^ (d % 8) << 4) + (d / 8) * kTileRows * 128 + h * 8 * 128,
+                          pack2<Element>(o[d][2 * h], o[d][2 * h + 1]));
+}
+
 /// Writes one warp's 16 output rows (rows >= rows_valid are not written) through shared
 /// memory: the fragments go to the warp's own 16 rows of a swizzled (kTileRows, >= kDimV) tile
 /// at `tile` (the layout above; rows row0..row0+15, which no other warp touches), then out with
@@ -195,15 +212,7 @@ __device__ __forceinline__ void store_o_rows_staged(Element *gmem, int64_t row_s
   // below took registers the accumulators need (hd 256 spilled 72-112 bytes).
   const int lane = sm80::thread_index_rematerialized() % 32;
   __syncwarp();
-  // Rows lane / 4 and lane / 4 + 8 share their swizzle (row % 8): chunk d of either lies at
-  // base ^ (d % 8) << 4, plus its column block, as the base has bits 4-6 clear.
-  const u32 base = (tile + (row0 + lane / 4) * 128 + 4 * (lane % 4)) ^ ((row0 + lane / 4) % 8) << 4;
-#pragma unroll
-  for (int d = 0; d < kCols / 8; ++d)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      sm80::st_shared_b32((base ^ (d % 8) << 4) + (d / 8) * kTileRows * 128 + h * 8 * 128,
-                          pack2<Element>(o[d][2 * h], o[d][2 * h + 1]));
+  stage_o_rows<Element, kDimV, kCols, kTileRows>(tile, row0, lane, o);
   __syncwarp();
   auto chunk_addr = [tile, row0](int row, int chunk) {
     return tile + swizzled_offset<kTileRows>(row0 + row, chunk);

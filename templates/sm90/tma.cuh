@@ -74,6 +74,32 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const fagen_tensor_map &map
                : "memory");
 }
 
+/// Copies the box at coordinates {c0, c1, c2, c3} of `map` from shared memory at `src`
+/// (1024-byte aligned, the swizzled layout tma_load_4d writes) to global memory, as one bulk
+/// group of the issuing thread (bulk_commit_group); elements out of the map's bounds are not
+/// written. The writes to `src` must be fenced for the async proxy (fence_proxy_async_smem)
+/// by every thread that made them, before this.
+__device__ __forceinline__ void tma_store_4d(const fagen_tensor_map &map, u32 src, int c0, int c1,
+                                             int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group"
+               " [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(reinterpret_cast<uint64_t>(&map)),
+               "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+/// Waits until the issuing thread's bulk groups but the newest kPending have read their shared
+/// memory (the buffer may be written again).
+template <int kPending> __device__ __forceinline__ void bulk_wait_group_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+/// Waits until the issuing thread's bulk groups but the newest kPending have completed (their
+/// global writes done).
+template <int kPending> __device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // --- warpgroups --------------------------------------------------------------------------------
 /// Lowers (kDec) or raises the register limit of every thread of the executing warpgroup to
 /// kRegs (a multiple of 8 in [24, 256]); all warps of the warpgroup execute it.

@@ -69,6 +69,7 @@ struct KernelInfo {
   int tma_block_n = 0; // nonzero: a TMA kernel (second argument fagen_fwd_tma_maps, K/V boxes
                        // of this many rows) with a 1-D grid of work tiles (sm90/fwd_ws_kernel.cuh)
   bool persistent = false; // TMA kernels: as many CTAs as SMs (at most one per work tile)
+  bool tma_store_o = false; // TMA kernels built with kTmaStoreO (O's map encoded)
 };
 /// The registered kernels, in definition order (checks and timings run in this order).
 static std::vector<KernelInfo> &kernels() {
@@ -129,7 +130,7 @@ static void launch(const KernelInfo &k, const fagen_fwd_params &p) {
   fagen_fwd_tma_maps maps;
   std::string what;
   if (int r = fagen::encodeFwdTmaMaps(tensor_map_encoder(), p, k.head_dim, k.head_dim, k.block_m,
-                                      k.tma_block_n, maps, what)) {
+                                      k.tma_block_n, maps, what, 0, 0, k.tma_store_o)) {
     std::fprintf(stderr, "%s: cuTensorMapEncodeTiled failed for %s (CUresult %d)\n", k.name,
                  what.c_str(), r);
     std::exit(2);

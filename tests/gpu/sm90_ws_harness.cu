@@ -46,6 +46,35 @@
   WS_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, NoMask, nomask, true, EMU, _pp_e##EMU)                \
   WS_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, CausalMask, causal, true, EMU, _pp_e##EMU)
 
+/// O stored with TMA (kTmaStoreO, tau 8 as the planner's kernels), suffix _to; both masks, both
+/// grids.
+#define WS_TMA_O(...) WS_TMA_O_(__VA_ARGS__)
+#define WS_TMA_O_(EL, ELNAME, TYPE, HD, BM, BN, S)                                                 \
+  WS_TMA_O_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, NoMask, nomask)                                 \
+  WS_TMA_O_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, CausalMask, causal)
+#define WS_TMA_O_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, MASK, MASKNAME)                           \
+  using ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME = fagen::sm90::WsFwdConfig<                \
+      fagen::EL, HD, HD, BM, BN, S, fagen::Variant<fagen::MASK>, true, 0, 3, false, 8, false, true>; \
+  extern "C" __global__ void __launch_bounds__(                                                    \
+      ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME::kThreads, 1)                                \
+      fagen_fwd_sm90ws_##ELNAME##_hd##HD##_##MASKNAME##_m##BM##n##BN##s##S##_to(                   \
+          const __grid_constant__ fagen_fwd_params params,                                         \
+          const __grid_constant__ fagen_fwd_tma_maps maps) {                                       \
+    fagen::sm90::fwd_ws_kernel<ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME>(params, maps);     \
+  }                                                                                                \
+  static Register oreg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME(                                 \
+      {"fagen_fwd_sm90ws_" #ELNAME "_hd" #HD "_" #MASKNAME "_m" #BM "n" #BN "s" #S "_to",          \
+       (const void *)fagen_fwd_sm90ws_##ELNAME##_hd##HD##_##MASKNAME##_m##BM##n##BN##s##S##_to,    \
+       TYPE, HD, maskOf(#MASK), BM, ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME::kThreads,     \
+       ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME::kSmemBytes, false, VariantInfo{}, BN,      \
+       false, true});                                                                              \
+  static Register opreg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME(                                \
+      {"fagen_fwd_sm90ws_" #ELNAME "_hd" #HD "_" #MASKNAME "_m" #BM "n" #BN "s" #S "_to_pers",     \
+       (const void *)fagen_fwd_sm90ws_##ELNAME##_hd##HD##_##MASKNAME##_m##BM##n##BN##s##S##_to,    \
+       TYPE, HD, maskOf(#MASK), BM, ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME::kThreads,     \
+       ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME::kSmemBytes, false, VariantInfo{}, BN,      \
+       true, true});
+
 // The cp.async kernel at the planner's sm_90a defaults, to time against.
 #define CP_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, MASK, MASKNAME)                                 \
   using ccfg_##ELNAME##_##HD##_##MASKNAME =                                                        \
@@ -79,6 +108,10 @@ WS_EMU(KBF16, 128, 128, 128, 2, 25)
 WS_EMU(KBF16, 128, 128, 128, 2, 12)
 WS_EMU(KBF16, 64, 192, 128, 2, 25)
 WS_EMU(KBF16, 256, 128, 80, 2, 25)
+WS_TMA_O(KBF16, 128, 128, 128, 2)
+WS_TMA_O(KBF16, 128, 192, 80, 2)
+WS_TMA_O(KBF16, 64, 192, 128, 2)
+WS_TMA_O(KF16, 128, 128, 128, 2)
 CP_BOTH(KBF16, 64, 64, 128, 2)
 CP_BOTH(KBF16, 128, 128, 128, 2)
 CP_BOTH(KBF16, 256, 128, 64, 2)

@@ -137,7 +137,7 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   launch.params.assign(block, block + bytes);
   if (s->function.find("_sm90ws_") != std::string::npos) {
     const auto *maps = static_cast<const unsigned char *>(params[1]);
-    launch.tmaMaps.assign(maps, maps + 3 * 128);
+    launch.tmaMaps.assign(maps, maps + 4 * 128);
   }
   s->launchLog.push_back(std::move(launch));
   s->launches++;

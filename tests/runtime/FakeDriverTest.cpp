@@ -171,13 +171,46 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
             (std::vector<unsigned long long>{128, 577, 4, 2}));
   EXPECT_EQ(mk.box[1], 80u); // block_n
   EXPECT_EQ(mv.box[1], 80u);
-  // The maps travel as the kernel's second argument, in the order Q, K, V.
+  // The maps travel as the kernel's second argument, in the order Q, K, V, O; O's is zeros
+  // for a kernel that does not store through TMA.
   const FakeLaunch &launch = fake().launchLog.back();
-  ASSERT_EQ(launch.tmaMaps.size(), 384u);
-  for (int t = 0; t < 3; ++t) {
+  ASSERT_EQ(launch.tmaMaps.size(), 512u);
+  for (int t = 0; t < 4; ++t) {
     const void *address;
     std::memcpy(&address, launch.tmaMaps.data() + 128 * t, sizeof address);
-    EXPECT_EQ(address, (t == 0 ? (void *)q : t == 1 ? (void *)kk : (void *)v));
+    EXPECT_EQ(address, (t == 0 ? (void *)q : t == 1 ? (void *)kk : t == 2 ? (void *)v : nullptr));
+  }
+  // A kernel that stores O with TMA gets O's map too: O's shape and strides, 64-row boxes (one
+  // consumer warpgroup's rows), and its strides must meet TMA's rules.
+  {
+    Bundle withO = b;
+    withO.kernels[2].tmaStoreO = true;
+    load(withO);
+    fagen_fwd_problem po = testProblem();
+    fagen_plan planO;
+    ASSERT_EQ(fagen_plan_forward(bundle, &po, &planO), FAGEN_OK) << fagen_last_error();
+    fake().tensorMaps.clear();
+    ASSERT_EQ(fagen_run_forward(&planO, q, kk, v, o, lse, nullptr), FAGEN_OK)
+        << fagen_last_error();
+    ASSERT_EQ(fake().tensorMaps.size(), 4u);
+    const FakeTensorMap &mo = fake().tensorMaps[3];
+    EXPECT_EQ(mo.address, o);
+    EXPECT_EQ(std::vector<unsigned long long>(mo.dims, mo.dims + 4),
+              (std::vector<unsigned long long>{128, 1000, 16, 2}));
+    EXPECT_EQ(mo.box[0], 64u);
+    EXPECT_EQ(mo.box[1], 64u);
+    const void *address;
+    std::memcpy(&address, fake().launchLog.back().tmaMaps.data() + 3 * 128, sizeof address);
+    EXPECT_EQ(address, (void *)o);
+    fagen_fwd_problem farO = testProblem();
+    farO.o_strides[0] = int64_t(1) << 40;
+    fagen_plan noneO;
+    EXPECT_EQ(fagen_plan_forward(bundle, &farO, &noneO), FAGEN_ERROR_NOT_SUPPORTED);
+    EXPECT_TRUE(std::strstr(fagen_last_error(), "stores o through TMA, whose strides must be "
+                                                "below 2^39 elements: o_strides[0] is "
+                                                "1099511627776") != nullptr)
+        << fagen_last_error();
+    load(b);
   }
   // An encoding the driver refuses fails the call, naming the tensor and the rule.
   setenv("FAKE_CUDA_TMA_ERROR", "1", 1);

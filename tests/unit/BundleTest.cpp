@@ -84,7 +84,7 @@ std::vector<uint8_t> rawBundle(const std::string &manifest,
   size_t end = 24 + 32 * sections.size();
   std::vector<uint8_t> b(end, 0);
   std::memcpy(b.data(), "FAGENBND", 8);
-  put(b, 8, 5, 4);
+  put(b, 8, 6, 4);
   put(b, 12, sections.size(), 4);
   for (size_t i = 0; i < sections.size(); ++i) {
     size_t offset = (b.size() + 15) / 16 * 16;
@@ -112,7 +112,7 @@ const char *kKernelLine =
     "mask_align=bottom_right name=k params_version=5 pass=fwd persistent=0 pre_post_threads=0 registers=168 "
     "rescale_tau=0 score_mod=none seqlen_max=1099511627776 seqlen_min=0 smem_bytes=49152 "
     "sparse_block=0 sparse_cols=0 sparse_hash= sparse_rows=0 sparsity=none spill_bytes=0 "
-    "stages=2 template=sm80 threads=128 tile_counter=0 tuning= variant=v varlen=0 warps=4\n";
+    "stages=2 template=sm80 threads=128 tile_counter=0 tma_store_o=0 tuning= variant=v varlen=0 warps=4\n";
 
 /// The error for the tiny bundle's manifest with each `from` replaced by its `to` in the
 /// kernel line.
@@ -222,13 +222,13 @@ TEST(BundleTest, NamesTheProblem) {
 
   b = good;
   put(b, 8, 7, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 5): "
+  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 6): "
                            "rebuild the bundle with this fagen version");
 
   // Version 2 bundles (before the variant and backward keys) are refused the same way.
   b = good;
   put(b, 8, 2, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 5): "
+  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 6): "
                            "rebuild the bundle with this fagen version");
 
   b = good;
@@ -462,6 +462,17 @@ TEST(BundleTest, RefusesBadVariantValues) {
                                    {"pre_post_threads=0", "pre_post_threads=128"}}),
                   "tile_counter is 1 on a bwd kernel of template 'sm90ws'"));
   EXPECT_TRUE(has(kernelLineError("tile_counter=0", "tile_counter=2"), "tile_counter"));
+  EXPECT_TRUE(has(kernelLineError("tma_store_o=0", "tma_store_o=1"),
+                  "tma_store_o is 1 on a fwd kernel of template 'sm80'; only sm90ws forward "
+                  "kernels without varlen store O through TMA"));
+  EXPECT_EQ(
+      kernelLineError({{"tma_store_o=0", "tma_store_o=1"}, {"template=sm80", "template=sm90ws"}}),
+      "");
+  EXPECT_TRUE(has(kernelLineError({{"tma_store_o=0", "tma_store_o=1"},
+                                   {"template=sm80", "template=sm90ws"},
+                                   {"varlen=0", "varlen=1"}}),
+                  "tma_store_o is 1 on a varlen fwd kernel of template 'sm90ws'"));
+  EXPECT_TRUE(has(kernelLineError("tma_store_o=0", "tma_store_o=3"), "tma_store_o"));
   EXPECT_TRUE(
       has(kernelLineError("pass=fwd", "pass=bwd"), "pre_post_threads is 0 on a bwd kernel"));
   EXPECT_EQ(kernelLineError({{"params_version=5", "params_version=1"}, {"pass=fwd", "pass=bwd"},

@@ -83,9 +83,13 @@ TEST(Plan, ArchSpecificDefaults) {
   // Causal tiles cost unequal amounts: the kernel can take them from a counter.
   EXPECT_TRUE(p[2].tileCounter);
   EXPECT_FALSE(p[1].tileCounter); // the portable template has no tile scheduler
-  EXPECT_EQ(p[2].smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 128, 2, true));
-  // + 10 mbarriers, + the tile ring's 4 mbarriers and two 16-byte entries
-  EXPECT_EQ(p[2].smemBytes, sm90FwdSmemBytes(128, 128, 128, 2) + 8 * 10 + 8 * 4 + 16 * 2);
+  // Head dims 128: O goes out through an O tile and TMA stores.
+  EXPECT_TRUE(p[2].tmaStoreO);
+  EXPECT_FALSE(p[1].tmaStoreO);
+  EXPECT_EQ(p[2].smemBytes, sm90WsFwdSmemBytes(128, 128, 128, 128, 2, true, true));
+  // + 10 mbarriers, + the tile ring's 4 mbarriers and two 16-byte entries, + the O tile
+  EXPECT_EQ(p[2].smemBytes,
+            sm90FwdSmemBytes(128, 128, 128, 2) + 8 * 10 + 8 * 4 + 16 * 2 + 128 * 128 * 2);
   EXPECT_FALSE(bool(applyConfig(p[2], [] {
     KernelConfig c;
     c.blockM = 128, c.blockN = 64, c.warps = 4, c.stages = 2; // 4 warps cannot be 2 warpgroups
@@ -218,7 +222,7 @@ TEST(Plan, BuiltinSeqlenBuckets) {
   const std::string from4k = llvm::formatv("4097..{0}", int64_t(1) << 40).str();
   const std::string from1 = llvm::formatv("1..{0}", int64_t(1) << 40).str();
   EXPECT_EQ(ranges, (std::map<std::string, std::string>{
-                        {"fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_r8_so", "1..4096"},
+                        {"fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_r8", "1..4096"},
                         {"fagen_fwd_bf16_hd128_causal_sm90ws_m192n80w12s2_r8", from4k},
                         {"fagen_fwd_bf16_hd128_none_sm90ws_m128n128w8s2_r8", "1..4096"},
                         {"fagen_fwd_bf16_hd128_none_sm90ws_m192n80w12s2_r8", from4k},
@@ -668,6 +672,36 @@ TEST(Plan, Sm90WsPersistentForEvenTilesAndHd64) {
     if (k.tileCounter)
       counter.insert(k.variant);
   EXPECT_EQ(counter, (std::set<std::string>{"c128", "w128", "v128", "c256", "c64"}));
+  // O through TMA stores: head dims 128 without varlen, whatever the mask or score mod; not
+  // hd 64 (measured slower) nor hd 256 (no room for the O tile).
+  std::set<std::string> tmaO;
+  for (const KernelPlan &k : p)
+    if (k.tmaStoreO) {
+      tmaO.insert(k.variant);
+      EXPECT_EQ(k.smemBytes, sm90WsFwdSmemBytes(128, 128, k.blockM, k.blockN, k.stages,
+                                                k.tileCounter, true))
+          << k.name;
+    }
+  EXPECT_EQ(tmaO, (std::set<std::string>{"d128", "f128", "cap128", "alibi128", "c128", "w128",
+                                         "s128"}));
+}
+
+TEST(Plan, Sm90WsTmaStoreOWhereTheOTileFits) {
+  // The staged epilogue writes O through the Q tile instead; a config whose O tile does not
+  // fit beside three K/V stages keeps the register stores.
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: so, dtype: bf16, head_dim: 128, tile: {template: sm90ws, staged_epilogue: true}}
+  - {name: s3, dtype: bf16, head_dim: 128, mask: causal,
+     tile: {template: sm90ws, block_m: 128, block_n: 128, warps: 8, stages: 3}}
+  - {name: s2, dtype: bf16, head_dim: 128, mask: causal,
+     tile: {template: sm90ws, block_m: 128, block_n: 128, warps: 8, stages: 2}}
+)",
+                                     {"sm_90a"});
+  ASSERT_EQ(p.size(), 3u);
+  for (const KernelPlan &k : p) {
+    EXPECT_EQ(k.tmaStoreO, k.variant == "s2") << k.name;
+    EXPECT_LE(k.smemBytes, archSmemLimit("sm_90a")) << k.name;
+  }
 }
 
 } // namespace
