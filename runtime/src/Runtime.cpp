@@ -180,9 +180,10 @@ bool sameVariant(const KernelRecord &k, const VariantKey &c) {
 /// Why kernel k, of the call's variant, cannot take this call's shape; "" if it can.
 bool takesTmaMaps(const KernelRecord &k);
 
-/// Why the tensor maps of TMA kernel k cannot describe the call's Q, K and V ("" if they can):
-/// a stride must be nonzero where its dimension has more than one index (no broadcast) and
-/// below 2^39 elements (cuTensorMapEncodeTiled's 2^40 bytes).
+/// Why the tensor maps of TMA kernel k cannot describe the call's Q, K and V, and O where k
+/// stores it with TMA ("" if they can): a stride must be nonzero where its dimension has more
+/// than one index (no broadcast; an output never has such a stride: checkStrides refuses it)
+/// and below 2^39 elements (cuTensorMapEncodeTiled's 2^40 bytes).
 std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
   struct Tensor {
     const char *name;
@@ -212,7 +213,8 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
       if (t.strides[d] >= (int64_t(1) << 39))
         return "kernel " + k.name + " " + t.verb + " " + t.name +
                " through TMA, whose strides must be below 2^39 elements: " + t.name +
-               "_strides[" + str(d) + "] is " + str(t.strides[d]);
+               "_strides[" + str(d) + "] is " + str(t.strides[d]) +
+               "; pass a compact tensor or build the variant with tile: {template: sm80}";
     }
   }
   return "";

@@ -30,8 +30,8 @@ typedef struct __attribute__((aligned(64))) fagen_tensor_map {
 /// head_dim / 64 boxes, into its 64-column blocks (templates/sm90/tile_ops.cuh).
 /// O (version 2): the same for the output, {head_dim_v, seqlen_q, heads_q, batch} with O's
 /// strides and box {64, 64, 1, 1} (one consumer warpgroup's rows), which kernels built with
-/// kTmaStoreO store through; the others never read it. Varlen calls encode it like Q (packed
-/// rows, batch 1), and no varlen kernel stores through it.
+/// kTmaStoreO store through; for the others (varlen kernels among them) the runtime leaves it
+/// zero and they never read it.
 typedef struct fagen_fwd_tma_maps {
   fagen_tensor_map q;
   fagen_tensor_map k;

@@ -212,6 +212,7 @@ struct WsFwdConfig : VariantParts<Variant_> {
                 "S + O + P accumulators need more registers than a consumer thread has for them: "
                 "lower kBlockN (or kBlockM: three consumer warpgroups have 160 registers a "
                 "thread)");
+  static_assert(kOOffset % 1024 == 0, "the O tile must start on a 128-byte swizzle atom");
   static_assert(!(kTmaStoreO && (kStagedEpilogue || Variant_::kVarlen)),
                 "kTmaStoreO is an epilogue of its own (not with kStagedEpilogue), and not for "
                 "varlen: TMA would store a tile's rows past its sequence into the next one");
