@@ -199,9 +199,8 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
                          {"k", p.k_strides, p.heads_kv, rowsK, "loads"},
                          {"v", p.v_strides, p.heads_kv, rowsK, "loads"},
                          {"o", p.o_strides, p.heads_q, rowsQ, "stores"}};
-  for (const Tensor &t : all) {
-    if (t.name[0] == 'o' && !k.tmaStoreO)
-      continue;
+  for (int i = 0; i < (k.tmaStoreO ? 4 : 3); ++i) { // O last
+    const Tensor &t = all[i];
     const int64_t extents[3] = {p.varlen ? 1 : p.batch, t.heads, t.seqlen};
     for (int d = 0; d < 3; ++d) {
       if (extents[d] > 1 && t.strides[d] == 0)

@@ -83,9 +83,8 @@ inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_param
       {"o", maps.o, p.o, headDimV, rowsQ, p.heads_q, p.o_row_stride, p.o_head_stride,
        batchStride(p.o_batch_stride), 64}};
   maps.o = fagen_tensor_map{};
-  for (const Tensor &t : tensors) {
-    if (&t.map == &maps.o && !storeO)
-      continue;
+  for (int i = 0; i < (storeO ? 4 : 3); ++i) { // O last
+    const Tensor &t = tensors[i];
     if (int r = encodeTensorMap(encode, t.map, t.address, t.headDim, t.seqlen, t.heads, batch,
                                 t.rowStride, t.headStride, t.batchStride, t.boxRows)) {
       what = t.name;

@@ -833,6 +833,27 @@ static std::vector<float> time_kernel(const KernelInfo &k, const fagen_fwd_param
   return ms;
 }
 
+/// The FlashAttention-3 benchmark's problem at head dim hd and seqlen: 16k tokens (batch
+/// max(1, 16384 / seqlen)), 2048 / hd heads, BHSD, random q, k and v on the device (seeds 1-3)
+/// bound into p.
+struct BenchProblem {
+  int batch, heads;
+  size_t elems; // of q, k, v and O each
+  fagen_fwd_params p;
+  DeviceTensors d;
+  BenchProblem(int hd, int seqlen)
+      : batch(std::max(1, 16384 / seqlen)), heads(2048 / hd),
+        elems(size_t(batch) * heads * seqlen * hd),
+        p(make_params(batch, heads, heads, seqlen, seqlen, hd, false)),
+        d(elems * 2, elems * 2, elems * 2, size_t(batch) * heads * seqlen * 4) {
+    fill_random<<<1024, 256>>>((uint16_t *)d.q, elems, 1);
+    fill_random<<<1024, 256>>>((uint16_t *)d.k, elems, 2);
+    fill_random<<<1024, 256>>>((uint16_t *)d.v, elems, 3);
+    CUDA_CHECK(cudaGetLastError());
+    d.bind(p);
+  }
+};
+
 /// Times every selected bf16 kernel (expect_fail ones aside) on the FlashAttention-3 benchmark
 /// shapes: 16k tokens a batch, 2048 / head_dim heads.
 static void run_bench(const Options &opt) {
@@ -854,15 +875,9 @@ static void run_bench(const Options &opt) {
   CUDA_CHECK(cudaEventCreate(&stop));
   for (const Shape &s : shapes)
     for (MaskKind mask : {MaskKind::None, MaskKind::Causal}) {
-      const int batch = 16384 / s.seqlen, heads = 2048 / s.hd;
-      fagen_fwd_params p = make_params(batch, heads, heads, s.seqlen, s.seqlen, s.hd, false);
-      const size_t elems = size_t(batch) * heads * s.seqlen * s.hd;
-      DeviceTensors d(elems * 2, elems * 2, elems * 2, size_t(batch) * heads * s.seqlen * 4);
-      fill_random<<<1024, 256>>>((uint16_t *)d.q, elems, 1);
-      fill_random<<<1024, 256>>>((uint16_t *)d.k, elems, 2);
-      fill_random<<<1024, 256>>>((uint16_t *)d.v, elems, 3);
-      CUDA_CHECK(cudaGetLastError());
-      d.bind(p);
+      BenchProblem bp(s.hd, s.seqlen);
+      const fagen_fwd_params &p = bp.p;
+      const int batch = bp.batch, heads = bp.heads;
       const double flops = 4.0 * batch * heads * double(s.seqlen) * s.seqlen * s.hd *
                            (mask == MaskKind::Causal ? 0.5 : 1.0);
       for (const KernelInfo &k : kernels()) {
@@ -905,15 +920,10 @@ static void run_variant_bench(const Options &opt) {
       std::printf("VBENCH %s: no kernel %s to time against\n", k.name, v.bench_against);
       continue;
     }
-    const int hd = k.head_dim, batch = std::max(1, 16384 / seqlen), heads = 2048 / hd;
-    fagen_fwd_params p = make_params(batch, heads, heads, seqlen, seqlen, hd, false);
-    const size_t elems = size_t(batch) * heads * seqlen * hd;
-    DeviceTensors d(elems * 2, elems * 2, elems * 2, size_t(batch) * heads * seqlen * 4);
-    fill_random<<<1024, 256>>>((uint16_t *)d.q, elems, 1);
-    fill_random<<<1024, 256>>>((uint16_t *)d.k, elems, 2);
-    fill_random<<<1024, 256>>>((uint16_t *)d.v, elems, 3);
-    CUDA_CHECK(cudaGetLastError());
-    d.bind(p);
+    const int hd = k.head_dim;
+    BenchProblem bp(hd, seqlen);
+    fagen_fwd_params &p = bp.p;
+    const int batch = bp.batch, heads = bp.heads;
     HostProblem hp;
     hp.variant = v;
     double density = 1.0;

@@ -167,15 +167,10 @@ int main(int argc, char **argv) {
     for (const KernelInfo &k : kernels()) {
       if (!filter.empty() && std::string(k.name).find(filter) == std::string::npos)
         continue;
-      const int hd = k.head_dim, batch = std::max(1, 16384 / seqlen), heads = 2048 / hd;
-      fagen_fwd_params p = make_params(batch, heads, heads, seqlen, seqlen, hd, false);
-      const size_t elems = size_t(batch) * heads * seqlen * hd;
-      DeviceTensors d(elems * 2, elems * 2, elems * 2, size_t(batch) * heads * seqlen * 4);
-      fill_random<<<1024, 256>>>((uint16_t *)d.q, elems, 1);
-      fill_random<<<1024, 256>>>((uint16_t *)d.k, elems, 2);
-      fill_random<<<1024, 256>>>((uint16_t *)d.v, elems, 3);
-      CUDA_CHECK(cudaGetLastError());
-      d.bind(p);
+      const int hd = k.head_dim;
+      const BenchProblem bp(hd, seqlen);
+      const fagen_fwd_params &p = bp.p;
+      const int batch = bp.batch, heads = bp.heads;
       const int tiles = (seqlen + k.block_m - 1) / k.block_m * heads * batch;
       const int grid = k.persistent ? std::min(tiles, sms) : tiles;
       u64 *buf = nullptr, *none = nullptr;

@@ -262,6 +262,16 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   alignas(16) static int32_t workspace[4];
   static float lse[4];
   void *stream = reinterpret_cast<void *>(uintptr_t(0x5000));
+  // One call of plan `pl` with workspace `ws` (fagen_run_forward when ws is null), then the
+  // grid it launched and the counter the kernel got.
+  auto expectLaunch = [&](fagen_plan &pl, void *ws, unsigned grid, void *counter) {
+    ASSERT_EQ(ws ? fagen_run_forward_with_workspace(&pl, q, kk, v, o, lse, ws, nullptr, nullptr)
+                 : fagen_run_forward(&pl, q, kk, v, o, lse, nullptr),
+              FAGEN_OK)
+        << fagen_last_error();
+    EXPECT_EQ(fake().grid[0], grid);
+    EXPECT_EQ(fake().params.tile_counter, counter);
+  };
   fake().memsetLog.clear();
   ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, nullptr, stream),
             FAGEN_OK)
@@ -278,13 +288,12 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   EXPECT_EQ(fake().params.tile_counter, workspace);
   EXPECT_EQ(fake().params.work_tiles, 256);
   // Without a workspace (any of the three run calls): one CTA per tile, no counter, no memset.
-  ASSERT_EQ(fagen_run_forward(&plan, q, kk, v, o, lse, nullptr), FAGEN_OK) << fagen_last_error();
-  EXPECT_EQ(fake().grid[0], 256u);
-  EXPECT_EQ(fake().params.tile_counter, nullptr);
+  expectLaunch(plan, nullptr, 256u, nullptr);
   ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, nullptr, nullptr, nullptr),
             FAGEN_OK)
       << fagen_last_error();
   EXPECT_EQ(fake().grid[0], 256u);
+  EXPECT_EQ(fake().params.tile_counter, nullptr);
   EXPECT_EQ(fake().memsetLog.size(), 1u);
   // A misaligned workspace is named; a failed memset is a CUDA error that says what it zeroed.
   EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse,
@@ -322,14 +331,8 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   ASSERT_EQ(fagen_plan_forward(bundle, &p, &both), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(both.workspace_bytes, 4u);
   EXPECT_EQ(both.grid[0], 132);
-  ASSERT_EQ(fagen_run_forward(&both, q, kk, v, o, lse, nullptr), FAGEN_OK) << fagen_last_error();
-  EXPECT_EQ(fake().grid[0], 132u);
-  EXPECT_EQ(fake().params.tile_counter, nullptr);
-  ASSERT_EQ(fagen_run_forward_with_workspace(&both, q, kk, v, o, lse, workspace, nullptr, nullptr),
-            FAGEN_OK)
-      << fagen_last_error();
-  EXPECT_EQ(fake().grid[0], 132u);
-  EXPECT_EQ(fake().params.tile_counter, workspace);
+  expectLaunch(both, nullptr, 132u, nullptr);
+  expectLaunch(both, workspace, 132u, workspace);
   // A kernel without a counter reports no workspace and ignores one.
   Bundle plain = b;
   plain.kernels[2].tileCounter = false;
