@@ -92,7 +92,8 @@ fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase 
 }
 
 llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
-                                       bool dense, const CaseInputs &in, const DeviceCase &d) {
+                                       bool dense, const CaseInputs &in, const DeviceCase &d,
+                                       bool persistent) {
   const CaseSizes n = caseSizes(in.problem);
   auto once = [&](const fagen_plan &p, CUdeviceptr workspace) -> llvm::Expected<std::string> {
     if (llvm::Error e = memory.fill(d.o, 0xFF, n.o * 2))
@@ -110,13 +111,14 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
       return e;
     return std::string();
   };
-  if (plan.workspace_bytes == 0)
+  if (plan.workspace_bytes == 0 && !persistent)
     return once(plan, 0);
   // A kernel with a tile counter: without a workspace (one CTA per tile, or the static
   // persistent deal) first, then from the counter with the plan's grid (one CTA per SM: at the
   // grid's shapes, one tile each), then with 3 CTAs, which take many tiles each (the tile
-  // ring's reuse, the Q buffer's parity, skipped tiles between loaded ones). All three must
-  // give the same bits.
+  // ring's reuse, the Q buffer's parity, skipped tiles between loaded ones). A persistent
+  // kernel without a counter: the plan's grid, then 3 CTAs walking the static deal. All runs
+  // must give the same bits.
   llvm::Expected<std::string> first = once(plan, 0);
   if (!first || !first->empty())
     return first;
@@ -125,14 +127,20 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
     return e;
   if (llvm::Error e = memory.download(lse, d.lse))
     return e;
-  llvm::Expected<CUdeviceptr> workspace = memory.alloc(plan.workspace_bytes);
-  if (!workspace)
-    return workspace.takeError();
-  fagen_plan few = plan; // the runtime launches plan.grid CTAs with a workspace
+  CUdeviceptr workspace = 0;
+  if (plan.workspace_bytes != 0) {
+    llvm::Expected<CUdeviceptr> w = memory.alloc(plan.workspace_bytes);
+    if (!w)
+      return w.takeError();
+    workspace = *w;
+  }
+  fagen_plan few = plan; // the runtime launches plan.grid CTAs (persistent, or a workspace)
   few.grid[0] = std::min(few.grid[0], 3);
-  const fagen_plan *launches[] = {&plan, &few};
+  std::vector<const fagen_plan *> launches = {&few};
+  if (workspace != 0)
+    launches.insert(launches.begin(), &plan);
   for (const fagen_plan *p : launches) {
-    llvm::Expected<std::string> again = once(*p, *workspace);
+    llvm::Expected<std::string> again = once(*p, workspace);
     if (!again || !again->empty())
       return again;
     if (llvm::Error e = memory.download(o2, d.o))
@@ -140,8 +148,12 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
     if (llvm::Error e = memory.download(lse2, d.lse))
       return e;
     if (o != o2 || lse != lse2)
-      return "the forward with a workspace (work tiles from its counter, " +
-             std::to_string(p->grid[0]) + " CTAs) is not bitwise the forward without: " +
+      return (workspace != 0 ? "the forward with a workspace (work tiles from its counter, " +
+                                   std::to_string(p->grid[0]) +
+                                   " CTAs) is not bitwise the forward without: "
+                             : "the persistent forward on " + std::to_string(p->grid[0]) +
+                                   " CTAs (the static deal, many tiles each) is not bitwise "
+                                   "the forward on the plan's grid: ") +
              (o != o2 ? "O" : "LSE") + " differs";
   }
   return std::string();

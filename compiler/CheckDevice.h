@@ -71,10 +71,13 @@ fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase 
 /// fagen_run_forward for a dense kernel, else with the run-time arguments) and waits. A plan
 /// with a workspace (a tile counter) runs three times: without one, with one (poisoned) on the
 /// plan's grid, and with one on 3 CTAs (many tiles each); all must agree bitwise, and O and
-/// LSE are then the last run's. Returns "" or the runtime's failure (or the disagreement); an
-/// error for a failed driver call.
+/// LSE are then the last run's. A `persistent` kernel's plan (one CTA per SM walking the static
+/// deal of work tiles) runs twice, on the plan's grid and on 3 CTAs (many tiles each: the Q
+/// buffer's and K/V ring's phases across tiles), which must agree bitwise. Returns "" or the
+/// runtime's failure (or the disagreement); an error for a failed driver call.
 llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
-                                       bool dense, const CaseInputs &in, const DeviceCase &d);
+                                       bool dense, const CaseInputs &in, const DeviceCase &d,
+                                       bool persistent = false);
 
 /// "plan: FAGEN_ERROR_...: message" for a failed runtime call.
 std::string runtimeFailure(const char *what, fagen_status status);

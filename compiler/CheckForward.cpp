@@ -24,7 +24,8 @@ llvm::Error forwardCase(const DriverApi &api, const fagen_bundle *bundle, int ke
   check::DeviceCase d;
   if (llvm::Error e = check::uploadCase(memory, in, d))
     return e;
-  llvm::Expected<std::string> run = check::runForward(memory, plan, isDenseKernel(k), in, d);
+  llvm::Expected<std::string> run =
+      check::runForward(memory, plan, isDenseKernel(k), in, d, k.persistent);
   if (!run)
     return run.takeError();
   if (!run->empty()) {
