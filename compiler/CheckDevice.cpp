@@ -113,12 +113,13 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
   };
   if (plan.workspace_bytes == 0 && !persistent)
     return once(plan, 0);
-  // A kernel with a tile counter: without a workspace (one CTA per tile, or the static
-  // persistent deal) first, then from the counter with the plan's grid (one CTA per SM: at the
-  // grid's shapes, one tile each), then with 3 CTAs, which take many tiles each (the tile
-  // ring's reuse, the Q buffer's parity, skipped tiles between loaded ones). A persistent
-  // kernel without a counter: the plan's grid, then 3 CTAs walking the static deal. All runs
-  // must give the same bits.
+  // The plan's grid without a workspace first (one CTA per tile, or the static persistent
+  // deal), then: a persistent kernel on 3 CTAs, which walk the static deal with many tiles each
+  // (the Q buffer's and the K/V ring's phases across tiles); a kernel with a tile counter from
+  // the counter on the plan's grid (one CTA per SM: at the check's shapes, one tile each) and
+  // on 3 CTAs (the tile ring's reuse, the Q buffer's parity, skipped tiles between loaded
+  // ones). Every run must give the bits of the first. (A grid of 3 CTAs or fewer has no
+  // smaller launch to compare.)
   llvm::Expected<std::string> first = once(plan, 0);
   if (!first || !first->empty())
     return first;
@@ -127,33 +128,41 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
     return e;
   if (llvm::Error e = memory.download(lse, d.lse))
     return e;
-  CUdeviceptr workspace = 0;
-  if (plan.workspace_bytes != 0) {
-    llvm::Expected<CUdeviceptr> w = memory.alloc(plan.workspace_bytes);
-    if (!w)
-      return w.takeError();
-    workspace = *w;
-  }
   fagen_plan few = plan; // the runtime launches plan.grid CTAs (persistent, or a workspace)
   few.grid[0] = std::min(few.grid[0], 3);
-  std::vector<const fagen_plan *> launches = {&few};
-  if (workspace != 0)
-    launches.insert(launches.begin(), &plan);
-  for (const fagen_plan *p : launches) {
-    llvm::Expected<std::string> again = once(*p, workspace);
+  const bool fewer = few.grid[0] < plan.grid[0];
+  struct Launch {
+    const fagen_plan *plan;
+    CUdeviceptr workspace;
+  };
+  std::vector<Launch> launches;
+  if (persistent && fewer)
+    launches.push_back({&few, 0});
+  if (plan.workspace_bytes != 0) {
+    llvm::Expected<CUdeviceptr> workspace = memory.alloc(plan.workspace_bytes);
+    if (!workspace)
+      return workspace.takeError();
+    launches.push_back({&plan, *workspace});
+    if (fewer)
+      launches.push_back({&few, *workspace});
+  }
+  for (const Launch &l : launches) {
+    llvm::Expected<std::string> again = once(*l.plan, l.workspace);
     if (!again || !again->empty())
       return again;
     if (llvm::Error e = memory.download(o2, d.o))
       return e;
     if (llvm::Error e = memory.download(lse2, d.lse))
       return e;
+    const std::string ctas = std::to_string(l.plan->grid[0]) + " CTAs";
     if (o != o2 || lse != lse2)
-      return (workspace != 0 ? "the forward with a workspace (work tiles from its counter, " +
-                                   std::to_string(p->grid[0]) +
-                                   " CTAs) is not bitwise the forward without: "
-                             : "the persistent forward on " + std::to_string(p->grid[0]) +
-                                   " CTAs (the static deal, many tiles each) is not bitwise "
-                                   "the forward on the plan's grid: ") +
+      return (l.workspace != 0
+                  ? "the forward with a workspace (work tiles from its counter, " + ctas +
+                        ") is not bitwise the forward without: "
+                  : "the persistent forward on " + ctas +
+                        " (the static deal, many tiles each) is not bitwise the forward on the "
+                        "plan's " +
+                        std::to_string(plan.grid[0]) + " CTAs: ") +
              (o != o2 ? "O" : "LSE") + " differs";
   }
   return std::string();

@@ -68,13 +68,12 @@ fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase 
                            CUdeviceptr workspace);
 
 /// Poisons O and LSE (0xFF bytes: NaN in fp16, bf16 and fp32), runs the forward `plan` (with
-/// fagen_run_forward for a dense kernel, else with the run-time arguments) and waits. A plan
-/// with a workspace (a tile counter) runs three times: without one, with one (poisoned) on the
-/// plan's grid, and with one on 3 CTAs (many tiles each); all must agree bitwise, and O and
-/// LSE are then the last run's. A `persistent` kernel's plan (one CTA per SM walking the static
-/// deal of work tiles) runs twice, on the plan's grid and on 3 CTAs (many tiles each: the Q
-/// buffer's and K/V ring's phases across tiles), which must agree bitwise. Returns "" or the
-/// runtime's failure (or the disagreement); an error for a failed driver call.
+/// fagen_run_forward for a dense kernel, else with the run-time arguments) and waits. Then, on
+/// grids of more than 3 CTAs: a `persistent` kernel's plan (at most one CTA per SM, walking the
+/// static deal of work tiles) runs again on 3 CTAs (many tiles each); a plan with a workspace
+/// (a tile counter) runs with one (poisoned) on the plan's grid and on 3 CTAs. Every run must
+/// give the first one's bits; O and LSE are then the last run's. Returns "" or the runtime's
+/// failure (or the disagreement); an error for a failed driver call.
 llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
                                        bool dense, const CaseInputs &in, const DeviceCase &d,
                                        bool persistent = false);

@@ -282,13 +282,13 @@ int main(int argc, char **argv) {
       "an epsilon (O and LSE; each of dQ, dK, dV). Outputs are poisoned first. A backward\n"
       "kernel gets O and LSE from a forward kernel of its variant in the bundle, else from\n"
       "the float64 reference rounded to the dtype (the table says which); a deterministic\n"
-      "one runs twice and must repeat bit for bit. A forward kernel with a tile counter runs\n"
-      "three times, without a workspace, with one on the plan's grid and with one on 3 CTAs\n"
-      "(many tiles each), and must give the same bits; a persistent one (one CTA per SM)\n"
-      "runs on the plan's grid and on 3 CTAs, and must give the same bits. Varlen kernels\n"
-      "run each shape as packed sequences of uneven lengths; runtime block masks are random\n"
-      "(30% of the blocks, some rows none); static layouts are read from the cubin and\n"
-      "verified by their hash.\n\n";
+      "one runs twice and must repeat bit for bit. A persistent forward kernel (at most one\n"
+      "CTA per SM, each walking a static deal of tiles) runs on the plan's grid and again on\n"
+      "3 CTAs; a forward kernel with a tile counter runs without a workspace, then with one\n"
+      "on the plan's grid and on 3 CTAs (many tiles each); every run must give the same\n"
+      "bits. Varlen kernels run each shape as packed sequences of uneven lengths; runtime\n"
+      "block masks are random (30% of the blocks, some rows none); static layouts are read\n"
+      "from the cubin and verified by their hash.\n\n";
   check->add_option("bundle", checkOptions.bundlePath, "a bundle written by fagen build")
       ->required();
   check->add_option("--golden", checkOptions.goldenDir,
