@@ -959,7 +959,11 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
     provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue by A/B (2026-12-01)";
     // Short rows on 128 x 128 tiles, storing O with TMA (finalizePlan): that beat the staged
     // epilogue of the session-15 tune by 4-18 % on causal rows up to 4k (docs/perf/sm90-fwd.md
-    // run 28).
+    // run 28). Non-causal rows take 192 x 80 tiles from 1k: with both storing O by TMA they
+    // measured 1.00-1.03x the 128 x 128 kernel at 1.5k-4k in either bundle order, causal rows
+    // 0.94-1.02x (run 31).
+    if (!causal)
+      shortMax = 1024;
     longSeq.blockM = 192;
     longSeq.blockN = 80;
     longSeq.warps = 12;

@@ -220,12 +220,13 @@ TEST(Plan, BuiltinSeqlenBuckets) {
     ranges[k.name] = llvm::formatv("{0}..{1}", k.seqlenMin, k.seqlenMax).str();
   const std::string all = llvm::formatv("0..{0}", int64_t(1) << 40).str();
   const std::string from4k = llvm::formatv("4097..{0}", int64_t(1) << 40).str();
+  const std::string from1k = llvm::formatv("1025..{0}", int64_t(1) << 40).str();
   const std::string from1 = llvm::formatv("1..{0}", int64_t(1) << 40).str();
   EXPECT_EQ(ranges, (std::map<std::string, std::string>{
                         {"fagen_fwd_bf16_hd128_causal_sm90ws_m128n128w8s2_r8", "1..4096"},
                         {"fagen_fwd_bf16_hd128_causal_sm90ws_m192n80w12s2_r8", from4k},
-                        {"fagen_fwd_bf16_hd128_none_sm90ws_m128n128w8s2_r8", "1..4096"},
-                        {"fagen_fwd_bf16_hd128_none_sm90ws_m192n80w12s2_r8", from4k},
+                        {"fagen_fwd_bf16_hd128_none_sm90ws_m128n128w8s2_r8", "1..1024"},
+                        {"fagen_fwd_bf16_hd128_none_sm90ws_m192n80w12s2_r8", from1k},
                         {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n64w8s2_r8_so", "1..4096"},
                         {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_r8_so", from4k},
                         // Equal configs in both ranges: one kernel for every length.
