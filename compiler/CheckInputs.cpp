@@ -22,9 +22,12 @@ namespace ref = reference;
 
 /// The shapes of `grid` that a kernel tuned for max(seqlen_q, seqlen_k) in [lo, hi] serves;
 /// where fewer than two are left, odd shapes at the bottom of the range are added (one with
-/// Sq < Sk, one with Sq > Sk, so that causal rows that see no key are covered too).
+/// Sq < Sk, one with Sq > Sk, so that causal rows that see no key are covered too, and unless
+/// `quick` one of 387 queries in 4 heads over 2 KV heads: several query tiles a head that all
+/// see the long rows, and several work tiles for each of a persistent kernel's 3-CTA launch,
+/// at a float64 reference cost of about 4 x 387 x Sk x head dim).
 std::vector<CheckShape> shapesInRange(const std::vector<CheckShape> &grid, int64_t lo,
-                                      int64_t hi) {
+                                      int64_t hi, bool quick) {
   std::vector<CheckShape> out;
   for (const CheckShape &s : grid) {
     int64_t seqlen = std::max(s.seqlenQ, s.seqlenK);
@@ -36,6 +39,8 @@ std::vector<CheckShape> shapesInRange(const std::vector<CheckShape> &grid, int64
   int top = int(std::min<int64_t>(std::max<int64_t>(lo, 1) + 3, hi));
   out.push_back({1, 2, 1, 17, top, false});
   out.push_back({2, 2, 2, top, 129 < top ? 129 : top, true});
+  if (!quick)
+    out.push_back({1, 4, 2, top < 387 ? top : 387, top, false});
   return out;
 }
 
@@ -170,7 +175,7 @@ void copyStrides(const int64_t from[3], int64_t &batch, int64_t &head, int64_t &
 } // namespace
 
 std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, bool quick) {
-  return shapesInRange(shapeGrid(quick), seqlenMin, seqlenMax);
+  return shapesInRange(shapeGrid(quick), seqlenMin, seqlenMax, quick);
 }
 
 std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick) {

@@ -88,7 +88,7 @@ TEST(CheckShapes, GridAndTunedRanges) {
   EXPECT_EQ(checkShapesFor(0, kSeqlenUnbounded, false).size(), 9u);
   EXPECT_EQ(checkShapesFor(0, kSeqlenUnbounded, true).size(), 3u);
   std::vector<CheckShape> tuned = checkShapesFor(2000, 4000, false);
-  ASSERT_EQ(tuned.size(), 2u);
+  ASSERT_EQ(tuned.size(), 3u);
   for (const CheckShape &s : tuned)
     EXPECT_GE(std::max(s.seqlenQ, s.seqlenK), 2000);
 }

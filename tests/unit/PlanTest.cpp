@@ -627,16 +627,19 @@ TEST(Check, ShapesFollowTheKernelsTunedRange) {
   // A short-sequence bucket keeps the grid's shapes inside it.
   for (const CheckShape &s : checkShapesFor(1, 128, false))
     EXPECT_LE(maxSeqlen(s), 128);
-  // A long-sequence bucket the grid does not reach gets two odd shapes in range, one with
-  // Sq < Sk and one with Sq > Sk.
+  // A long-sequence bucket the grid does not reach gets three odd shapes in range, one with
+  // Sq < Sk, one with Sq > Sk and one of several query tiles with GQA (two in the quick grid).
   std::vector<CheckShape> lng = checkShapesFor(4097, int64_t(1) << 40, false);
-  ASSERT_EQ(lng.size(), 2u);
+  ASSERT_EQ(lng.size(), 3u);
   for (const CheckShape &s : lng) {
     EXPECT_GE(maxSeqlen(s), 4097);
     EXPECT_LE(maxSeqlen(s), 4100);
   }
   EXPECT_LT(lng[0].seqlenQ, lng[0].seqlenK);
   EXPECT_GT(lng[1].seqlenQ, lng[1].seqlenK);
+  EXPECT_GT(lng[2].seqlenQ, 256);
+  EXPECT_GT(lng[2].headsQ, lng[2].headsKV);
+  EXPECT_EQ(checkShapesFor(4097, int64_t(1) << 40, true).size(), 2u);
 }
 
 
