@@ -111,8 +111,6 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
       return e;
     return std::string();
   };
-  if (plan.workspace_bytes == 0 && !persistent)
-    return once(plan, 0);
   // The plan's grid without a workspace first (one CTA per tile, or the static persistent
   // deal), then: a persistent kernel on 3 CTAs, which walk the static deal with many tiles each
   // (the Q buffer's and the K/V ring's phases across tiles); a kernel with a tile counter from
@@ -120,14 +118,6 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
   // on 3 CTAs (the tile ring's reuse, the Q buffer's parity, skipped tiles between loaded
   // ones). Every run must give the bits of the first. (A grid of 3 CTAs or fewer has no
   // smaller launch to compare.)
-  llvm::Expected<std::string> first = once(plan, 0);
-  if (!first || !first->empty())
-    return first;
-  std::vector<uint8_t> o(n.o * 2), lse(n.lse * 4), o2(o.size()), lse2(lse.size());
-  if (llvm::Error e = memory.download(o, d.o))
-    return e;
-  if (llvm::Error e = memory.download(lse, d.lse))
-    return e;
   fagen_plan few = plan; // the runtime launches plan.grid CTAs (persistent, or a workspace)
   few.grid[0] = std::min(few.grid[0], 3);
   const bool fewer = few.grid[0] < plan.grid[0];
@@ -146,6 +136,14 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
     if (fewer)
       launches.push_back({&few, *workspace});
   }
+  llvm::Expected<std::string> first = once(plan, 0);
+  if (launches.empty() || !first || !first->empty())
+    return first;
+  std::vector<uint8_t> o(n.o * 2), lse(n.lse * 4), o2(o.size()), lse2(lse.size());
+  if (llvm::Error e = memory.download(o, d.o))
+    return e;
+  if (llvm::Error e = memory.download(lse, d.lse))
+    return e;
   for (const Launch &l : launches) {
     llvm::Expected<std::string> again = once(*l.plan, l.workspace);
     if (!again || !again->empty())
