@@ -53,11 +53,14 @@ template <class Config> struct WsSmem {
     o = q + Config::kOOffset;
     bars = q + Config::kBarrierOffset;
   }
-  __device__ u32 k_slot(int i) const { return k + (i % Config::kStages) * Config::kSmemKTileBytes; }
-  __device__ u32 v_slot(int i) const { return v + (i % Config::kStages) * Config::kSmemVTileBytes; }
+  // K/V tile numbers are never negative: unsigned % and / are a mask and a shift (kStages 2, 4).
+  __device__ static u32 stage(int i) { return u32(i) % Config::kStages; }
+  __device__ static int round(int i) { return int(u32(i) / Config::kStages); }
+  __device__ u32 k_slot(int i) const { return k + stage(i) * Config::kSmemKTileBytes; }
+  __device__ u32 v_slot(int i) const { return v + stage(i) * Config::kSmemVTileBytes; }
   __device__ u32 q_full() const { return bars; }
   __device__ u32 q_empty() const { return bars + 8; }
-  __device__ u32 k_full(int i) const { return bars + 8 * (2 + i % Config::kStages); }
+  __device__ u32 k_full(int i) const { return bars + 8 * (2 + stage(i)); }
   __device__ u32 v_full(int i) const { return k_full(i) + 8 * Config::kStages; }
   __device__ u32 k_empty(int i) const { return v_full(i) + 8 * Config::kStages; }
   __device__ u32 v_empty(int i) const { return k_empty(i) + 8 * Config::kStages; }
@@ -260,7 +263,7 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
       tma_load_4d(sm.q + b * Config::kBlockM * 128, maps.q, sm.q_full(), 64 * b,
                   int(span.q_row0) + m_block * Config::kBlockM, head,
                   Config::kVarlen ? 0 : batch);
-    mbarrier_wait(sm.k_empty(kv), sm.empty_parity(kv / Config::kStages));
+    mbarrier_wait(sm.k_empty(kv), sm.empty_parity(sm.round(kv)));
     load_kv(maps.k, sm.k_slot(kv), sm.k_full(kv), span.k_row0, tiles.n_first, kv_head, batch,
             DimQK(), Config::kSmemKTileBytes);
     for (int i = 0, n = tiles.n_first; i < tiles.count; ++i) {
@@ -268,11 +271,11 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
       const int n_next =
           KeyTiles::template after<false>(params, head, batch, m_block, n, tiles.n_end);
       if (i + 1 < tiles.count) {
-        mbarrier_wait(sm.k_empty(j + 1), sm.empty_parity((j + 1) / Config::kStages));
+        mbarrier_wait(sm.k_empty(j + 1), sm.empty_parity(sm.round(j + 1)));
         load_kv(maps.k, sm.k_slot(j + 1), sm.k_full(j + 1), span.k_row0, n_next, kv_head, batch,
                 DimQK(), Config::kSmemKTileBytes);
       }
-      mbarrier_wait(sm.v_empty(j), sm.empty_parity(j / Config::kStages));
+      mbarrier_wait(sm.v_empty(j), sm.empty_parity(sm.round(j)));
       load_kv(maps.v, sm.v_slot(j), sm.v_full(j), span.k_row0, n, kv_head, batch, DimV(),
               Config::kSmemVTileBytes);
       n = n_next;
@@ -365,7 +368,10 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   const int consumer = threadIdx.x / 128 - 1, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const int first_row = 64 * consumer + 16 * warp; // the warp's first row in the tile
   const int rows_left = shape.seqlen_q - m_block * kBlockM - first_row;
-  const u32 q_warpgroup = sm.q + consumer * 64 * 128; // its 64 rows in each column block
+  // Its 64 rows in each column block; read from lane 0 so that ptxas sees a warp-uniform value
+  // and keeps the wgmma descriptors built from it in uniform registers (from threadIdx, it
+  // moved each one from a vector register with R2UR before every wgmma).
+  const u32 q_warpgroup = __shfl_sync(0xffffffffu, sm.q + consumer * 64 * 128, 0);
   // Ping-pong: consumer c issues its wgmmas after barrier 1 + c, then passes the turn on.
   auto my_turn = [&] {
     if constexpr (Config::kPingPong)
@@ -422,8 +428,8 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     fence_operands(p);
     release(sm.v_empty(kv + i - 1));
   };
-  auto wait_k = [&](int i) { mbarrier_wait(sm.k_full(kv + i), sm.full_parity((kv + i) / Config::kStages)); };
-  auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity((kv + i) / Config::kStages)); };
+  auto wait_k = [&](int i) { mbarrier_wait(sm.k_full(kv + i), sm.full_parity(sm.round(kv + i))); };
+  auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity(sm.round(kv + i))); };
 
   // Step i (0 <= i <= n_tiles): S_i = Q K_i^T (i < n_tiles) and O += P_{i-1} V_{i-1} (i > 0),
   // K_i being key tile n_block. The first and last steps are peeled: with commits under a

@@ -57,12 +57,12 @@ __device__ __forceinline__ void load_tile_sw128(u32 smem, const Element *gmem, i
 template <class Element, int kHeadDim, int kRowsQ, int kBlockN>
 __device__ __forceinline__ void gemm_qk_issue(float (&s)[kBlockN / 8][4], u32 q_smem,
                                               u32 k_smem) {
+  const SmemDescSw128<16, 1024> q(q_smem), kd(k_smem);
 #pragma unroll
   for (int k = 0; k < kHeadDim / 16; ++k) {
     const u32 column = (k / 4), within = (k % 4) * 32; // 64-column block, 16-column step in it
-    const uint64_t desc_q = smem_desc_sw128(q_smem + column * kRowsQ * 128 + within, 16, 1024);
-    const uint64_t desc_k = smem_desc_sw128(k_smem + column * kBlockN * 128 + within, 16, 1024);
-    Wgmma<kBlockN, Element>::ss(s, desc_q, desc_k, k > 0);
+    Wgmma<kBlockN, Element>::ss(s, q.at(column * kRowsQ * 128 + within),
+                                kd.at(column * kBlockN * 128 + within), k > 0);
   }
 }
 
@@ -71,11 +71,10 @@ __device__ __forceinline__ void gemm_qk_issue(float (&s)[kBlockN / 8][4], u32 q_
 template <class Element, int kHeadDim, int kBlockN>
 __device__ __forceinline__ void gemm_pv_issue(float (&o)[kHeadDim / 8][4],
                                               const u32 (&p)[kBlockN / 16][4], u32 v_smem) {
+  const SmemDescSw128<kBlockN * 128, 1024> v(v_smem);
 #pragma unroll
-  for (int k = 0; k < kBlockN / 16; ++k) {
-    const uint64_t desc_v = smem_desc_sw128(v_smem + k * 16 * 128, kBlockN * 128, 1024);
-    Wgmma<kHeadDim, Element>::rs(o, p[k], desc_v, 1);
-  }
+  for (int k = 0; k < kBlockN / 16; ++k)
+    Wgmma<kHeadDim, Element>::rs(o, p[k], v.at(k * 16 * 128), 1);
 }
 
 /// A warpgroup's accumulator tile set to 0 (O before the first P V).
