@@ -35,6 +35,11 @@ namespace fagen {
 struct CheckShape {
   int batch, headsQ, headsKV, seqlenQ, seqlenK;
   bool bhsd; ///< layout [batch, heads, seq, dim] instead of [batch, seq, heads, dim]
+  /// Forward kernels, not varlen: key row j scaled by 2^min(j / 48, 7), so that the logits'
+  /// row max grows from key tile to key tile by more than the FA4 rescale threshold, and
+  /// from one tile to a later one by more than exp2 spans (kernels that start the
+  /// exponentials from a kept max must notice and redo them).
+  bool risingKeys = false;
 };
 
 /// The shapes `fagen check` runs a kernel on: the grid's (or the quick grid's) shapes whose

@@ -40,7 +40,7 @@ std::vector<CheckShape> shapesInRange(const std::vector<CheckShape> &grid, int64
   out.push_back({1, 2, 1, 17, top, false});
   out.push_back({2, 2, 2, top, 129 < top ? 129 : top, true});
   if (!quick)
-    out.push_back({1, 4, 2, top < 387 ? top : 387, top, false});
+    out.push_back({1, 4, 2, top < 387 ? top : 387, top, false, true});
   return out;
 }
 
@@ -52,7 +52,7 @@ std::vector<CheckShape> shapeGrid(bool quick) {
   return {
       {1, 1, 1, 1, 1, false},      {2, 3, 3, 17, 17, false},    {1, 2, 2, 127, 577, true},
       {2, 2, 2, 577, 127, false},  {1, 4, 1, 1000, 1000, true}, {1, 4, 2, 1, 1000, false},
-      {3, 2, 2, 1000, 17, true},   {1, 6, 2, 257, 129, false},  {2, 2, 1, 64, 1000, false},
+      {3, 2, 2, 1000, 17, true},   {1, 6, 2, 257, 129, false},  {2, 2, 1, 64, 1000, false, true},
   };
 }
 
@@ -154,13 +154,28 @@ void setBlockMask(unsigned seed, CaseInputs &in) {
       }
 }
 
+/// Scales key row j of every (batch, KV head) by 2^min(j / 48, 7) (CheckShape::risingKeys).
+void riseKeys(CaseInputs &in) {
+  const fagen_fwd_problem &p = in.problem;
+  for (int b = 0; b < p.batch; ++b)
+    for (int h = 0; h < p.heads_kv; ++h)
+      for (int j = 0; j < p.seqlen_k; ++j) {
+        const float factor = std::exp2(std::min(float(j) / 48.0f, 7.0f));
+        uint16_t *row = &in.k[size_t(b * p.k_strides[0] + h * p.k_strides[1] + j * p.k_strides[2])];
+        for (int d = 0; d < p.head_dim_qk; ++d)
+          row[d] = ref::fromFloat(ref::toFloat(row[d], in.type) * factor, in.type);
+      }
+}
+
 /// Draws the tensors: Q, K, V (and dO for a backward kernel) in that order from `seed`.
-void drawTensors(const KernelRecord &k, unsigned seed, CaseInputs &in) {
+void drawTensors(const KernelRecord &k, const CheckShape &s, unsigned seed, CaseInputs &in) {
   const CaseSizes n = caseSizes(in.problem);
   const float qScale = k.scoreMod == "softcap" ? kCheckSoftcapQScale : 1.0f;
   std::mt19937_64 rng(seed);
   in.q = randomTensor(n.q, in.type, rng, qScale);
   in.k = randomTensor(n.k, in.type, rng);
+  if (s.risingKeys && k.pass == "fwd" && !in.problem.varlen)
+    riseKeys(in);
   in.v = randomTensor(n.v, in.type, rng);
   if (k.pass == "bwd")
     in.dout = randomTensor(n.o, in.type, rng);
@@ -273,7 +288,7 @@ CaseInputs makeCaseInputs(const KernelRecord &k, const CheckShape &s, unsigned s
     in.dropoutSeed = 0x243f6a8885a308d3ull ^ seed;
     in.dropoutOffset = (uint64_t(seed % 7 + 1) << 32) | 977u;
   }
-  drawTensors(k, seed, in);
+  drawTensors(k, s, seed, in);
   return in;
 }
 
@@ -347,8 +362,8 @@ fagen_run_args runArgsFor(const CaseInputs &in, const DeviceRunArgs &d) {
 }
 
 std::string checkShapeText(const CheckShape &s) {
-  return llvm::formatv("{0}x{1}/{2} {3}x{4} {5}", s.batch, s.headsQ, s.headsKV, s.seqlenQ,
-                       s.seqlenK, s.bhsd ? "bhsd" : "bshd")
+  return llvm::formatv("{0}x{1}/{2} {3}x{4} {5}{6}", s.batch, s.headsQ, s.headsKV, s.seqlenQ,
+                       s.seqlenK, s.bhsd ? "bhsd" : "bshd", s.risingKeys ? " rise" : "")
       .str();
 }
 

@@ -288,7 +288,10 @@ int main(int argc, char **argv) {
       "on the plan's grid and on 3 CTAs (many tiles each); every run must give the same\n"
       "bits. Varlen kernels run each shape as packed sequences of uneven lengths; runtime\n"
       "block masks are random (30% of the blocks, some rows none); static layouts are read\n"
-      "from the cubin and verified by their hash.\n\n";
+      "from the cubin and verified by their hash. In one shape (\"rise\" in the table; not\n"
+      "with --quick) a forward kernel's keys grow along the sequence (row j scaled by\n"
+      "2^min(j/48, 7)), so that key tiles raise the row max past the rescale threshold\n"
+      "and past what exp2 spans.\n\n";
   check->add_option("bundle", checkOptions.bundlePath, "a bundle written by fagen build")
       ->required();
   check->add_option("--golden", checkOptions.goldenDir,

@@ -152,6 +152,18 @@ struct WsFwdConfig : VariantParts<Variant_> {
   /// grows, 1..8 only when it grows by more than that many powers of two.
   static constexpr int kRescaleTau = kRescaleTau_;
   static_assert(kRescaleTau >= 0 && kRescaleTau <= 8, "kRescaleTau must be in 0..8");
+  /// Steps after the first start the exponentials from the kept running max (fwd_ws_kernel.cuh,
+  /// softmax_exp_kept_max; the kRescaleTau rule keeps a row's max in most steps), a warp whose
+  /// max moves recomputes its S. Not in the 192-row hd 64 kernels with a mask, score mod,
+  /// dropout, varlen or sparsity: the recompute's registers made ptxas spill 8-76 bytes there
+  /// (nvcc 13.0); the dense one fits.
+  static constexpr bool kKeptMax =
+      kRescaleTau_ > 0 &&
+      !(kBlockM_ == 192 && kHeadDimV_ <= 64 &&
+        !(std::is_same<typename Variant_::Mask, NoMask>::value &&
+          std::is_same<typename Variant_::ScoreMod, NoScoreMod>::value &&
+          !Variant_::Dropout::kEnabled && !Variant_::kVarlen &&
+          !Variant_::Sparsity::kSparse));
   static constexpr bool kTileCounter = kTileCounter_;
   static constexpr bool kTmaStoreO = kTmaStoreO_;
 

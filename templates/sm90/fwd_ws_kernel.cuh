@@ -398,13 +398,16 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
       sm80::dropout_keep_bits<1, kColTiles>(keep_bits, Dropout(params, batch, head),
                                             m_block * kBlockM + first_row, n_block * kBlockN);
   };
-  auto mask_and_exp = [&](float(&rescale)[2], float(&acc_s)[kColTiles][4], int n_block) {
+  auto mask_s = [&](float(&acc_s)[kColTiles][4], int n_block) {
     float(&s3)[1][kColTiles][4] = reinterpret_cast<float(&)[1][kColTiles][4]>(acc_s);
     if constexpr (!ScoreMod::kIdentity)
       apply_score_mod(s3, score_mod, m_block * kBlockM + first_row, n_block * kBlockN);
     if ((n_block + 1) * kBlockN > shape.seqlen_k ||
         Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape))
       apply_mask<Mask>(s3, m_block * kBlockM + first_row, n_block * kBlockN, shape);
+  };
+  auto mask_and_exp = [&](float(&rescale)[2], float(&acc_s)[kColTiles][4], int n_block) {
+    mask_s(acc_s, n_block);
     return softmax_exp<Config::kExp2EmuColumns, Config::kExp2PolyDegree, Config::kRescaleTau>(
         rescale, softmax, acc_s, scale_log2);
   };
@@ -422,6 +425,31 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     release(sm.k_empty(kv + i));
     if (!Config::kStagedEpilogue && i == n_tiles - 1)
       release(sm.q_empty());
+  };
+  // Steps after the first (kKeptMax): the exponentials from the kept running max
+  // (softmax_exp_kept_max). A warp where a row's max moves instead computes its rows of S_i
+  // again from Q and K_i, still in shared memory (their slots are released after this), with
+  // mma.sync (the warps of a warpgroup decide apart), and takes softmax_exp as every step did
+  // before. The same results but for the last bits of such a recomputed S.
+  auto step_exp = [&](float(&rescale)[2], float(&acc_s)[kColTiles][4], int n_block, int i) {
+    bool grew;
+    fence_operands(acc_s);
+    const float kNegInf = -__int_as_float(0x7f800000);
+    if (__all_sync(0xffffffffu, softmax.row_max[0] != kNegInf && softmax.row_max[1] != kNegInf)) {
+      mask_s(acc_s, n_block);
+      if (softmax_exp_kept_max<Config::kExp2EmuColumns, Config::kExp2PolyDegree,
+                               Config::kRescaleTau>(softmax, acc_s, scale_log2)) {
+        rescale[0] = rescale[1] = 1.f;
+        grew = false;
+      } else {
+        gemm_qk_warp<Element, kDimQK, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv + i));
+        grew = mask_and_exp(rescale, acc_s, n_block);
+      }
+    } else {
+      grew = mask_and_exp(rescale, acc_s, n_block);
+    }
+    s_done(acc_s, i);
+    return grew;
   };
   auto pv_done = [&](int i) {
     fence_operands(acc_o);
@@ -470,9 +498,14 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     draw_keep_bits(n_block);
     // S_i is the older group: its softmax runs while P_{i-1} V_{i-1} is still in flight.
     wgmma_wait<1>();
-    s_done(acc_s, i);
     float rescale[2];
-    const bool grew = mask_and_exp(rescale, acc_s, n_block);
+    bool grew;
+    if constexpr (Config::kKeptMax) {
+      grew = step_exp(rescale, acc_s, n_block, i);
+    } else {
+      s_done(acc_s, i);
+      grew = mask_and_exp(rescale, acc_s, n_block);
+    }
     end_block_after(softmax.row_sum); // keeps the wait below the softmax
     wgmma_wait<0>();
     pv_done(i);

@@ -52,6 +52,15 @@ __device__ __forceinline__ void load_tile_sw128(u32 smem, const Element *gmem, i
   }
 }
 
+/// A warpgroup's accumulator tile set to 0 (O before the first P V).
+template <int kN> __device__ __forceinline__ void zero_fill(float (&acc)[kN][4]) {
+#pragma unroll
+  for (int j = 0; j < kN; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      acc[j][e] = 0.f;
+}
+
 /// s (64, kBlockN) = q (64, kHeadDim) * k (kBlockN, kHeadDim)^T, issued (not awaited) by one
 /// warpgroup. q_smem: the warpgroup's first Q row in a (kRowsQ, kHeadDim) tile; k_smem: the tile.
 template <class Element, int kHeadDim, int kRowsQ, int kBlockN>
@@ -77,13 +86,35 @@ __device__ __forceinline__ void gemm_pv_issue(float (&o)[kHeadDim / 8][4],
     Wgmma<kHeadDim, Element>::rs(o, p[k], v.at(k * 16 * 128), 1);
 }
 
-/// A warpgroup's accumulator tile set to 0 (O before the first P V).
-template <int kN> __device__ __forceinline__ void zero_fill(float (&acc)[kN][4]) {
+
+/// One warp's 16 rows of gemm_qk_issue's s (rows 16 warp .. 16 warp + 15 of the warpgroup's 64,
+/// the same accumulator layout), with mma.sync from the same shared-memory tiles, for a warp that
+/// recomputes its rows alone (wgmma needs the whole warpgroup). The products and fp32 sums are
+/// the same; the order of the additions inside the tensor cores may differ in the last bits.
+template <class Element, int kHeadDim, int kRowsQ, int kBlockN>
+__device__ __forceinline__ void gemm_qk_warp(float (&s)[kBlockN / 8][4], u32 q_smem, u32 k_smem) {
+  static_assert(kBlockN % 16 == 0, "pairs of 8-key groups a ldmatrix");
+  const int tid = sm80::thread_index_rematerialized(), warp = tid / 32 % 4, lane = tid % 32;
+  zero_fill(s);
+  const int a_row = 16 * warp + lane % 16; // ldmatrix: lane l addresses row l % 8 of matrix l / 8
+  const int m = lane / 8;
+  // A pair of 8-key groups at a time, over the whole head dim: few registers beside the live
+  // S, O and P (a rare path; the A fragments are loaded again for each pair).
 #pragma unroll
-  for (int j = 0; j < kN; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      acc[j][e] = 0.f;
+  for (int j = 0; j < kBlockN / 8; j += 2) {
+    const int b_row = 8 * (j + m / 2) + lane % 8;
+#pragma unroll 1
+    for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      const int block = kk / 4, chunk0 = 2 * (kk % 4); // 64-column block, first 16-byte chunk
+      u32 a[4], b[4];
+      sm80::ldmatrix_x4(a, q_smem + block * kRowsQ * 128 + a_row * 128 +
+                               (((chunk0 + lane / 16) ^ (a_row % 8)) << 4));
+      sm80::ldmatrix_x4(b, k_smem + block * kBlockN * 128 + b_row * 128 +
+                               (((chunk0 + m % 2) ^ (b_row % 8)) << 4));
+      sm80::mma<Element>(s[j], a, b[0], b[1]);
+      sm80::mma<Element>(s[j + 1], a, b[2], b[3]);
+    }
+  }
 }
 
 /// Rounds probabilities to Element: accumulator tiles 2k and 2k+1 are A fragment k.
@@ -140,6 +171,51 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
     softmax.row_sum[h] = softmax.row_sum[h] * rescale[h] + sum;
   }
   return __any_sync(0xffffffffu, grew);
+}
+
+/// softmax_exp's fast path for a step whose rows (this warp's) all have a finite running max,
+/// in the common case that the kTau rule keeps every one (kTau > 0): the exponentials start at
+/// once from the running max, without waiting for the tile's max, which is computed beside
+/// them and decides afterwards whether they stand. Returns true where they do: P and the row
+/// sums are then exactly softmax_exp's (the same bias, and O's rescale factor 1). Returns false,
+/// with the softmax state untouched and s no longer the logits, where some row of the warp
+/// would move its max: the caller recomputes its S (gemm_qk_warp) and takes softmax_exp. (The max's reduction, a
+/// chain of FMNMX and two shuffles a row, sat in front of every exponential; off that path the
+/// hd 128 main loop ran 2-5 % faster on the H200, docs/perf/sm90-fwd.md run 36.)
+template <int kEmuColumns, int kPolyDegree, int kTau, int kColTiles>
+__device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
+                                                     float (&s)[kColTiles][4], float scale_log2) {
+  static_assert(kTau > 0, "only the kTau rule keeps a row's max in most steps");
+  float m_tile[2], sum[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float bias = -softmax.row_max[h] * scale_log2;
+    float m = softmax.row_max[h], acc = 0.f;
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j) {
+      m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e) {
+        const float x = fmaf(s[j][e], scale_log2, bias);
+        s[j][e] = 2 * j + e % 2 < kEmuColumns ? exp2_poly<kPolyDegree>(x) : exp2_approx(x);
+        acc += s[j][e];
+      }
+    }
+    m_tile[h] = m;
+    sum[h] = acc;
+  }
+  bool moved = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    moved |= thresholded_max<kTau>(quad_max(m_tile[h]), softmax.row_max[h], scale_log2) !=
+             softmax.row_max[h];
+  if (__any_sync(0xffffffffu, moved))
+    return false;
+  // softmax_exp's update with its factor exp2(0) = 1: row_sum * 1 + sum.
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    softmax.row_sum[h] = softmax.row_sum[h] + sum[h];
+  return true;
 }
 
 /// Ends the basic block after the softmax of a step. ptxas places a wgmma wait at the start of
