@@ -270,6 +270,35 @@ TEST(CheckInputs, DenseForwardDrawsAsBefore) {
   EXPECT_EQ(b.dout.size(), n.o);
 }
 
+TEST(CheckInputs, RisingKeysGrowAlongTheSequenceForForwardKernels) {
+  std::vector<CheckShape> grid = checkShapesFor(0, kSeqlenUnbounded, false);
+  EXPECT_EQ(std::count_if(grid.begin(), grid.end(), [](const CheckShape &s) { return s.risingKeys; }),
+            1);
+  for (const CheckShape &s : checkShapesFor(0, kSeqlenUnbounded, true))
+    EXPECT_FALSE(s.risingKeys) << checkShapeText(s); // the sanitizers' grid stays plain
+  std::vector<CheckShape> longRows = checkShapesFor(4097, kSeqlenUnbounded, false);
+  ASSERT_EQ(longRows.size(), 3u);
+  EXPECT_TRUE(longRows[2].risingKeys);
+  EXPECT_TRUE(contains(checkShapeText(longRows[2]), " rise"));
+
+  const CheckShape plain{1, 2, 1, 9, 700, false}, rising{1, 2, 1, 9, 700, false, true};
+  KernelRecord fwd = record("fwd", "none"), bwd = record("bwd", "none");
+  CaseInputs a = makeCaseInputs(fwd, plain, 4), b = makeCaseInputs(fwd, rising, 4);
+  EXPECT_EQ(a.q, b.q);
+  EXPECT_EQ(a.v, b.v);
+  const ref::ElementType t = a.type;
+  const int64_t row = a.problem.k_strides[2], d = a.problem.head_dim_qk;
+  auto key = [&](const CaseInputs &in, int j, int e) { return ref::toFloat(in.k[j * row + e], t); };
+  for (int j : {0, 47, 48, 200, 336, 699})
+    for (int e = 0; e < d; ++e) {
+      const float factor = std::exp2(std::min(float(j) / 48.0f, 7.0f));
+      ASSERT_EQ(key(b, j, e), ref::toFloat(ref::fromFloat(key(a, j, e) * factor, t), t))
+          << "key " << j << " dim " << e;
+    }
+  // Backward kernels keep the plain keys.
+  EXPECT_EQ(makeCaseInputs(bwd, rising, 4).k, makeCaseInputs(bwd, plain, 4).k);
+}
+
 //===--- The static layout read back from a cubin --------------------------===//
 
 namespace {
