@@ -154,16 +154,11 @@ struct WsFwdConfig : VariantParts<Variant_> {
   static_assert(kRescaleTau >= 0 && kRescaleTau <= 8, "kRescaleTau must be in 0..8");
   /// Steps after the first start the exponentials from the kept running max (fwd_ws_kernel.cuh,
   /// softmax_exp_kept_max; the kRescaleTau rule keeps a row's max in most steps), a warp whose
-  /// max moves recomputes its S. Not in the 192-row hd 64 kernels with a mask, score mod,
-  /// dropout, varlen or sparsity: the recompute's registers made ptxas spill 8-76 bytes there
-  /// (nvcc 13.0); the dense one fits.
+  /// max moves recomputes its S. Not in the 192-row hd 64 dropout kernels: with the recompute
+  /// ptxas spilled 8 bytes there (nvcc 13.0), and the planner's spill fallback would then take
+  /// 128-row tiles, measured 1.11-1.15x slower with dropout (docs/perf/sm90-fwd.md run 34).
   static constexpr bool kKeptMax =
-      kRescaleTau_ > 0 &&
-      !(kBlockM_ == 192 && kHeadDimV_ <= 64 &&
-        !(std::is_same<typename Variant_::Mask, NoMask>::value &&
-          std::is_same<typename Variant_::ScoreMod, NoScoreMod>::value &&
-          !Variant_::Dropout::kEnabled && !Variant_::kVarlen &&
-          !Variant_::Sparsity::kSparse));
+      kRescaleTau_ > 0 && !(kBlockM_ == 192 && kHeadDimV_ <= 64 && Variant_::Dropout::kEnabled);
   static constexpr bool kTileCounter = kTileCounter_;
   static constexpr bool kTmaStoreO = kTmaStoreO_;
 

@@ -432,22 +432,20 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   // mma.sync (the warps of a warpgroup decide apart), and takes softmax_exp as every step did
   // before. The same results but for the last bits of such a recomputed S.
   auto step_exp = [&](float(&rescale)[2], float(&acc_s)[kColTiles][4], int n_block, int i) {
-    bool grew;
+    bool grew = false, done = false;
     fence_operands(acc_s);
     const float kNegInf = -__int_as_float(0x7f800000);
     if (__all_sync(0xffffffffu, softmax.row_max[0] != kNegInf && softmax.row_max[1] != kNegInf)) {
       mask_s(acc_s, n_block);
-      if (softmax_exp_kept_max<Config::kExp2EmuColumns, Config::kExp2PolyDegree,
-                               Config::kRescaleTau>(softmax, acc_s, scale_log2)) {
-        rescale[0] = rescale[1] = 1.f;
-        grew = false;
-      } else {
+      done = softmax_exp_kept_max<Config::kExp2EmuColumns, Config::kExp2PolyDegree,
+                                  Config::kRescaleTau>(softmax, acc_s, scale_log2);
+      if (!done)
         gemm_qk_warp<Element, kDimQK, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv + i));
-        grew = mask_and_exp(rescale, acc_s, n_block);
-      }
-    } else {
-      grew = mask_and_exp(rescale, acc_s, n_block);
     }
+    if (done)
+      rescale[0] = rescale[1] = 1.f;
+    else
+      grew = mask_and_exp(rescale, acc_s, n_block);
     s_done(acc_s, i);
     return grew;
   };
