@@ -154,11 +154,14 @@ struct WsFwdConfig : VariantParts<Variant_> {
   static_assert(kRescaleTau >= 0 && kRescaleTau <= 8, "kRescaleTau must be in 0..8");
   /// Steps after the first start the exponentials from the kept running max (fwd_ws_kernel.cuh,
   /// softmax_exp_kept_max; the kRescaleTau rule keeps a row's max in most steps), a warp whose
-  /// max moves recomputes its S. Not in the 192-row hd 64 dropout kernels: with the recompute
-  /// ptxas spilled 8 bytes there (nvcc 13.0), and the planner's spill fallback would then take
-  /// 128-row tiles, measured 1.11-1.15x slower with dropout (docs/perf/sm90-fwd.md run 34).
+  /// max moves recomputes its S. Not in the 192-row hd 64 kernels with dropout or a score mod:
+  /// with the recompute ptxas spilled 8-160 bytes there (nvcc 13.0; dropout, ALiBi), and the
+  /// planner's spill fallback would then take 128-row tiles, measured 1.11-1.15x slower with
+  /// dropout (docs/perf/sm90-fwd.md run 34).
   static constexpr bool kKeptMax =
-      kRescaleTau_ > 0 && !(kBlockM_ == 192 && kHeadDimV_ <= 64 && Variant_::Dropout::kEnabled);
+      kRescaleTau_ > 0 && !(kBlockM_ == 192 && kHeadDimV_ <= 64 &&
+                            (Variant_::Dropout::kEnabled ||
+                             !std::is_same<typename Variant_::ScoreMod, NoScoreMod>::value));
   static constexpr bool kTileCounter = kTileCounter_;
   static constexpr bool kTmaStoreO = kTmaStoreO_;
 

@@ -281,22 +281,35 @@ TEST(CheckInputs, RisingKeysGrowAlongTheSequenceForForwardKernels) {
   EXPECT_TRUE(longRows[2].risingKeys);
   EXPECT_TRUE(contains(checkShapeText(longRows[2]), " rise"));
 
-  const CheckShape plain{1, 2, 1, 9, 700, false}, rising{1, 2, 1, 9, 700, false, true};
+  // Batch 2, 2 KV heads, both layouts: the scaled element of key j, head h, batch b is found
+  // from the layout itself, not from the strides the code uses.
   KernelRecord fwd = record("fwd", "none"), bwd = record("bwd", "none");
-  CaseInputs a = makeCaseInputs(fwd, plain, 4), b = makeCaseInputs(fwd, rising, 4);
-  EXPECT_EQ(a.q, b.q);
-  EXPECT_EQ(a.v, b.v);
-  const ref::ElementType t = a.type;
-  const int64_t row = a.problem.k_strides[2], d = a.problem.head_dim_qk;
-  auto key = [&](const CaseInputs &in, int j, int e) { return ref::toFloat(in.k[j * row + e], t); };
-  for (int j : {0, 47, 48, 200, 336, 699})
-    for (int e = 0; e < d; ++e) {
-      const float factor = std::exp2(std::min(float(j) / 48.0f, 7.0f));
-      ASSERT_EQ(key(b, j, e), ref::toFloat(ref::fromFloat(key(a, j, e) * factor, t), t))
-          << "key " << j << " dim " << e;
-    }
-  // Backward kernels keep the plain keys.
-  EXPECT_EQ(makeCaseInputs(bwd, rising, 4).k, makeCaseInputs(bwd, plain, 4).k);
+  for (bool bhsd : {false, true}) {
+    const CheckShape plain{2, 4, 2, 9, 300, bhsd}, rising{2, 4, 2, 9, 300, bhsd, true};
+    CaseInputs a = makeCaseInputs(fwd, plain, 4), b = makeCaseInputs(fwd, rising, 4);
+    EXPECT_EQ(a.q, b.q);
+    EXPECT_EQ(a.v, b.v);
+    const ref::ElementType t = a.type;
+    const int64_t sk = 300, hkv = 2, d = a.problem.head_dim_qk;
+    for (int bb = 0; bb < 2; ++bb)
+      for (int h = 0; h < 2; ++h)
+        for (int j : {0, 47, 48, 200, 299}) {
+          const int64_t row = bhsd ? (bb * hkv + h) * sk + j : (bb * sk + j) * hkv + h;
+          const float factor = std::exp2(std::min(float(j) / 48.0f, 7.0f));
+          for (int e = 0; e < d; ++e) {
+            const float x = ref::toFloat(a.k[row * d + e], t);
+            ASSERT_EQ(ref::toFloat(b.k[row * d + e], t), ref::toFloat(ref::fromFloat(x * factor, t), t))
+                << (bhsd ? "bhsd" : "bshd") << " batch " << bb << " head " << h << " key " << j;
+          }
+        }
+    // Backward kernels keep the plain keys.
+    EXPECT_EQ(makeCaseInputs(bwd, rising, 4).k, makeCaseInputs(bwd, plain, 4).k);
+  }
+  // So do varlen kernels (packed sequences: no per-sequence row index here).
+  KernelRecord varlen = record("fwd", "none");
+  varlen.varlen = true;
+  const CheckShape plain{2, 2, 1, 9, 300, false}, rising{2, 2, 1, 9, 300, false, true};
+  EXPECT_EQ(makeCaseInputs(varlen, rising, 4).k, makeCaseInputs(varlen, plain, 4).k);
 }
 
 //===--- The static layout read back from a cubin --------------------------===//
