@@ -37,19 +37,18 @@ __device__ __forceinline__ uint64_t smem_desc_sw128(u32 addr, u32 lbo_bytes, u32
          uint64_t((sbo_bytes >> 4) & 0x3fff) << 32 | uint64_t(1) << 62;
 }
 
-/// The same descriptors for the tiles of one base address, built once: the low word (address
-/// and LBO) of the base, then each tile's as the base's plus its 16-byte offset (the address
-/// field cannot carry into the LBO: shared memory ends below 2^18 bytes), the high word (SBO,
-/// swizzle) a constant. One integer add per wgmma instead of the masking and shifting of
-/// smem_desc_sw128.
+/// smem_desc_sw128 for the tiles of one base address, built once: each tile's descriptor is
+/// the base's plus its 16-byte offset in the address field (which cannot carry into the LBO:
+/// shared memory ends below 2^18 bytes). One integer add per wgmma instead of the masking and
+/// shifting.
 template <u32 kLboBytes, u32 kSboBytes> struct SmemDescSw128 {
-  u32 lo;
-  __device__ __forceinline__ explicit SmemDescSw128(u32 base)
-      : lo(((base & 0x3ffff) >> 4) | ((kLboBytes >> 4) & 0x3fff) << 16) {}
+  u32 lo; // the base's low word: address and LBO
+  __device__ __forceinline__ explicit SmemDescSw128(u32 addr)
+      : lo(u32(smem_desc_sw128(addr, kLboBytes, kSboBytes))) {}
   /// The descriptor of the tile `offset` bytes (a multiple of 16) past the base.
   __device__ __forceinline__ uint64_t at(u32 offset) const {
-    constexpr u32 kHi = ((kSboBytes >> 4) & 0x3fff) | 1u << 30;
-    return uint64_t(kHi) << 32 | (lo + (offset >> 4));
+    const uint64_t hi = smem_desc_sw128(0, kLboBytes, kSboBytes) >> 32; // SBO, swizzle
+    return hi << 32 | (lo + (offset >> 4));
   }
 };
 
