@@ -130,6 +130,20 @@ __device__ __forceinline__ void convert_p(u32 (&p)[kColTiles / 2][4],
   }
 }
 
+/// Row half h of 8-column tile j of a softmax step: its two logits become exp2(scale_log2 * s +
+/// bias) in place, added to `sum`; the first kEmuColumns of a row's values in this thread go to
+/// exp2_poly (FMA pipe), the rest to ex2.approx (MUFU).
+template <int kEmuColumns, int kPolyDegree>
+__device__ __forceinline__ void exp_pair(float (&t)[4], int j, int h, float scale_log2, float bias,
+                                         float &sum) {
+#pragma unroll
+  for (int e = 2 * h; e < 2 * h + 2; ++e) {
+    const float x = fmaf(t[e], scale_log2, bias);
+    t[e] = 2 * j + e % 2 < kEmuColumns ? exp2_poly<kPolyDegree>(x) : exp2_approx(x);
+    sum += t[e];
+  }
+}
+
 /// The first half of an online-softmax step, split from the O rescale so that it can run while
 /// the previous P V is still in flight: turns logits s into exp2(scale_log2 * (s - max)),
 /// updates the running max and sum of softmax (its 2 rows of this thread) and returns each row's
@@ -162,12 +176,7 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
     float sum = 0.f;
 #pragma unroll
     for (int j = 0; j < kColTiles; ++j)
-#pragma unroll
-      for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        const float x = fmaf(s[j][e], scale_log2, bias);
-        s[j][e] = 2 * j + e % 2 < kEmuColumns ? exp2_poly<kPolyDegree>(x) : exp2_approx(x);
-        sum += s[j][e];
-      }
+      exp_pair<kEmuColumns, kPolyDegree>(s[j], j, h, scale_log2, bias, sum);
     softmax.row_sum[h] = softmax.row_sum[h] * rescale[h] + sum;
   }
   return __any_sync(0xffffffffu, grew);
@@ -179,9 +188,10 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 /// them and decides afterwards whether they stand. Returns true where they do: P and the row
 /// sums are then exactly softmax_exp's (the same bias, and O's rescale factor 1). Returns false,
 /// with the softmax state untouched and s no longer the logits, where some row of the warp
-/// would move its max: the caller recomputes its S (gemm_qk_warp) and takes softmax_exp. (The max's reduction, a
-/// chain of FMNMX and two shuffles a row, sat in front of every exponential; off that path the
-/// hd 128 main loop ran 2-5 % faster on the H200, docs/perf/sm90-fwd.md run 36.)
+/// would move its max: the caller recomputes its S (gemm_qk_warp) and takes softmax_exp. (The
+/// max's reduction, a chain of FMNMX and two shuffles a row, sat in front of every
+/// exponential; off that path the hd 128 main loop ran 3-5 % faster on the H200,
+/// docs/perf/sm90-fwd.md run 37.)
 template <int kEmuColumns, int kPolyDegree, int kTau, int kColTiles>
 __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
                                                      float (&s)[kColTiles][4], float scale_log2) {
@@ -193,12 +203,7 @@ __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
 #pragma unroll
     for (int j = 0; j < kColTiles; ++j) {
       m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-#pragma unroll
-      for (int e = 2 * h; e < 2 * h + 2; ++e) {
-        const float x = fmaf(s[j][e], scale_log2, bias);
-        s[j][e] = 2 * j + e % 2 < kEmuColumns ? exp2_poly<kPolyDegree>(x) : exp2_approx(x);
-        acc += s[j][e];
-      }
+      exp_pair<kEmuColumns, kPolyDegree>(s[j], j, h, scale_log2, bias, acc);
     }
     m_tile[h] = m;
     sum[h] = acc;
