@@ -385,6 +385,33 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     if (lane == 0)
       mbarrier_arrive(bar);
   };
+  auto wait_k = [&](int i) { mbarrier_wait(sm.k_full(kv + i), sm.full_parity(sm.round(kv + i))); };
+  auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity(sm.round(kv + i))); };
+
+  // (A vote: ptxas then sees a warp-uniform branch and keeps the slot addresses after it in
+  // uniform registers; on the thread index alone it moved them with R2UR before each wgmma.)
+  if (__all_sync(0xffffffffu, 64 * consumer >= shape.seqlen_q - m_block * kBlockM)) {
+    // No row of this warpgroup is in the sequence (its last query tile, seqlen_q % kBlockM <=
+    // 128): it only hands the Q, K and V slots back as they fill, each after the slot's fill
+    // (so its arrival counts for that fill's round), and passes its ping-pong turns on, one
+    // a step, so that the other warpgroups have the tensor cores (the tile takes about their
+    // share of its time).
+    mbarrier_wait(sm.q_full(), sm.full_parity(work));
+    release(sm.q_empty());
+    for (int i = 0; i <= n_tiles; ++i) {
+      if (i < n_tiles) {
+        wait_k(i);
+        release(sm.k_empty(kv + i));
+      }
+      if (i > 0) {
+        wait_v(i - 1);
+        release(sm.v_empty(kv + i - 1));
+      }
+      my_turn();
+      next_turn();
+    }
+    return;
+  }
 
   float acc_o[kDimV / 8][4]; // (64, kDimV) per warpgroup
   zero_fill(acc_o);
@@ -455,9 +482,6 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     fence_operands(p);
     release(sm.v_empty(kv + i - 1));
   };
-  auto wait_k = [&](int i) { mbarrier_wait(sm.k_full(kv + i), sm.full_parity(sm.round(kv + i))); };
-  auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity(sm.round(kv + i))); };
-
   // Step i (0 <= i <= n_tiles): S_i = Q K_i^T (i < n_tiles) and O += P_{i-1} V_{i-1} (i > 0),
   // K_i being key tile n_block. The first and last steps are peeled: with commits under a
   // condition, ptxas serializes every wgmma (warning C7514).
