@@ -2,8 +2,8 @@
 backends, side by side in one process on the same random inputs.
 
 FlashAttention-3 protocol: bf16 (--dtype fp16: fp16 inputs, a bundle with fp16 kernels such as
-bench/bench-fp16.yaml's), batch x seqlen = 16k tokens, hidden 2048 (heads = 2048 /
-head_dim), seqlen 512..16k, causal and not. TFLOP/s = 4*B*H*S^2*D (halved for causal) / time.
+bench/bench-fp16.yaml's), batch x seqlen = 16k tokens (--batch N: batch N at every seqlen),
+hidden 2048 (heads = 2048 / head_dim), seqlen 512..16k, causal and not. TFLOP/s = 4*B*H*S^2*D (halved for causal) / time.
 Timing: triton.testing.do_bench (CUDA events, warm-up, L2 cleared before each run, median).
 --repeats N times every implementation of a row N times in interleaved rounds (each fagen
 bundle, flash, cuDNN; each round starts one name later) and keeps the median: on the H200 the
@@ -58,12 +58,17 @@ def main():
                     help="input and output type (default bf16, the FA3 protocol's)")
     ap.add_argument("--workspace-ab", action="store_true",
                     help="also time each bundle without a forward workspace (nows_LABEL)")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="batch size of every shape (default: 16384 // seqlen, so that each "
+                         "shape has 16k tokens); e.g. to see how the work tiles fill the SMs")
     ap.add_argument("--repeats", type=int, default=1,
                     help="time each implementation this many times in interleaved rounds and "
                          "keep the median (default 1)")
     args = ap.parse_args()
     if args.repeats < 1:
         ap.error(f"--repeats must be >= 1, got {args.repeats}")
+    if args.batch is not None and args.batch < 1:
+        ap.error(f"--batch must be >= 1, got {args.batch}")
 
     dev = torch.device("cuda")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
@@ -88,7 +93,7 @@ def main():
         seqlens = [int(x) for x in args.seqlens.split(",")] if args.seqlens else SEQLENS[d]
         for causal in (False, True):
             for s in seqlens:
-                b, h = max(1, 16384 // s), 2048 // d
+                b, h = args.batch or max(1, 16384 // s), 2048 // d
                 q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=dtype) for _ in range(3))
                 flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
                 row = dict(head_dim=d, causal=causal, seqlen=s, batch=b, heads=h)
