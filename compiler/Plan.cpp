@@ -931,9 +931,10 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 /// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
 /// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
 /// default tau 8): the staged epilogue at every length (one bucket when not causal), causal
-/// rows up to 4k on 128 x 64 tiles. hd 64 causal (run 26, a tune with tile counters): rows up
-/// to 2k on 128 x 128 tiles (+1-12 % at 1k-2k; at 4k the default was 1-3 % faster in one run
-/// of two). fp16 shares the rule (same tiles; not measured). The hd 256 non-causal kernel runs
+/// rows up to 4k on 128 x 64 tiles. hd 64 causal: rows up to 1k on 128 x 128 tiles (run 26, a
+/// tune with tile counters, had them up to 2k; since the warpgroups without rows pass their
+/// tiles, run 39, the default 192 x 128 measured 1.06x faster at 1.5k and 2k, and 0.94x at 512
+/// and 1k, runs 41-42). fp16 shares the rule (same tiles; not measured). The hd 256 non-causal kernel runs
 /// persistent (the grid rule for even tiles), staged at every length, and run 23 measured it
 /// so through the runtime (bench_fwd.py). Empty where none applies; a tuning database
 /// overrides it.
@@ -950,9 +951,9 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   std::string provenance = "built in: fagen tune on an H200, 2026-11-30";
   int64_t shortMax = 4096;
   KernelConfig shortSeq = configOf(base), longSeq = configOf(base);
-  if (base.headDimQK == 64) { // causal only; longer rows keep the default, which the tune confirmed
-    provenance = "built in: fagen tune on an H200, 2026-12-01";
-    shortMax = 2048;
+  if (base.headDimQK == 64) { // causal only; longer rows keep the default
+    provenance = "built in: fagen tune on an H200 (2026-12-01), edge by A/B (session 21)";
+    shortMax = 1024;
     shortSeq.blockM = 128;
     shortSeq.warps = 8;
   } else if (base.headDimQK == 128) {

@@ -213,6 +213,7 @@ TEST(Plan, BuiltinSeqlenBuckets) {
   - {name: e, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap}
   - {name: f, dtype: bf16, head_dim: 128, tile: {template: sm90ws}}
   - {name: g, dtype: bf16, head_dim: 256}
+  - {name: h, dtype: bf16, head_dim: 64, mask: causal}
 )",
                                      {"sm_90a"}, /*builtinBuckets=*/true);
   std::map<std::string, std::string> ranges;
@@ -227,12 +228,15 @@ TEST(Plan, BuiltinSeqlenBuckets) {
                         {"fagen_fwd_bf16_hd128_causal_sm90ws_m192n80w12s2_r8", from4k},
                         {"fagen_fwd_bf16_hd128_none_sm90ws_m128n128w8s2_r8", "1..1024"},
                         {"fagen_fwd_bf16_hd128_none_sm90ws_m192n80w12s2_r8", from1k},
+                        {"fagen_fwd_bf16_hd64_causal_sm90ws_m128n128w8s2_r8", "1..1024"},
+                        {"fagen_fwd_bf16_hd64_causal_sm90ws_m192n128w12s2_r8", from1k},
                         {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n64w8s2_r8_so", "1..4096"},
                         {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_r8_so", from4k},
                         // Equal configs in both ranges: one kernel for every length.
                         {"fagen_fwd_bf16_hd256_none_sm90ws_m128n80w8s2_r8_so", from1},
                         // Variants without measured buckets, and pinned tiles: one kernel.
                         {"fagen_fwd_bf16_hd64_none_sm90ws_m192n128w12s2_r8", all},
+
                         {"fagen_fwd_bf16_hd128_causal_softcap_sm90ws_m128n128w8s2_r8", all},
                     }))
       << "plans: " << p.size();
