@@ -3,7 +3,8 @@ backends, side by side in one process on the same random inputs.
 
 FlashAttention-3 protocol: bf16 (--dtype fp16: fp16 inputs, a bundle with fp16 kernels such as
 bench/bench-fp16.yaml's), batch x seqlen = 16k tokens (--batch N: batch N at every seqlen),
-hidden 2048 (heads = 2048 / head_dim), seqlen 512..16k, causal and not. TFLOP/s = 4*B*H*S^2*D (halved for causal) / time.
+hidden 2048 (heads = 2048 / head_dim), seqlen 512..16k, causal and not.
+TFLOP/s = 4*B*H*S^2*D (halved for causal) / time.
 Timing: triton.testing.do_bench (CUDA events, warm-up, L2 cleared before each run, median).
 --repeats N times every implementation of a row N times in interleaved rounds (each fagen
 bundle, flash, cuDNN; each round starts one name later) and keeps the median: on the H200 the

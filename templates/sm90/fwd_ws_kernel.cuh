@@ -391,11 +391,11 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   // (A vote: ptxas then sees a warp-uniform branch and keeps the slot addresses after it in
   // uniform registers; on the thread index alone it moved them with R2UR before each wgmma.)
   if (__all_sync(0xffffffffu, 64 * consumer >= shape.seqlen_q - m_block * kBlockM)) {
-    // No row of this warpgroup is in the sequence (its last query tile, seqlen_q % kBlockM <=
-    // 128): it only hands the Q, K and V slots back as they fill, each after the slot's fill
-    // (so its arrival counts for that fill's round), and passes its ping-pong turns on, one
-    // a step, so that the other warpgroups have the tensor cores (the tile takes about their
-    // share of its time).
+    // No row of this warpgroup is in the sequence (a last query tile whose rows end at or
+    // before this warpgroup's first): it only hands the Q, K and V slots back as they fill,
+    // each after the slot's fill (so its arrival counts for that fill's round), and passes its
+    // ping-pong turns on, one a step, so that the other warpgroups have the tensor cores (the
+    // tile takes about their share of its time). It writes no FAGEN_WS_TRACE events.
     mbarrier_wait(sm.q_full(), sm.full_parity(work));
     release(sm.q_empty());
     for (int i = 0; i <= n_tiles; ++i) {

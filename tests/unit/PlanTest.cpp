@@ -204,7 +204,8 @@ TEST(Plan, Sm90WsServesEveryForwardVariant) {
 }
 
 TEST(Plan, BuiltinSeqlenBuckets) {
-  // Dense sm90ws forwards at hd 128 and 256 get the H200-measured kernels per seqlen range.
+  // Dense sm90ws forwards at hd 128 and 256, and hd 64 causal, get the H200-measured kernels
+  // per seqlen range.
   std::vector<KernelPlan> p = planOf(R"(variants:
   - {name: a, dtype: bf16, head_dim: 128, mask: causal}
   - {name: b, dtype: bf16, head_dim: 128}
@@ -236,7 +237,6 @@ TEST(Plan, BuiltinSeqlenBuckets) {
                         {"fagen_fwd_bf16_hd256_none_sm90ws_m128n80w8s2_r8_so", from1},
                         // Variants without measured buckets, and pinned tiles: one kernel.
                         {"fagen_fwd_bf16_hd64_none_sm90ws_m192n128w12s2_r8", all},
-
                         {"fagen_fwd_bf16_hd128_causal_softcap_sm90ws_m128n128w8s2_r8", all},
                     }))
       << "plans: " << p.size();
