@@ -192,9 +192,20 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 /// max's reduction, a chain of FMNMX and two shuffles a row, sat in front of every
 /// exponential; off that path the hd 128 main loop ran 3-5 % faster on the H200,
 /// docs/perf/sm90-fwd.md run 37.)
+/// kBoundBySum (every exponential from ex2.approx, which gives +inf from 2^128 on, and kTau >=
+/// 6): no tile max in the common case. A thread's partial row sum bounds each of its P (all
+/// >= 0), so sums <= 2^(kTau - 1) in every lane of the warp bound every P of its rows by
+/// 2^(kTau - 1): no max moved past the kTau rule (a factor 2 to spare for rounding). Where some
+/// sum is larger (+inf, NaN), the warp applies the rule to P itself: its rows' largest P is
+/// 2^((tile max - running max) * scale_log2), so the max moved iff that exceeds 2^kTau (NaN P
+/// are skipped by the max, as the tile max skipped NaN logits). A row whose max creeps up
+/// within kTau thus keeps the fast path instead of recomputing S in every step
+/// (docs/perf/sm90-fwd.md run 43). Not with exp2_poly columns: past 2^128 they wrap instead of
+/// saturating.
 template <int kEmuColumns, int kPolyDegree, int kTau, int kColTiles>
 __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
                                                      float (&s)[kColTiles][4], float scale_log2) {
+  constexpr bool kBoundBySum = kEmuColumns == 0 && kTau >= 6;
   float m_tile[2], sum[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -202,19 +213,37 @@ __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
     float m = softmax.row_max[h], acc = 0.f;
 #pragma unroll
     for (int j = 0; j < kColTiles; ++j) {
-      m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+      if constexpr (!kBoundBySum)
+        m = fmaxf(m, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
       exp_pair<kEmuColumns, kPolyDegree>(s[j], j, h, scale_log2, bias, acc);
     }
     m_tile[h] = m;
     sum[h] = acc;
   }
-  bool moved = false;
+  if constexpr (kBoundBySum) {
+    constexpr float kBound = float(1 << (kTau - 1));
+    if (!__all_sync(0xffffffffu, sum[0] <= kBound && sum[1] <= kBound)) {
+      bool moved = false;
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
-    moved |= thresholded_max<kTau>(quad_max(m_tile[h]), softmax.row_max[h], scale_log2) !=
-             softmax.row_max[h];
-  if (__any_sync(0xffffffffu, moved))
-    return false;
+      for (int h = 0; h < 2; ++h) {
+        float p_max = 0.f;
+#pragma unroll
+        for (int j = 0; j < kColTiles; ++j)
+          p_max = fmaxf(p_max, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
+        moved |= quad_max(p_max) > float(1 << kTau);
+      }
+      if (__any_sync(0xffffffffu, moved))
+        return false;
+    }
+  } else {
+    bool moved = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      moved |= thresholded_max<kTau>(quad_max(m_tile[h]), softmax.row_max[h], scale_log2) !=
+               softmax.row_max[h];
+    if (__any_sync(0xffffffffu, moved))
+      return false;
+  }
   // softmax_exp's update with its factor exp2(0) = 1: row_sum * 1 + sum.
 #pragma unroll
   for (int h = 0; h < 2; ++h)
