@@ -184,8 +184,8 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 
 /// softmax_exp's fast path for a step whose rows (this warp's) all have a finite running max,
 /// in the common case that the kTau rule keeps every one (kTau > 0): the exponentials start at
-/// once from the running max, without waiting for the tile's max, which is computed beside
-/// them and decides afterwards whether they stand. Returns true where they do: P and the row
+/// once from the running max, without waiting for the tile's max; without kBoundBySum (below)
+/// that max is computed beside them and decides afterwards whether they stand. Returns true where they do: P and the row
 /// sums are then exactly softmax_exp's (the same bias, and O's rescale factor 1). Returns false,
 /// with the softmax state untouched and s no longer the logits, where some row of the warp
 /// would move its max: the caller recomputes its S (gemm_qk_warp) and takes softmax_exp. (The
@@ -195,7 +195,8 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 /// kBoundBySum (every exponential from ex2.approx, which gives +inf from 2^128 on, and kTau >=
 /// 6): no tile max in the common case. A thread's partial row sum bounds each of its P (all
 /// >= 0), so sums <= 2^(kTau - 1) in every lane of the warp bound every P of its rows by
-/// 2^(kTau - 1): no max moved past the kTau rule (a factor 2 to spare for rounding). Where some
+/// 2^(kTau - 1): no max moved past the kTau rule (a factor 2 to spare for rounding while
+/// |row max * scale_log2| < 2^24; beyond, the P computed are still bounded). Where some
 /// sum is larger (+inf, NaN), the warp applies the rule to P itself: its rows' largest P is
 /// 2^((tile max - running max) * scale_log2), so the max moved iff that exceeds 2^kTau (NaN P
 /// are skipped by the max, as the tile max skipped NaN logits). A row whose max creeps up
