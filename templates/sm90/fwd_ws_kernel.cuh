@@ -462,8 +462,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     bool grew = false, done = false;
     fence_operands(acc_s);
     const float kNegInf = -__int_as_float(0x7f800000);
-    if (Config::kKeptMax &&
-        __all_sync(0xffffffffu, softmax.row_max[0] != kNegInf && softmax.row_max[1] != kNegInf)) {
+    if (__all_sync(0xffffffffu, softmax.row_max[0] != kNegInf && softmax.row_max[1] != kNegInf)) {
       mask_s(acc_s, n_block);
       done = softmax_exp_kept_max<Config::kExp2EmuColumns, Config::kExp2PolyDegree,
                                   Config::kRescaleTau>(softmax, acc_s, scale_log2);

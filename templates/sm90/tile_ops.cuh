@@ -86,7 +86,6 @@ __device__ __forceinline__ void gemm_pv_issue(float (&o)[kHeadDim / 8][4],
     Wgmma<kHeadDim, Element>::rs(o, p[k], v.at(k * 16 * 128), 1);
 }
 
-
 /// One warp's 16 rows of gemm_qk_issue's s (rows 16 warp .. 16 warp + 15 of the warpgroup's 64,
 /// the same accumulator layout), with mma.sync from the same shared-memory tiles, for a warp that
 /// recomputes its rows alone (wgmma needs the whole warpgroup). The products and fp32 sums are
@@ -105,6 +104,9 @@ __device__ __forceinline__ void gemm_qk_warp(float (&s)[kBlockN / 8][4], u32 q_s
     const int b_row = 8 * (j + m / 2) + lane % 8;
 #pragma unroll 1
     for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+      // swizzled_offset's address, spelled out: with the chunk split into its 64-column block
+      // and a first chunk whose +0/1 cannot carry (swizzled_offset<kRowsQ>(a_row, 2 * kk +
+      // lane / 16) made ptxas emit 19 more SHF / LOP3 here, nvcc 13.0).
       const int block = kk / 4, chunk0 = 2 * (kk % 4); // 64-column block, first 16-byte chunk
       u32 a[4], b[4];
       sm80::ldmatrix_x4(a, q_smem + block * kRowsQ * 128 + a_row * 128 +
@@ -185,8 +187,9 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 /// softmax_exp's fast path for a step whose rows (this warp's) all have a finite running max,
 /// in the common case that the kTau rule keeps every one (kTau > 0): the exponentials start at
 /// once from the running max, without waiting for the tile's max; without kBoundBySum (below)
-/// that max is computed beside them and decides afterwards whether they stand. Returns true where they do: P and the row
-/// sums are then exactly softmax_exp's (the same bias, and O's rescale factor 1). Returns false,
+/// that max is computed beside them and decides afterwards whether they stand. Returns true
+/// where they do: P and the row sums are then exactly softmax_exp's (the same bias, and O's
+/// rescale factor 1). Returns false,
 /// with the softmax state untouched and s no longer the logits, where some row of the warp
 /// would move its max: the caller recomputes its S (gemm_qk_warp) and takes softmax_exp. (The
 /// max's reduction, a chain of FMNMX and two shuffles a row, sat in front of every
@@ -231,16 +234,18 @@ __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
 #pragma unroll
         for (int j = 0; j < kColTiles; ++j)
           p_max = fmaxf(p_max, fmaxf(s[j][2 * h], s[j][2 * h + 1]));
-        moved |= quad_max(p_max) > float(1 << kTau);
+        moved |= p_max > float(1 << kTau);
       }
       if (__any_sync(0xffffffffu, moved))
         return false;
     }
   } else {
+    // Per lane, without the quad's max: the rule is monotone in the tile max, and the vote
+    // spans every lane of each row's quad.
     bool moved = false;
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      moved |= thresholded_max<kTau>(quad_max(m_tile[h]), softmax.row_max[h], scale_log2) !=
+      moved |= thresholded_max<kTau>(m_tile[h], softmax.row_max[h], scale_log2) !=
                softmax.row_max[h];
     if (__any_sync(0xffffffffu, moved))
       return false;
