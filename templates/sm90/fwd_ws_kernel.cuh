@@ -231,7 +231,7 @@ template <class Config> struct WsKeyTiles {
   }
 };
 
-/// Producer (one thread): per work tile Q, then K_0, then K_{i+1} before V_i, so that a step's
+/// Producer (one thread): per work tile K_0, then Q, then K_{i+1} before V_i, so that a step's
 /// Q K^T never queues behind the previous step's V.
 template <class Config>
 __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen_fwd_tma_maps &maps,
@@ -250,22 +250,30 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
   };
   using DimQK = std::integral_constant<int, Config::kDimQK>;
   using DimV = std::integral_constant<int, Config::kDimV>;
-  // Q, then K_0, then K_{i+1} before V_i, for work tile `work` of the CTA.
+  // K_0, then Q, then K_{i+1} before V_i, for work tile `work` of the CTA.
   auto load_tile = [&](int m_block, int head, int batch, const SequenceSpan &span,
                        const KeyTiles &tiles, int work) {
     const int kv_head = head / params.group_size;
+    const int q_row = int(span.q_row0) + m_block * Config::kBlockM;
     FAGEN_WS_TRACE_AT(work, 0);
+    // Q is read once, so it comes from DRAM: fetched into L2 now, while the consumers still
+    // finish the previous tile (its last steps and epilogue), it lands from L2 once its slot is
+    // free. K_0's slot frees before Q's (after the previous tile's second-to-last S; Q's after
+    // its last S, or after its epilogue with kStagedEpilogue), so K_0 goes first and only Q is
+    // left to land when the consumers start the tile.
+#pragma unroll
+    for (int b = 0; b < Config::kDimQK / 64; ++b)
+      tma_prefetch_l2_4d(maps.q, 64 * b, q_row, head, Config::kVarlen ? 0 : batch);
+    mbarrier_wait(sm.k_empty(kv), sm.empty_parity(sm.round(kv)));
+    load_kv(maps.k, sm.k_slot(kv), sm.k_full(kv), span.k_row0, tiles.n_first, kv_head, batch,
+            DimQK(), Config::kSmemKTileBytes);
     mbarrier_wait(sm.q_empty(), sm.empty_parity(work));
     FAGEN_WS_TRACE_AT(work, 1);
     mbarrier_arrive_expect_tx(sm.q_full(), Config::kSmemQBytes);
 #pragma unroll
     for (int b = 0; b < Config::kDimQK / 64; ++b)
-      tma_load_4d(sm.q + b * Config::kBlockM * 128, maps.q, sm.q_full(), 64 * b,
-                  int(span.q_row0) + m_block * Config::kBlockM, head,
+      tma_load_4d(sm.q + b * Config::kBlockM * 128, maps.q, sm.q_full(), 64 * b, q_row, head,
                   Config::kVarlen ? 0 : batch);
-    mbarrier_wait(sm.k_empty(kv), sm.empty_parity(sm.round(kv)));
-    load_kv(maps.k, sm.k_slot(kv), sm.k_full(kv), span.k_row0, tiles.n_first, kv_head, batch,
-            DimQK(), Config::kSmemKTileBytes);
     for (int i = 0, n = tiles.n_first; i < tiles.count; ++i) {
       const int j = kv + i;
       const int n_next =

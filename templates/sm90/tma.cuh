@@ -74,6 +74,17 @@ __device__ __forceinline__ void tma_load_4d(u32 dst, const fagen_tensor_map &map
                : "memory");
 }
 
+/// Asks L2 to fetch the box at coordinates {c0, c1, c2, c3} of `map` from global memory (no
+/// shared memory, no completion to wait for: a hint, which a later tma_load_4d of the same box
+/// then finds in L2). Out-of-bounds parts of the box fetch nothing.
+__device__ __forceinline__ void tma_prefetch_l2_4d(const fagen_tensor_map &map, int c0, int c1,
+                                                   int c2, int c3) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(&map)),
+               "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
 /// Copies the box at coordinates {c0, c1, c2, c3} of `map` from shared memory at `src`
 /// (1024-byte aligned, the swizzled layout tma_load_4d writes) to global memory, as one bulk
 /// group of the issuing thread (bulk_commit_group); elements out of the map's bounds are not
