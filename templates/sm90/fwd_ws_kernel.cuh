@@ -421,6 +421,18 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     return;
   }
 
+  // The key tiles this warpgroup's rows see, of the tile's n_tiles: where the mask ends them
+  // earlier (causal: the tile's last key tiles lie wholly past the diagonal for its first
+  // warpgroups), the warpgroup stops after n_live steps and only hands the rest back (dead
+  // steps: S would be all -inf there, P zero, O and the row sums unchanged). At least one, so
+  // that rows which see no key at all take the mask's path as before. Dense tiles only (a
+  // sparse tile's list is not consecutive). Read from lane 0, a warp-uniform loop bound.
+  int n_live = n_tiles;
+  if constexpr (!std::is_same<Mask, NoMask>::value && !Config::Sparsity::kSparse) {
+    const int end = Mask::template n_block_end<64, kBlockN>(m_block * kConsumers + consumer, shape);
+    n_live = __shfl_sync(0xffffffffu, max(1, min(n_tiles, end - tiles.n_first)), 0);
+  }
+
   float acc_o[kDimV / 8][4]; // (64, kDimV) per warpgroup
   zero_fill(acc_o);
   u32 p[kBlockN / 16][4]; // P_{i-1} (64, kBlockN) as A fragments
@@ -453,12 +465,12 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     if constexpr (Dropout::kEnabled)
       sm80::apply_dropout_packed(reinterpret_cast<u32(&)[1][kBlockN / 16][4]>(p), keep_bits);
   };
-  // S_i landed: its K slot is free, and after the last one so is Q (unless the epilogue
-  // stages O in it).
+  // S_i landed: its K slot is free, and after the warpgroup's last one so is Q (unless the
+  // epilogue stages O in it).
   auto s_done = [&](float(&acc_s)[kColTiles][4], int i) {
     fence_operands(acc_s);
     release(sm.k_empty(kv + i));
-    if (!Config::kStagedEpilogue && i == n_tiles - 1)
+    if (!Config::kStagedEpilogue && i == n_live - 1)
       release(sm.q_empty());
   };
   // Steps after the first (kKeptMax): the exponentials from the kept running max
@@ -513,7 +525,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     make_p(acc_s);
   }
   FAGEN_WS_TRACE_AT(work, 3);
-  for (int i = 1; i < n_tiles; ++i) {
+  for (int i = 1; i < n_live; ++i) {
     float acc_s[kColTiles][4];
     wait_k(i);
     wait_v(i - 1);
@@ -544,14 +556,24 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     make_p(acc_s);
   }
   FAGEN_WS_TRACE_AT(work, 4);
-  wait_v(n_tiles - 1);
+  wait_v(n_live - 1);
   my_turn();
   wgmma_fence();
-  gemm_pv_issue<Element, kDimV, kBlockN>(acc_o, p, sm.v_slot(kv + n_tiles - 1));
+  gemm_pv_issue<Element, kDimV, kBlockN>(acc_o, p, sm.v_slot(kv + n_live - 1));
   wgmma_commit();
   next_turn();
   wgmma_wait<0>();
-  pv_done(n_tiles);
+  pv_done(n_live);
+  // Dead steps: each K and V slot handed back once it has filled, a ping-pong turn passed on
+  // for each, so that the other warpgroups have the tensor cores to themselves.
+  for (int i = n_live; i < n_tiles; ++i) {
+    wait_k(i);
+    release(sm.k_empty(kv + i));
+    wait_v(i);
+    release(sm.v_empty(kv + i));
+    my_turn();
+    next_turn();
+  }
   FAGEN_WS_TRACE_AT(work, 5);
 
   float row_lse[2];
