@@ -667,11 +667,12 @@ void finalizePlan(KernelPlan &p) {
   p.tileCounter = p.templ == "sm90ws" && p.pass == "fwd" && !evenTiles && p.sparsity == "none";
   // O through shared memory and a TMA store per warpgroup, which runs while the warpgroup starts
   // its next tile (docs/perf/sm90-fwd.md run 28: the epilogue 3000 -> 1370 cycles a tile at
-  // hd 128). Head dims 128, where it was measured faster; hd 64 measured slower (its main-loop
-  // step grew 7 %), hd 256 has no room for the O tile. Not varlen (a tile's rows past its
+  // hd 128). Head dims 128 and 64 (session 18 measured hd 64's main-loop step 7 % slower with
+  // it; after the softmax changes of sessions 20-21 the step is the same, and the A/B of run 49
+  // gave +1-6 %); hd 256 has no room for the O tile. Not varlen (a tile's rows past its
   // sequence would land in the next) nor with the staged epilogue (O through the Q tile).
-  p.tmaStoreO = p.templ == "sm90ws" && p.pass == "fwd" && p.headDimQK == 128 &&
-                p.headDimV == 128 && !p.varlen && !p.stagedEpilogue &&
+  p.tmaStoreO = p.templ == "sm90ws" && p.pass == "fwd" && p.headDimQK == p.headDimV &&
+                (p.headDimV == 128 || p.headDimV == 64) && !p.varlen && !p.stagedEpilogue &&
                 sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
                                    p.tileCounter, true) <= archSmemLimit(p.arch);
   if (p.pass == "bwd")

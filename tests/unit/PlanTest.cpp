@@ -680,18 +680,18 @@ TEST(Plan, Sm90WsPersistentForEvenTilesAndHd64) {
     if (k.tileCounter)
       counter.insert(k.variant);
   EXPECT_EQ(counter, (std::set<std::string>{"c128", "w128", "v128", "c256", "c64"}));
-  // O through TMA stores: head dims 128 without varlen, whatever the mask or score mod; not
-  // hd 64 (measured slower) nor hd 256 (no room for the O tile).
+  // O through TMA stores: head dims 64 and 128 without varlen, whatever the mask or score mod;
+  // not hd 256 (no room for the O tile).
   std::set<std::string> tmaO;
   for (const KernelPlan &k : p)
     if (k.tmaStoreO) {
       tmaO.insert(k.variant);
-      EXPECT_EQ(k.smemBytes, sm90WsFwdSmemBytes(128, 128, k.blockM, k.blockN, k.stages,
-                                                k.tileCounter, true))
+      EXPECT_EQ(k.smemBytes, sm90WsFwdSmemBytes(k.headDimQK, k.headDimV, k.blockM, k.blockN,
+                                                k.stages, k.tileCounter, true))
           << k.name;
     }
   EXPECT_EQ(tmaO, (std::set<std::string>{"d128", "f128", "cap128", "alibi128", "c128", "w128",
-                                         "s128"}));
+                                         "s128", "c64"}));
 }
 
 TEST(Plan, Sm90WsTmaStoreOWhereTheOTileFits) {
