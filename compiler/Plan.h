@@ -93,7 +93,7 @@ struct KernelPlan {
   bool tileCounter = false;
   /// sm90ws forward: each consumer warpgroup stages its O rows in an O tile of shared memory
   /// and stores them with TMA (the template's kTmaStoreO); derived by finalizePlan (head dims
-  /// 128, not varlen, not the staged epilogue, where the O tile fits).
+  /// 64 and 128, not varlen, not the staged epilogue, where the O tile fits).
   bool tmaStoreO = false;
   /// The calls the kernel is meant for, on max(seqlen_q, seqlen_k): the whole range for
   /// planner defaults, a shape bucket for tuned kernels.

@@ -258,8 +258,9 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
     FAGEN_WS_TRACE_AT(work, 0);
     // Q is read once, so it comes from DRAM: fetched into L2 now, while the consumers still
     // finish the previous tile (its last steps and epilogue), it lands from L2 once its slot is
-    // free. K_0's slot frees before Q's (after the previous tile's second-to-last S; Q's after
-    // its last S, or after its epilogue with kStagedEpilogue), so K_0 goes first and only Q is
+    // free. K_0's slot frees before Q's (K_0 takes the slot of the K tile kStages before it, whose
+    // S was the previous tile's kStages-th last or earlier; Q's slot frees after the previous
+    // tile's last S, or after its epilogue with kStagedEpilogue), so K_0 goes first and only Q is
     // left to land when the consumers start the tile.
 #pragma unroll
     for (int b = 0; b < Config::kDimQK / 64; ++b)
@@ -426,7 +427,9 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   // warpgroups), the warpgroup stops after n_live steps and only hands the rest back (dead
   // steps: S would be all -inf there, P zero, O and the row sums unchanged). At least one, so
   // that rows which see no key at all take the mask's path as before. Dense tiles only (a
-  // sparse tile's list is not consecutive). Read from lane 0, a warp-uniform loop bound.
+  // sparse tile's list is not consecutive). The same for every thread of the warpgroup by
+  // construction (wgmma needs that); read from lane 0 so that ptxas sees a uniform loop bound.
+  // (A mask's n_block_end takes any block height: every mask here derives it from the rows.)
   int n_live = n_tiles;
   if constexpr (!std::is_same<Mask, NoMask>::value && !Config::Sparsity::kSparse) {
     const int end = Mask::template n_block_end<64, kBlockN>(m_block * kConsumers + consumer, shape);
@@ -501,7 +504,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     fence_operands(p);
     release(sm.v_empty(kv + i - 1));
   };
-  // Step i (0 <= i <= n_tiles): S_i = Q K_i^T (i < n_tiles) and O += P_{i-1} V_{i-1} (i > 0),
+  // Step i (0 <= i <= n_live): S_i = Q K_i^T (i < n_live) and O += P_{i-1} V_{i-1} (i > 0),
   // K_i being key tile n_block. The first and last steps are peeled: with commits under a
   // condition, ptxas serializes every wgmma (warning C7514).
   int n_block = tiles.n_first;
@@ -564,8 +567,10 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   next_turn();
   wgmma_wait<0>();
   pv_done(n_live);
-  // Dead steps: each K and V slot handed back once it has filled, a ping-pong turn passed on
-  // for each, so that the other warpgroups have the tensor cores to themselves.
+  // Dead steps: each K and V slot handed back once it has filled (so that the arrival counts for
+  // that fill's round), a ping-pong turn passed on for each, so that the other warpgroups have
+  // the tensor cores to themselves. Every warpgroup takes n_tiles + 1 turns a tile, as the ring
+  // needs: 1 + (n_live - 1) + 1 live, n_tiles - n_live dead.
   for (int i = n_live; i < n_tiles; ++i) {
     wait_k(i);
     release(sm.k_empty(kv + i));

@@ -4,7 +4,8 @@
 // launched once more with thread 0 of every warpgroup writing clock64() at a tile's events:
 //   consumer: 0 tile start, 1 Q landed, 2 S_0 landed, 3 first softmax done, 4 main loop done,
 //             5 last P V done, 6 O and LSE stored;  producer: 0 tile start, 1 Q slot free
-//             (Q load issued), 2 last V load issued;  per CTA: its start clock and SM.
+//             (K_0's load issued before, then Q's after), 2 last V load issued;  per CTA: its
+//             start clock and SM.
 // Prints, per kernel and seqlen, the mean cycles of each interval over every consumer tile, the
 // cycles of one main-loop step, the gaps between consecutive tiles of an SM, and the tile's
 // cost beyond its steps ("overhead", in steps); --csv-dir writes the raw events.
