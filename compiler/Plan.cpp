@@ -669,7 +669,8 @@ void finalizePlan(KernelPlan &p) {
   // its next tile (docs/perf/sm90-fwd.md run 28: the epilogue 3000 -> 1370 cycles a tile at
   // hd 128). Head dims 128 and 64 (session 18 measured hd 64's main-loop step 7 % slower with
   // it; after the softmax changes of sessions 20-21 the step is the same, and the A/B of run 49
-  // gave +1-6 %); hd 256 has no room for the O tile. Not varlen (a tile's rows past its
+  // gave +1.4 % at 2k-4k, +3-6 % at 512-1k, 0-1 % at 8k-16k); hd 256 has no room for the O
+  // tile. Not varlen (a tile's rows past its
   // sequence would land in the next) nor with the staged epilogue (O through the Q tile).
   p.tmaStoreO = p.templ == "sm90ws" && p.pass == "fwd" && p.headDimQK == p.headDimV &&
                 (p.headDimV == 128 || p.headDimV == 64) && !p.varlen && !p.stagedEpilogue &&
@@ -931,14 +932,13 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 /// (bf16, 2026-11-30, docs/perf/sm90-fwd.md run 14) where bench_fwd.py and the A/B runs of run
 /// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
 /// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
-/// default tau 8): the staged epilogue at every length (one bucket when not causal), causal
-/// rows up to 4k on 128 x 64 tiles. hd 64 causal: rows up to 1k on 128 x 128 tiles (run 26, a
+/// default tau 8): causal rows staged at every length, up to 4k on 128 x 64 tiles; non-causal
+/// rows one bucket, unstaged since session 22 (run 51). hd 64 causal: rows up to 1k on 128 x 128 tiles (run 26, a
 /// tune with tile counters, had them up to 2k; since the warpgroups without rows pass their
 /// tiles, run 39, the default 192 x 128 measured 1.06x faster at 1.5k and 2k, and 0.94x at 512
 /// and 1k, runs 41-42; 1025-1535 rows not measured). fp16 shares the rule (same tiles; not
-/// measured). The hd 256 non-causal kernel runs persistent (the grid rule for even tiles),
-/// staged at every length, and run 23 measured it so through the runtime (bench_fwd.py). Empty where none applies; a tuning database
-/// overrides it.
+/// measured). The hd 256 non-causal kernel runs persistent (the grid rule for even tiles).
+/// Empty where none applies; a tuning database overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
                      base.sparsity == "none" &&
@@ -970,13 +970,18 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
     longSeq.blockN = 80;
     longSeq.warps = 12;
   } else {
-    // Staged at every length since the rescale threshold (tau 8) became the default: the
-    // session-15 tune put the staged epilogue first in both buckets, and 64 keys a tile first
-    // for short causal rows (docs/perf/sm90-fwd.md run 23).
-    shortSeq.stagedEpilogue = true;
+    // Causal: staged at every length since the rescale threshold (tau 8) became the default:
+    // the session-15 tune put the staged epilogue first in both buckets, and 64 keys a tile
+    // first for short causal rows (docs/perf/sm90-fwd.md run 23). Non-causal: unstaged since
+    // O leaves the registers with 16-byte stores (store_o_rows' quad transpose), so that Q is
+    // handed back after the last S and the next tile's Q loads under the epilogue: 1.01-1.05x
+    // the staged kernel at 1k-16k (run 51).
+    if (!causal)
+      provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue by A/B (session 22)";
+    shortSeq.stagedEpilogue = causal;
     if (base.mask == "causal")
       shortSeq.blockN = 64;
-    longSeq.stagedEpilogue = true;
+    longSeq.stagedEpilogue = causal;
   }
   if (shortSeq == longSeq) // one range: tunedPlans would merge two, repeating the provenance
     return {{1, int64_t(1) << 40, shortSeq, provenance}};
