@@ -342,8 +342,8 @@ __device__ __forceinline__ void stage_o_rows(u32 tile, int row0, int lane,
 /// Writes one warp's 16 output rows (rows >= rows_valid are not written) through shared
 /// memory: the fragments go to the warp's own 16 rows of a swizzled (kTileRows, >= kDimV) tile
 /// at `tile` (the layout above; rows row0..row0+15, which no other warp touches), then out with
-/// coalesced 16-byte stores of the first kCols columns. 4x fewer store instructions than
-/// store_o_rows, and whole 32-byte sectors. The caller makes those rows free (and, where TMA
+/// coalesced 16-byte stores of the first kCols columns (whole rows a warp instruction, where
+/// store_o_rows writes 8 rows x 64 bytes). The caller makes those rows free (and, where TMA
 /// fills them next, fences the generic proxy after this).
 template <class Element, int kDimV, int kCols, int kTileRows>
 __device__ __forceinline__ void store_o_rows_staged(Element *gmem, int64_t row_stride,
