@@ -670,8 +670,8 @@ void finalizePlan(KernelPlan &p) {
   // hd 128). Head dims 128 and 64 (session 18 measured hd 64's main-loop step 7 % slower with
   // it; after the softmax changes of sessions 20-21 the step is the same, and the A/B of run 49
   // gave +1.4 % at 2k-4k, +3-6 % at 512-1k, 0-1 % at 8k-16k); hd 256 has no room for the O
-  // tile. Not varlen (a tile's rows past its
-  // sequence would land in the next) nor with the staged epilogue (O through the Q tile).
+  // tile, hd 96 / 192 and unequal head dims were not measured. Not varlen (a tile's rows past
+  // its sequence would land in the next) nor with the staged epilogue (O through the Q tile).
   p.tmaStoreO = p.templ == "sm90ws" && p.pass == "fwd" && p.headDimQK == p.headDimV &&
                 (p.headDimV == 128 || p.headDimV == 64) && !p.varlen && !p.stagedEpilogue &&
                 sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
@@ -933,10 +933,10 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 /// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
 /// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
 /// default tau 8): causal rows staged at every length, up to 4k on 128 x 64 tiles; non-causal
-/// rows one bucket, unstaged since session 22 (run 51). hd 64 causal: rows up to 1k on 128 x 128 tiles (run 26, a
-/// tune with tile counters, had them up to 2k; since the warpgroups without rows pass their
-/// tiles, run 39, the default 192 x 128 measured 1.06x faster at 1.5k and 2k, and 0.94x at 512
-/// and 1k, runs 41-42; 1025-1535 rows not measured). fp16 shares the rule (same tiles; not
+/// rows one bucket, unstaged since session 22 (run 51). hd 64 causal: rows up to 1k on
+/// 128 x 128 tiles (run 26, a tune with tile counters, had them up to 2k; since the warpgroups
+/// without rows pass their tiles, run 39, the default 192 x 128 measured 1.06x faster at 1.5k
+/// and 2k, and 0.94x at 512 and 1k, runs 41-42; 1025-1535 rows not measured). fp16 shares the rule (same tiles; not
 /// measured). The hd 256 non-causal kernel runs persistent (the grid rule for even tiles).
 /// Empty where none applies; a tuning database overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
