@@ -73,11 +73,12 @@ template <class Config> struct WsSmem {
 };
 
 /// Work tiles: (m_block, head, batch) for tile t of ceil(seqlen_q / kBlockM) * heads_q * batch,
-/// in groups of (batch, head) pairs, batch outermost, whose K and V fit in kTileGroupL2Bytes
-/// (causal) or kTileGroupL2BytesEven (every other mask, varlen and sparse kernels too), so that
-/// the CTAs running at once share K/V in L2. Within a group, causal tiles go heaviest first
-/// (m_block from the last; longest-processing-time first, FlashAttention-4 section 3.3),
-/// others m_block first.
+/// batch outermost. Causal: in groups of (batch, head) pairs whose K and V fit in
+/// kTileGroupL2Bytes, so that the CTAs running at once share K/V in L2; within a group the
+/// heaviest tiles first (m_block from the last; longest-processing-time first,
+/// FlashAttention-4 section 3.3). Every other mask (varlen and sparse kernels too): pair by
+/// pair, m_block first, so that the CTAs reading one pair's K/V at once are neighbours
+/// (common/tile_order.h says why).
 /// CTA b takes tile b of each round of gridDim.x tiles; for causal, every other round runs
 /// backwards (b takes gridDim.x - 1 - b), so that the CTA with the heaviest tile of one round
 /// gets the lightest of the next and no CTA accumulates the heaviest of every round.
@@ -89,9 +90,9 @@ template <class Config> struct WsTileScheduler {
     total = num_m * heads * p.batch;
     // K and V of a head
     const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
-    const int64_t budget =
-        Config::Mask::kWorkGrowsWithRow ? kTileGroupL2Bytes : kTileGroupL2BytesEven;
-    group = int(max(int64_t(1), min(int64_t(heads) * p.batch, budget / kv_bytes)));
+    group = Config::Mask::kWorkGrowsWithRow
+                ? int(max(int64_t(1), min(int64_t(heads) * p.batch, kTileGroupL2Bytes / kv_bytes)))
+                : 1;
   }
   /// The tile of this CTA's round r (>= total: no more work).
   __device__ int nth(int r) const {

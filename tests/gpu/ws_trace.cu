@@ -48,6 +48,7 @@ TRACE_KERNEL(128, 192, 80, false, _to, true)
 TRACE_KERNEL(64, 192, 128, false, , false)
 TRACE_KERNEL(64, 192, 128, false, _to, true)
 TRACE_KERNEL(256, 128, 80, true, _so, false)
+TRACE_KERNEL(256, 128, 80, false, , false)
 
 namespace {
 
