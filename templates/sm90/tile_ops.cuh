@@ -304,22 +304,33 @@ __device__ __forceinline__ void store_o_rows(Element *gmem, int64_t row_stride, 
       w[hi] = mine_hi ? w[hi] : got;
     }
   };
+  // The thread's two rows: lane / 4 and lane / 4 + 8, from its column chunk q on.
+  Element *rows[2] = {gmem + (lane / 4) * row_stride + 8 * q,
+                      gmem + (lane / 4 + 8) * row_stride + 8 * q};
+  auto store_all = [&](auto valid) {
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = lane / 4 + 8 * h;
+    for (int h = 0; h < 2; ++h) {
 #pragma unroll
-    for (int g = 0; g < kCols / 32; ++g) {
-      u32 w[4];
+      for (int g = 0; g < kCols / 32; ++g) {
+        u32 w[4];
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-        w[j] = pack2<Element>(o[4 * g + j][2 * h], o[4 * g + j][2 * h + 1]);
-      exchange(w, 2);
-      exchange(w, 1);
-      // w[j] is now lane j's word q: columns 8 (4g + q) + 2j, + 1.
-      if (row < rows_valid)
-        sm80::st_global_v4(gmem + row * row_stride + 8 * (4 * g + q), w);
+        for (int j = 0; j < 4; ++j)
+          w[j] = pack2<Element>(o[4 * g + j][2 * h], o[4 * g + j][2 * h + 1]);
+        exchange(w, 2);
+        exchange(w, 1);
+        // w[j] is now lane j's word q: columns 8 (4g + q) + 2j, + 1.
+        if (valid(h))
+          sm80::st_global_v4(rows[h] + 32 * g, w);
+      }
     }
-  }
+  };
+  // A warp whose 16 rows are all in the sequence (every warp but those of a last, short query
+  // tile) stores without a condition: no branch around each store, and every address the row's
+  // base plus a constant.
+  if (__all_sync(0xffffffffu, rows_valid >= 16))
+    store_all([](int) { return true; });
+  else
+    store_all([&](int h) { return lane / 4 + 8 * h < rows_valid; });
 }
 
 /// Writes one warp's 16 rows of O fragments (rows row0..row0+15, the first kCols columns) to a
