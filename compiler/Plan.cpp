@@ -653,7 +653,8 @@ void finalizePlan(KernelPlan &p) {
   // sm90ws grids (H200, docs/perf/sm90-fwd.md runs 8 and 19): persistent where every work tile
   // costs the same (no causal mask, no window, no varlen, no sparsity) and at hd 64: the next
   // tile's Q and K then load while the consumers finish the current one. Measured persistent
-  // over one CTA per tile, with the even tiles' L2 order of run 18: hd 128 +0-5 % (2k-16k),
+  // over one CTA per tile, with the even tiles' L2 order of run 18 (run 52 replaced that order;
+  // this comparison was not repeated): hd 128 +0-5 % (2k-16k),
   // hd 64 +8 % (run 8), hd 256 within 1 %. Uneven tiles keep one CTA per work tile, heaviest
   // first, so that the hardware hands the next tile to whichever SM frees up: the static deal
   // measured 11 % slower at hd 128 causal and 23-28 % at hd 256 causal (hd 64 causal gains,

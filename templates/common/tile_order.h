@@ -26,7 +26,7 @@ constexpr int64_t kTileGroupL2Bytes = int64_t(32) << 20;
 // coalescer, as we read it). With groups of 8 MB (a pair's
 // tiles on every 4th CTA at hd 256, seqlen 2k) the L2 served 54 M read sectors to cuDNN's 34 M
 // (35 M with group 1), the SM clock, held down by the power limit, ran at 1485 MHz instead of
-// 1575, and the kernel 2-5 % slower at 2k-4k (H200, docs/perf/sm90-fwd.md run 52).
+// 1575, and the hd 256 kernel 2-5 % slower at 2k-4k (H200, docs/perf/sm90-fwd.md run 52).
 
 /// Work item `t` of `tiles` tiles x `pairs` pairs, walked in groups of `group` pairs (the last
 /// group may have fewer): within a group, tile 0 of every pair, then tile 1, and so on. Sets

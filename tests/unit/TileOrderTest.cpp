@@ -1,7 +1,8 @@
 // The grouped order of work tiles (templates/common/tile_order.h): the portable backward's
 // causal CTA order, and the sm90ws forward's tile scheduler's order. Every item of the grid gets a
 // distinct (tile, pair), groups come in order, and within a group the tiles never go back (the
-// backward's longest key tile first). The GPU checks run small grids (one group); the
+// backward's longest key tile first). The GPU checks run small grids (one group for causal
+// kernels; the sm90ws forward's other kernels take one pair a group, so several); the
 // benchmarks' grids have many.
 #include "tile_order.h"
 
