@@ -20,13 +20,7 @@ namespace fagen {
 /// How many bytes of L2 a group of pairs may fill (of the H200's 50 MB): the causal orders,
 /// whose longest-first deal wants many pairs to a group.
 constexpr int64_t kTileGroupL2Bytes = int64_t(32) << 20;
-// The sm90ws forward's even tiles (no causal mask) take no groups: a pair's query tiles go to
-// consecutive CTAs (group 1), so that the CTAs reading the same K and V at the same moment are
-// neighbours, whose reads the L2 merges more often (ncu's read sectors; the request
-// coalescer, as we read it). With groups of 8 MB (a pair's
-// tiles on every 4th CTA at hd 256, seqlen 2k) the L2 served 54 M read sectors to cuDNN's 34 M
-// (35 M with group 1), the SM clock, held down by the power limit, ran at 1485 MHz instead of
-// 1575, and the hd 256 kernel 2-5 % slower at 2k-4k (H200, docs/perf/sm90-fwd.md run 52).
+// (The sm90ws forward's tiles without a causal mask take no groups: WsTileScheduler says why.)
 
 /// Work item `t` of `tiles` tiles x `pairs` pairs, walked in groups of `group` pairs (the last
 /// group may have fewer): within a group, tile 0 of every pair, then tile 1, and so on. Sets

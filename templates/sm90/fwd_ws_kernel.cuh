@@ -77,8 +77,12 @@ template <class Config> struct WsSmem {
 /// kTileGroupL2Bytes, so that the CTAs running at once share K/V in L2; within a group the
 /// heaviest tiles first (m_block from the last; longest-processing-time first,
 /// FlashAttention-4 section 3.3). Every other mask (varlen and sparse kernels too): pair by
-/// pair, m_block first, so that the CTAs reading one pair's K/V at once are neighbours
-/// (common/tile_order.h says why).
+/// pair, m_block first, so that the CTAs reading one pair's K/V at once are neighbours, whose
+/// reads the L2 merges more often (ncu's read sectors; the request coalescer, as we read it).
+/// Run 18's groups of pairs whose K/V fit 8 MB put a pair's tiles on every 4th CTA at hd 256,
+/// seqlen 2k: the L2 served 54 M read sectors to cuDNN's 34 M (35 M pair by pair), the SM
+/// clock, held down by the power limit, ran at 1485 MHz instead of 1575, and the hd 256 kernel
+/// 2-5 % slower at 2k-4k (H200, docs/perf/sm90-fwd.md run 52).
 /// CTA b takes tile b of each round of gridDim.x tiles; for causal, every other round runs
 /// backwards (b takes gridDim.x - 1 - b), so that the CTA with the heaviest tile of one round
 /// gets the lightest of the next and no CTA accumulates the heaviest of every round.
@@ -88,11 +92,11 @@ template <class Config> struct WsTileScheduler {
     num_m = (p.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
     heads = p.heads_q;
     total = num_m * heads * p.batch;
-    // K and V of a head
-    const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
-    group = Config::Mask::kWorkGrowsWithRow
-                ? int(max(int64_t(1), min(int64_t(heads) * p.batch, kTileGroupL2Bytes / kv_bytes)))
-                : 1;
+    group = 1; // pairs a group: one unless causal
+    if constexpr (Config::Mask::kWorkGrowsWithRow) {
+      const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
+      group = int(max(int64_t(1), min(int64_t(heads) * p.batch, kTileGroupL2Bytes / kv_bytes)));
+    }
   }
   /// The tile of this CTA's round r (>= total: no more work).
   __device__ int nth(int r) const {
@@ -100,11 +104,17 @@ template <class Config> struct WsTileScheduler {
     return r * int(gridDim.x) + (backwards ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x));
   }
   __device__ void tile(int t, int &m_block, int &head, int &batch) const {
-    // grouped_tile_order's order (common/tile_order.h), in this kernel's own arithmetic.
-    const int g = t / (num_m * group), r = t - g * (num_m * group);
-    const int in_group = min(group, total / num_m - g * group); // the last group may be short
-    const int bh = g * group + r % in_group, m = r / in_group;
-    m_block = Config::Mask::kWorkGrowsWithRow ? num_m - 1 - m : m;
+    int bh;
+    if constexpr (Config::Mask::kWorkGrowsWithRow) {
+      // grouped_tile_order's order (common/tile_order.h), in this kernel's own arithmetic.
+      const int g = t / (num_m * group), r = t - g * (num_m * group);
+      const int in_group = min(group, total / num_m - g * group); // the last group may be short
+      bh = g * group + r % in_group;
+      m_block = num_m - 1 - r / in_group;
+    } else { // the same order with groups of one pair
+      bh = t / num_m;
+      m_block = t % num_m; // (t - bh * num_m spilled 4 bytes at hd 64 192 x 128, nvcc 13.0)
+    }
     head = bh % heads;
     batch = bh / heads;
   }
