@@ -113,7 +113,13 @@ template <class Config> struct WsTileScheduler {
       m_block = num_m - 1 - r / in_group;
     } else { // the same order with groups of one pair
       bh = t / num_m;
-      m_block = t % num_m; // (t - bh * num_m spilled 4 bytes at hd 64 192 x 128, nvcc 13.0)
+      // The pair's tiles in order from place bh % num_m on (m_block num_m - 1 there), so that
+      // a pair's last tile, short where kBlockM does not divide seqlen_q, falls on a
+      // different CTA of the static deal for each pair. In m_block order every pair's last
+      // tile went to one of a few CTAs (hd 128 2k, 192-row tiles: 11 tiles a pair, so 12 of
+      // 132), and the CTAs with one tile more than the others all had full ones.
+      const int m = t % num_m + (num_m - 1 - bh % num_m); // (t - bh * num_m spilled 4 bytes
+      m_block = m >= num_m ? m - num_m : m;                // at hd 64 192 x 128, nvcc 13.0)
     }
     head = bh % heads;
     batch = bh / heads;
