@@ -413,29 +413,34 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   };
   auto wait_k = [&](int i) { mbarrier_wait(sm.k_full(kv + i), sm.full_parity(sm.round(kv + i))); };
   auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity(sm.round(kv + i))); };
+  // A step without MMAs: K_k and V_v (each if >= 0) handed back once filled, so that the
+  // arrival counts for that fill's round, then a ping-pong turn passed on, so that the other
+  // warpgroups have the tensor cores. The ring needs n_tiles + 1 turns of every warpgroup a
+  // tile, and each slot's arrival once per fill.
+  auto pass_step = [&](int k, int v) {
+    if (k >= 0) {
+      wait_k(k);
+      release(sm.k_empty(kv + k));
+    }
+    if (v >= 0) {
+      wait_v(v);
+      release(sm.v_empty(kv + v));
+    }
+    my_turn();
+    next_turn();
+  };
 
   // (A vote: ptxas then sees a warp-uniform branch and keeps the slot addresses after it in
   // uniform registers; on the thread index alone it moved them with R2UR before each wgmma.)
   if (__all_sync(0xffffffffu, 64 * consumer >= shape.seqlen_q - m_block * kBlockM)) {
     // No row of this warpgroup is in the sequence (a last query tile whose rows end at or
-    // before this warpgroup's first): it only hands the Q, K and V slots back as they fill,
-    // each after the slot's fill (so its arrival counts for that fill's round), and passes its
-    // ping-pong turns on, one a step, so that the other warpgroups have the tensor cores (the
-    // tile takes about their share of its time). It writes no FAGEN_WS_TRACE events.
+    // before this warpgroup's first): it only hands the Q, K and V slots back, in the order
+    // of a live warpgroup's steps (K_i with V_{i-1}), and passes its turns on (the tile takes
+    // about the other warpgroups' share of its time). It writes no FAGEN_WS_TRACE events.
     mbarrier_wait(sm.q_full(), sm.full_parity(work));
     release(sm.q_empty());
-    for (int i = 0; i <= n_tiles; ++i) {
-      if (i < n_tiles) {
-        wait_k(i);
-        release(sm.k_empty(kv + i));
-      }
-      if (i > 0) {
-        wait_v(i - 1);
-        release(sm.v_empty(kv + i - 1));
-      }
-      my_turn();
-      next_turn();
-    }
+    for (int i = 0; i <= n_tiles; ++i)
+      pass_step(i < n_tiles ? i : -1, i - 1);
     return;
   }
 
@@ -584,18 +589,11 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   next_turn();
   wgmma_wait<0>();
   pv_done(n_live);
-  // Dead steps: each K and V slot handed back once it has filled (so that the arrival counts for
-  // that fill's round), a ping-pong turn passed on for each, so that the other warpgroups have
-  // the tensor cores to themselves. Every warpgroup takes n_tiles + 1 turns a tile, as the ring
-  // needs: 1 + (n_live - 1) + 1 live, n_tiles - n_live dead.
-  for (int i = n_live; i < n_tiles; ++i) {
-    wait_k(i);
-    release(sm.k_empty(kv + i));
-    wait_v(i);
-    release(sm.v_empty(kv + i));
-    my_turn();
-    next_turn();
-  }
+  // Dead steps: K_i and V_i handed back, a turn passed for each. Every warpgroup takes
+  // n_tiles + 1 turns a tile, as the ring needs: 1 + (n_live - 1) + 1 live, n_tiles - n_live
+  // dead.
+  for (int i = n_live; i < n_tiles; ++i)
+    pass_step(i, i);
   FAGEN_WS_TRACE_AT(work, 5);
 
   float row_lse[2];
