@@ -77,8 +77,9 @@ template <class Config> struct WsSmem {
 /// kTileGroupL2Bytes, so that the CTAs running at once share K/V in L2; within a group the
 /// heaviest tiles first (m_block from the last; longest-processing-time first,
 /// FlashAttention-4 section 3.3). Every other mask (varlen and sparse kernels too): pair by
-/// pair, m_block first, so that the CTAs reading one pair's K/V at once are neighbours, whose
-/// reads the L2 merges more often (ncu's read sectors; the request coalescer, as we read it).
+/// pair, a pair's tiles on consecutive t (in an order rotated per pair, below), so that the CTAs
+/// reading one pair's K/V at once are neighbours, whose reads the L2 merges more often (ncu's
+/// read sectors; the request coalescer, as we read it).
 /// Run 18's groups of pairs whose K/V fit 8 MB put a pair's tiles on every 4th CTA at hd 256,
 /// seqlen 2k: the L2 served 54 M read sectors to cuDNN's 34 M (35 M pair by pair), the SM
 /// clock, held down by the power limit, ran at 1485 MHz instead of 1575, and the hd 256 kernel
@@ -111,13 +112,15 @@ template <class Config> struct WsTileScheduler {
       const int in_group = min(group, total / num_m - g * group); // the last group may be short
       bh = g * group + r % in_group;
       m_block = num_m - 1 - r / in_group;
-    } else { // the same order with groups of one pair
+    } else { // pair by pair
       bh = t / num_m;
-      // The pair's tiles in order from place bh % num_m on (m_block num_m - 1 there), so that
-      // a pair's last tile, short where kBlockM does not divide seqlen_q, falls on a
-      // different CTA of the static deal for each pair. In m_block order every pair's last
-      // tile went to one of a few CTAs (hd 128 2k, 192-row tiles: 11 tiles a pair, so 12 of
-      // 132), and the CTAs with one tile more than the others all had full ones.
+      // Place j = t % num_m of pair bh holds m_block (j - 1 - bh % num_m) mod num_m: the
+      // pair's last tile (short where kBlockM does not divide seqlen_q) sits at place
+      // bh % num_m, so it falls on a different CTA of the static deal for each pair. In
+      // m_block order every pair's last tile went to one of a few CTAs (hd 128 2k, 192-row
+      // tiles: 11 tiles a pair, so 12 of 132), and 80 of the 88 CTAs that take one tile more
+      // than the others had only full ones (H200: +2 % at hd 128 2k, docs/perf/sm90-fwd.md
+      // run 58).
       const int m = t % num_m + (num_m - 1 - bh % num_m); // (t - bh * num_m spilled 4 bytes
       m_block = m >= num_m ? m - num_m : m;                // at hd 64 192 x 128, nvcc 13.0)
     }
@@ -415,8 +418,8 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity(sm.round(kv + i))); };
   // A step without MMAs: K_k and V_v (each if >= 0) handed back once filled, so that the
   // arrival counts for that fill's round, then a ping-pong turn passed on, so that the other
-  // warpgroups have the tensor cores. The ring needs n_tiles + 1 turns of every warpgroup a
-  // tile, and each slot's arrival once per fill.
+  // warpgroups have the tensor cores. The ping-pong needs n_tiles + 1 turns of every
+  // warpgroup a tile, and the K/V ring each slot's arrival once per fill.
   auto pass_step = [&](int k, int v) {
     if (k >= 0) {
       wait_k(k);
@@ -434,7 +437,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   // uniform registers; on the thread index alone it moved them with R2UR before each wgmma.)
   if (__all_sync(0xffffffffu, 64 * consumer >= shape.seqlen_q - m_block * kBlockM)) {
     // No row of this warpgroup is in the sequence (a last query tile whose rows end at or
-    // before this warpgroup's first): it only hands the Q, K and V slots back, in the order
+    // before this warpgroup's first): it only hands Q back at once, then K and V in the order
     // of a live warpgroup's steps (K_i with V_{i-1}), and passes its turns on (the tile takes
     // about the other warpgroups' share of its time). It writes no FAGEN_WS_TRACE events.
     mbarrier_wait(sm.q_full(), sm.full_parity(work));
@@ -590,8 +593,8 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   wgmma_wait<0>();
   pv_done(n_live);
   // Dead steps: K_i and V_i handed back, a turn passed for each. Every warpgroup takes
-  // n_tiles + 1 turns a tile, as the ring needs: 1 + (n_live - 1) + 1 live, n_tiles - n_live
-  // dead.
+  // n_tiles + 1 turns a tile, as the ping-pong needs: 1 + (n_live - 1) + 1 live,
+  // n_tiles - n_live dead.
   for (int i = n_live; i < n_tiles; ++i)
     pass_step(i, i);
   FAGEN_WS_TRACE_AT(work, 5);
