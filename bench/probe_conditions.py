@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
 
 SHAPES = ((256, 2048), (256, 4096), (256, 16384), (128, 2048), (128, 16384))
@@ -47,8 +48,8 @@ def main():
     flush = torch.empty(256 * 1024 * 1024 // 4, dtype=torch.int32, device=dev)
     print(f"{'hd':>3} {'s':>5} {'data':>7} {'flush':>5} {'fagen':>7} {'cudnn':>7} {'ratio':>6}")
     for d, s in SHAPES:
-        b, h = 16384 // s, 2048 // d
-        flops = 4.0 * b * h * s * s * d
+        b, h = fa3.shape(d, s)
+        flops = fa3.fwd_flops(d, s)
         for data in ("normal", "uniform"):
             if data == "normal":
                 q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=torch.bfloat16)

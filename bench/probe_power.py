@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
 
 FIELDS = "timestamp,power.draw,clocks.sm,temperature.gpu,clocks_event_reasons.active"
@@ -102,22 +103,20 @@ def main():
                     help="nvidia-smi's id of the GPU torch runs on (default: its UUID)")
     args = ap.parse_args()
     if args.seconds < 1:
-        ap.error(f"--seconds must be at least 1 (the first {SKIP_S} s are left out), got {args.seconds}")
-    shapes = []
-    for cell in args.shapes.split(","):
-        try:
-            d, s = (int(x) for x in cell.split("x"))
-        except ValueError:
-            ap.error(f"--shapes: '{cell}' is not HDxSEQLEN, e.g. 256x2048")
-        shapes.append((d, s))
+        ap.error(f"--seconds must be at least 1 (the first {SKIP_S} s are left out), "
+                 f"got {args.seconds}")
+    try:
+        shapes = fa3.parse_cells(args.shapes)
+    except ValueError as e:
+        ap.error(f"--shapes: {e}")
     dev = "cuda"
     gpu = smi_gpu_id(args.gpu)
     bundle = fagen_rt.Bundle(args.bundle)
     print(f"{'hd':>3} {'s':>5} {'impl':>6} {'TFLOP/s':>8} {'MHz':>6} {'W':>6} {'degC':>5} "
           f"{'TF/GHz':>7}  reasons (count)")
     for d, s in shapes:
-        b, h = max(1, 16384 // s), 2048 // d
-        flops = 4.0 * b * h * s * s * d
+        b, h = fa3.shape(d, s)
+        flops = fa3.fwd_flops(d, s)
         q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         plan = bundle.plan_forward(qt, kt, vt, causal=False)

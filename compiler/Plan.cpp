@@ -937,8 +937,9 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 /// rows one bucket, unstaged since session 22 (run 51). hd 64 causal: rows up to 1k on
 /// 128 x 128 tiles (run 26, a tune with tile counters, had them up to 2k; since the warpgroups
 /// without rows pass their tiles, run 39, the default 192 x 128 measured 1.06x faster at 1.5k
-/// and 2k, and 0.94x at 512 and 1k, runs 41-42; 1025-1535 rows not measured). fp16 shares the rule (same tiles; not
-/// measured). The hd 256 non-causal kernel runs persistent (the grid rule for even tiles).
+/// and 2k, and 0.94x at 512 and 1k, runs 41-42; 1025-1535 rows not measured). fp16 shares the
+/// rule (same tiles; not measured). The hd 256 non-causal kernel runs persistent (the grid
+/// rule for even tiles).
 /// Empty where none applies; a tuning database overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&

@@ -17,16 +17,20 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, "bench")
+import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("bundles", nargs="+")
 ap.add_argument("--shapes", default="256x2048,128x2048", help="HDxSEQLEN list (default %(default)s)")
 args = ap.parse_args()
+try:
+    cells = fa3.parse_cells(args.shapes)
+except ValueError as e:
+    ap.error(f"--shapes: {e}")
 bundles = [fagen_rt.Bundle(p) for p in args.bundles]
-for cell in args.shapes.split(","):
-    d, s = (int(x) for x in cell.split("x"))
-    b, h = max(1, 16384 // s), 2048 // d
+for d, s in cells:
+    b, h = fa3.shape(d, s)
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
     o = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
