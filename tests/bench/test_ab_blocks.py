@@ -1,0 +1,43 @@
+"""bench/ab_blocks.py's parsing and bookkeeping (no GPU, no torch)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import ab_blocks  # noqa: E402
+
+
+def expect_error(spec, words):
+    try:
+        ab_blocks.parse_bundle(spec)
+    except ValueError as e:
+        assert words in str(e), (spec, str(e))
+        return
+    raise AssertionError(f"parse_bundle({spec!r}) did not fail")
+
+
+def main():
+    assert ab_blocks.parse_bundle("A=bench90a.fab") == ("A", "bench90a.fab", True)
+    assert ab_blocks.parse_bundle("nows=x/y.fab:nows") == ("nows", "x/y.fab", False)
+    assert ab_blocks.parse_bundle("B=a=b.fab") == ("B", "a=b.fab", True)
+    expect_error("bench90a.fab", "is not LABEL=PATH[:nows]")
+    expect_error("=x.fab", "is not LABEL=PATH[:nows]")
+    expect_error("A=", "is not LABEL=PATH[:nows]")
+    expect_error("A=:nows", "has no path")
+    expect_error("cudnn=x.fab", "are --sdpa's")
+    # Each label first once every len(labels) rounds, the order kept otherwise.
+    labels = ["A", "B", "cudnn"]
+    assert ab_blocks.round_order(labels, 0) == ["A", "B", "cudnn"]
+    assert ab_blocks.round_order(labels, 1) == ["B", "cudnn", "A"]
+    assert ab_blocks.round_order(labels, 2) == ["cudnn", "A", "B"]
+    assert ab_blocks.round_order(labels, 3) == ["A", "B", "cudnn"]
+    assert [ab_blocks.round_order(labels, r)[0] for r in range(6)] == labels * 2
+    # Median, spread and ratio to the first label's median.
+    med, spread, ratio = ab_blocks.summarize([1.0, 1.02, 0.98, 1.01], 0.5)
+    assert abs(med - 1.005) < 1e-12
+    assert abs(spread - 0.04 / 1.005) < 1e-12
+    assert abs(ratio - 2.01) < 1e-12
+    print("test_ab_blocks: ok")
+
+
+if __name__ == "__main__":
+    main()
