@@ -24,6 +24,7 @@ def main():
     expect_error("A=", "is not LABEL=PATH[:nows]")
     expect_error("A=:nows", "has no path")
     expect_error("cudnn=x.fab", "are --sdpa's")
+    expect_error("flash=x.fab", "are --sdpa's")
     # Each label first once every len(labels) rounds, the order kept otherwise.
     labels = ["A", "B", "cudnn"]
     assert ab_blocks.round_order(labels, 0) == ["A", "B", "cudnn"]
@@ -31,6 +32,21 @@ def main():
     assert ab_blocks.round_order(labels, 2) == ["cudnn", "A", "B"]
     assert ab_blocks.round_order(labels, 3) == ["A", "B", "cudnn"]
     assert [ab_blocks.round_order(labels, r)[0] for r in range(6)] == labels * 2
+    # Labels: two or more, each once; --blocks and --seconds positive.
+    assert ab_blocks.check_labels(["A", "B"], 4, 1.0) == ""
+    assert "two labels or more" in ab_blocks.check_labels(["A"], 4, 1.0)
+    assert "each label once" in ab_blocks.check_labels(["A", "cudnn", "A"], 4, 1.0)
+    assert "--blocks" in ab_blocks.check_labels(["A", "B"], 0, 1.0)
+    assert "--seconds" in ab_blocks.check_labels(["A", "B"], 4, 0.0)
+    assert ab_blocks.balanced(["A", "B"], 4) and not ab_blocks.balanced(["A", "B", "C"], 4)
+    # About 50 ms of work between syncs, at least 20 calls.
+    assert ab_blocks.sync_every(0.25) == 200
+    assert ab_blocks.sync_every(3.0) == 20
+    assert ab_blocks.sync_every(0.0) == 20
+    # WRONG: over 0.05, NaN or inf.
+    assert not ab_blocks.is_wrong(0.0) and not ab_blocks.is_wrong(0.05)
+    assert ab_blocks.is_wrong(0.0501)
+    assert ab_blocks.is_wrong(float("nan")) and ab_blocks.is_wrong(float("inf"))
     # Median, spread and ratio to the first label's median.
     med, spread, ratio = ab_blocks.summarize([1.0, 1.02, 0.98, 1.01], 0.5)
     assert abs(med - 1.005) < 1e-12
