@@ -1,18 +1,10 @@
 """bench/ab_blocks.py's parsing and bookkeeping (no GPU, no torch)."""
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import bench_test_util  # bench/ on the import path
 import ab_blocks  # noqa: E402
 
 
-def expect_error(spec, words):
-    try:
-        ab_blocks.parse_bundle(spec)
-    except ValueError as e:
-        assert words in str(e), (spec, str(e))
-        return
-    raise AssertionError(f"parse_bundle({spec!r}) did not fail")
+def expect_error(arg, words):
+    bench_test_util.expect_value_error(ab_blocks.parse_bundle, arg, words)
 
 
 def main():

@@ -1,18 +1,10 @@
 """bench/fa3.py, the FA3 shapes the probes share (no GPU, no torch)."""
-import os
-import sys
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import bench_test_util  # bench/ on the import path
 import fa3  # noqa: E402
 
 
-def expect_error(text, words):
-    try:
-        fa3.parse_cells(text)
-    except ValueError as e:
-        assert words in str(e), (text, str(e))
-        return
-    raise AssertionError(f"parse_cells({text!r}) did not fail")
+def expect_error(arg, words):
+    bench_test_util.expect_value_error(fa3.parse_cells, arg, words)
 
 
 def main():
