@@ -9,7 +9,9 @@ the first label's O.
 Labels: bundles, LABEL=PATH (each plan run with its forward workspace, as bench_fwd.py does) or
 LABEL=PATH:nows (without); and SDPA's backends with --sdpa cudnn / flash (after the bundles).
 The first label's O is the reference: a label whose O differs from it by more than 0.05 (or is
-not finite) is marked WRONG, and the exit status is then 1.
+not finite) is marked WRONG, and the exit status is then 1. In a cell where the first label does
+not run (its bundle has no kernel for the shape, or its SDPA backend refuses it), the first
+label that runs is the reference, and a line says so.
 
 Why: bench_fwd.py times each label in do_bench rounds with pauses between them, whose power
 state differs from round to round: on the H200 one launch timed against itself there read
@@ -103,6 +105,15 @@ def summarize(times, first):
     return med, spread, med / first if first > 0 else float("nan")
 
 
+def reference_note(labels, present, d, s):
+    """A line saying that a cell's reference is not the first label (which did not run there:
+    it failed to plan, or its SDPA backend refused the shape), else ''."""
+    if not present or present[0] == labels[0]:
+        return ""
+    return (f"d={d} s={s}: {labels[0]} did not run, so {present[0]} is this cell's reference "
+            f"(its /first ratios and max|diff| are against {present[0]})")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -181,6 +192,9 @@ def main():
         present = [l for l in labels if l in calls]
         if len(present) < 2:
             continue
+        note = reference_note(labels, present, d, s)
+        if note:
+            print(note, flush=True)
 
         def block(label, seconds, every):
             fn, ctx = calls[label]
@@ -212,7 +226,8 @@ def main():
             diff = (outs[label].float() - outs[present[0]].float()).abs().max().item()
             wrong = is_wrong(diff)
             failed |= wrong
-            row = {"head_dim": d, "seqlen": s, "causal": args.causal, "label": label, "ms": med,
+            row = {"head_dim": d, "seqlen": s, "causal": args.causal, "label": label,
+                   "reference": present[0], "ms": med,
                    "spread": spread, "over_first": ratio, "tflops": flops / med / 1e9,
                    "max_abs_diff_vs_first": diff, "wrong": wrong, "sync_every": every[label],
                    "blocks_ms": times[label], **info.get(label, {})}

@@ -44,6 +44,11 @@ def main():
     assert abs(med - 1.005) < 1e-12
     assert abs(spread - 0.04 / 1.005) < 1e-12
     assert abs(ratio - 2.01) < 1e-12
+    # The reference moves to the first label that ran, and says so.
+    assert ab_blocks.reference_note(["A", "B", "cudnn"], ["A", "B", "cudnn"], 128, 2048) == ""
+    note = ab_blocks.reference_note(["A", "B", "cudnn"], ["B", "cudnn"], 128, 2048)
+    assert "A did not run" in note and "B is this cell's reference" in note
+    assert "d=128 s=2048" in note
     print("test_ab_blocks: ok")
 
 
