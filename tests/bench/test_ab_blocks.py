@@ -49,6 +49,8 @@ def main():
     note = ab_blocks.reference_note(["A", "B", "cudnn"], ["B", "cudnn"], 128, 2048)
     assert "A did not run" in note and "B is this cell's reference" in note
     assert "d=128 s=2048" in note
+    assert ab_blocks.reference_note(["A", "B", "cudnn"], ["A", "cudnn"], 128, 2048) == ""
+    assert ab_blocks.reference_note(["A", "B"], [], 128, 2048) == ""
     print("test_ab_blocks: ok")
 
 
