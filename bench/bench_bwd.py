@@ -30,6 +30,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
 from tables import fmt, ratio, write_json  # noqa: E402
 
@@ -154,7 +155,7 @@ def main():
     for d in [int(x) for x in args.head_dims.split(",")]:
         for causal in (False, True):
             for s in [int(x) for x in args.seqlens.split(",")]:
-                b, h = max(1, 16384 // s), 2048 // d
+                b, h = fa3.shape(d, s)
                 # fagen takes [B, S, H, D]-indexed tensors, SDPA [B, H, S, D]: views of the same
                 # memory, laid out as --layout says.
                 if args.layout == "bhsd":

@@ -36,6 +36,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
 from tables import fmt, ratio, write_json  # noqa: E402
 
@@ -94,7 +95,8 @@ def main():
         seqlens = [int(x) for x in args.seqlens.split(",")] if args.seqlens else SEQLENS[d]
         for causal in (False, True):
             for s in seqlens:
-                b, h = args.batch or max(1, 16384 // s), 2048 // d
+                b, h = fa3.shape(d, s)
+                b = args.batch or b
                 q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=dtype) for _ in range(3))
                 flops = 4.0 * b * h * s * s * d * (0.5 if causal else 1.0)
                 row = dict(head_dim=d, causal=causal, seqlen=s, batch=b, heads=h)

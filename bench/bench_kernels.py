@@ -30,6 +30,7 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
 from tables import write_json  # noqa: E402
 
@@ -92,7 +93,7 @@ def main():
     for s in seqlens:
         for key in sorted({(c["dtype"], c["qk"], c["v"]) for _, _, _, c in kernels}):
             dtype, qk, dv = key
-            b, h = max(1, 16384 // s), 2048 // qk
+            b, h = fa3.shape(qk, s)
             tdtype = torch.bfloat16 if dtype == "bf16" else torch.float16
             q = torch.randn(b, s, h, qk, device=DEV, dtype=tdtype)
             k = torch.randn(b, s, h, qk, device=DEV, dtype=tdtype)

@@ -31,6 +31,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
 from tables import fmt, ratio, write_json  # noqa: E402
 
@@ -95,11 +96,11 @@ def part_dropout(bundles, dense, rows):
     for d in (64, 128):
         for causal in (False, True):
             for s in (2048, 8192, 16384):
-                b, h = max(1, 16384 // s), 2048 // d
+                b, h = fa3.shape(d, s)
                 q, k, v = (rand(b, h, s, d) for _ in range(3))
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
                 row = dict(part="dropout", head_dim=d, causal=causal, seqlen=s,
-                           flops=4.0 * b * h * s * s * d * (0.5 if causal else 1.0))
+                           flops=fa3.fwd_flops(d, s, causal))
                 args = fagen_rt.run_args(dropout_seed=7)
                 for label, bundle in bundles:
                     row[label + "_ms"], _, row[label + "_kernel"] = time_fagen(
@@ -156,7 +157,7 @@ def part_headdim(bundles, rows):
     for dqk, dv in ((96, 96), (192, 192), (192, 128)):
         for causal in (False, True):
             for s in (2048, 8192, 16384):
-                b, h = max(1, 16384 // s), 2048 // dqk
+                b, h = fa3.shape(dqk, s)
                 q, k = rand(b, h, s, dqk), rand(b, h, s, dqk)
                 v = rand(b, h, s, dv)
                 qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)

@@ -1,4 +1,4 @@
-"""FlashAttention-3's benchmark shapes, shared by bench/probe_*.py and bench/diag/ncu_once.py:
+"""FlashAttention-3's benchmark shapes, shared by bench/'s benchmarks, probes and ncu_once.py:
 batch x seqlen = 16k tokens, hidden 2048 (heads = 2048 / head dim), forward FLOPs 4 B H S^2 D
 (half of that causal). No torch here, so that tests/bench/test_fa3.py runs on any machine."""
 

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
 
 
@@ -51,7 +52,8 @@ def main():
     if args.head_dim not in (32, 64, 128, 256):
         ap.error(f"--head-dim must be 32, 64, 128 or 256 (heads = 2048 / head dim), "
                  f"got {args.head_dim}")
-    b, h, s, d = max(1, 16384 // args.seqlen), 2048 // args.head_dim, args.seqlen, args.head_dim
+    s, d = args.seqlen, args.head_dim
+    b, h = fa3.shape(d, s)
     torch.manual_seed(0)
     shape = (b, s, h, d) if args.layout == "bshd" else (b, h, s, d)
     q, k, v = (torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(3))
