@@ -31,7 +31,6 @@ block; SDPA's backend is selected once around a block, not per call.
 import argparse
 import contextlib
 import json
-import math
 import os
 import statistics
 import sys
@@ -41,7 +40,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa3  # noqa: E402
 import tables  # noqa: E402
 
-WRONG_ABS_DIFF = 0.05  # bench_fwd.py's threshold for a bundle that computes something else
 SYNC_MS = 50.0  # work between syncs inside a block (see the docstring)
 MIN_SYNC_EVERY = 20
 
@@ -91,11 +89,6 @@ def sync_every(ms_per_call):
     if not ms_per_call > 0:
         return MIN_SYNC_EVERY
     return max(MIN_SYNC_EVERY, int(SYNC_MS / ms_per_call))
-
-
-def is_wrong(max_abs_diff):
-    """Over the threshold, or not a number (NaN / inf outputs)."""
-    return not (math.isfinite(max_abs_diff) and max_abs_diff <= WRONG_ABS_DIFF)
 
 
 def summarize(times, first):
@@ -224,7 +217,7 @@ def main():
         for label in present:
             med, spread, ratio = summarize(times[label], first)
             diff = (outs[label].float() - outs[present[0]].float()).abs().max().item()
-            wrong = is_wrong(diff)
+            wrong = tables.is_wrong(diff)
             failed |= wrong
             row = {"head_dim": d, "seqlen": s, "causal": args.causal, "label": label,
                    "reference": present[0], "ms": med,

@@ -22,7 +22,7 @@ uneven tiles: one CTA per SM taking tiles as they free up); --workspace-ab also 
 bundle without one (label nows_LABEL: one CTA per tile), the same cubins.
 
 Before timing, each fagen output is compared with SDPA's flash output on the same inputs
-(max |diff| must stay under 0.05, else the row is marked WRONG and the run fails).
+(max |diff| must stay under 0.05 and be finite, else the row is marked WRONG and the run fails).
 """
 import argparse
 import json
@@ -38,7 +38,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fa3  # noqa: E402
 import fagen_rt  # noqa: E402
-from tables import fmt, ratio, write_json  # noqa: E402
+from tables import fmt, is_wrong, ratio, write_json  # noqa: E402
 
 SEQLENS = {64: (512, 1024, 2048, 4096, 8192, 16384), 128: (512, 1024, 2048, 4096, 8192, 16384),
            256: (2048, 8192)}
@@ -117,7 +117,7 @@ def main():
                         else:  # every bundle must compute the same function
                             diff = (o.transpose(1, 2).float() - fagen_out.float()).abs().max().item()
                             row[label + "_max_abs_diff_vs_" + labels[0]] = diff
-                            if diff > 0.05:
+                            if is_wrong(diff):
                                 row["wrong"] = True
                         run = lambda plan=plan, o=o, lse=lse, ws=ws: plan.run(qt, kt, vt, o, lse,
                                                                               workspace=ws)
@@ -161,7 +161,7 @@ def main():
                 for name in labels + ["flash", "cudnn"]:
                     if row.get(name + "_ms"):
                         row[name + "_tflops"] = flops / row[name + "_ms"] / 1e9
-                if row.get("max_abs_diff_vs_flash", 0) > 0.05:
+                if is_wrong(row.get("max_abs_diff_vs_flash", 0.0)):
                     row["wrong"] = True
                 failed = failed or row.get("wrong", False)
                 meta["rows"].append(row)

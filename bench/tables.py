@@ -1,7 +1,16 @@
 """Shared by the benchmarks (bench_fwd.py, bench_bwd.py, bench_variants.py, bench_kernels.py,
-bench_overhead.py): the cells of their printed tables and the JSON they write."""
+bench_overhead.py, ab_blocks.py): the cells of their printed tables, the JSON they write, and
+when a row's output is WRONG."""
 import json
+import math
 import os
+
+WRONG_ABS_DIFF = 0.05  # max |diff| in bf16 / fp16 over which two outputs are not one function
+
+
+def is_wrong(max_abs_diff):
+    """Over WRONG_ABS_DIFF, or not a number (NaN / inf outputs)."""
+    return not (math.isfinite(max_abs_diff) and max_abs_diff <= WRONG_ABS_DIFF)
 
 
 def fmt(x):
