@@ -169,9 +169,12 @@ struct WsFwdConfig : VariantParts<Variant_> {
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kMinBlocksPerSm = 1;
   // Registers a thread, 64 K per SM for one CTA: 2 consumers 24 + 2 x 240 (x 128 threads),
-  // 3 consumers 32 + 3 x 160, FlashAttention-3's split.
-  static constexpr int kProducerRegs = kConsumers == 2 ? 24 : 32;
-  static constexpr int kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  // 3 consumers 32 + 3 x 160, FlashAttention-3's split. Varlen with 2 consumers: 32 + 2 x 232,
+  // since the producer's row arithmetic (cu_seqlens) spilled 8 bytes at 24 around its Q load
+  // (hd 128 causal varlen, nvcc 13.0).
+  static constexpr int kProducerRegs = kConsumers == 2 && !Variant_::kVarlen ? 24 : 32;
+  static constexpr int kConsumerRegs =
+      kConsumers == 2 ? (Variant_::kVarlen ? 232 : 240) : 160;
   // setmaxnreg only moves registers within what the CTA got at launch: kThreads x the
   // per-thread count of a 64 K register file (rounded down to 8). Asking for more makes
   // setmaxnreg.inc wait forever (an experiment with 64 + 2 x 224 over 384 x 168 hung on the H200).
