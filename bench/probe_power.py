@@ -5,10 +5,11 @@ calls) while `nvidia-smi` samples this GPU's power, SM clock, temperature and ac
 clock-event reasons every 20 ms. Samples and calls of the first 0.5 s are dropped: TFLOP/s and
 the medians cover the same window. Cells alternate fagen / cuDNN twice with a 2 s rest before
 each, on FlashAttention-3's shapes (batch x seqlen = 16k tokens, hidden 2048, bf16,
-non-causal, normal inputs). Prints each cell's TFLOP/s, median clock, median power and TFLOP/s
+normal inputs; non-causal unless --causal). Prints each cell's TFLOP/s, median clock, median power and TFLOP/s
 per GHz (work a cycle, the figure the clock does not move).
 
-    python3 bench/probe_power.py bench.fab [--shapes 256x2048,256x16384] [--seconds 3] [--gpu ID]
+    python3 bench/probe_power.py bench.fab [--shapes 256x2048,256x16384] [--causal] [--seconds 3]
+        [--gpu ID]
 """
 import argparse
 import datetime
@@ -97,6 +98,8 @@ def main():
     ap.add_argument("bundle")
     ap.add_argument("--shapes", default="256x2048,256x16384,128x16384",
                     help="HDxSEQLEN list (default %(default)s)")
+    ap.add_argument("--causal", action="store_true",
+                    help="bottom-right causal mask for both (FLOPs halved)")
     ap.add_argument("--seconds", type=float, default=3.0,
                     help="length of each run, at least 1 (default %(default)s)")
     ap.add_argument("--gpu", default=None,
@@ -112,20 +115,20 @@ def main():
     dev = "cuda"
     gpu = smi_gpu_id(args.gpu)
     bundle = fagen_rt.Bundle(args.bundle)
-    print(f"{'hd':>3} {'s':>5} {'impl':>6} {'TFLOP/s':>8} {'MHz':>6} {'W':>6} {'degC':>5} "
+    print(f"{'causal ' if args.causal else ''}{'hd':>3} {'s':>5} {'impl':>6} {'TFLOP/s':>8} {'MHz':>6} {'W':>6} {'degC':>5} "
           f"{'TF/GHz':>7}  reasons (count)")
     for d, s in shapes:
         b, h = fa3.shape(d, s)
-        flops = fa3.fwd_flops(d, s)
+        flops = fa3.fwd_flops(d, s, args.causal)
         q, k, v = (torch.randn(b, h, s, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
         qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        plan = bundle.plan_forward(qt, kt, vt, causal=False)
+        plan = bundle.plan_forward(qt, kt, vt, causal=args.causal)
         o = torch.empty(b, s, h, d, device=dev, dtype=torch.bfloat16)
         lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
 
         def run_cudnn():
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return F.scaled_dot_product_attention(q, k, v)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
 
         impls = (("fagen", lambda: plan.run(qt, kt, vt, o, lse)), ("cudnn", run_cudnn))
         for _ in range(2):
