@@ -705,7 +705,8 @@ namespace {
 /// docs/perf/sm90-fwd.md), two stages (three never helped):
 /// - sm90ws (`ws`, the sm_90a default): FlashAttention-3's tiles, hd 64 three consumer
 ///   warpgroups x 128 keys, hd 128 two x 128 keys, hd 256 two x 80 keys; 1.25-1.30x the sm90
-///   template at 16k (runs 5-8). hd 96 as hd 128 (padded), hd 192 two x 112 keys.
+///   template at 16k (runs 5-8). Dense kernels then take builtinSeqlenConfigs' buckets (hd 256
+///   non-causal: 64 keys). hd 96 as hd 128 (padded), hd 192 two x 112 keys.
 /// - sm90 (cp.async, pinned): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
 ///   one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; hd 256 128 x 64,
 ///   197632 bytes of shared memory (128 x 80 wins only causal 16k by 3-4% and spills 4 bytes).
@@ -934,7 +935,8 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
 /// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
 /// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
 /// default tau 8): causal rows staged at every length, up to 4k on 128 x 64 tiles; non-causal
-/// rows one bucket, unstaged since session 22 (run 51). hd 64 causal: rows up to 1k on
+/// rows one bucket, unstaged since session 22 (run 51), on 128 x 64 tiles since session 27
+/// (run 69). hd 64 causal: rows up to 1k on
 /// 128 x 128 tiles (run 26, a tune with tile counters, had them up to 2k; since the warpgroups
 /// without rows pass their tiles, run 39, the default 192 x 128 measured 1.06x faster at 1.5k
 /// and 2k, and 0.94x at 512 and 1k, runs 41-42; 1025-1535 rows not measured). fp16 shares the
@@ -977,13 +979,18 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
     // first for short causal rows (docs/perf/sm90-fwd.md run 23). Non-causal: unstaged since
     // O leaves the registers with 16-byte stores (store_o_rows' quad transpose), so that Q is
     // handed back after the last S and the next tile's Q loads under the epilogue: 1.01-1.05x
-    // the staged kernel at 1k-16k (run 51).
+    // the staged kernel at 1k-16k (run 51). Non-causal rows on 128 x 64 tiles (session 27, run
+    // 69): 2^k keys divide into 64-key tiles, while 80-key tiles compute 1.6 % padded keys at
+    // 1k-4k; back to back under the power cap 64 keys took 0.985-0.996x the time of 80 at 1k-16k
+    // (1.4-1.5 % less at 2k-4k), and 1.00-1.04x faster in bench_fwd.py's rounds.
     if (!causal)
-      provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue by A/B (session 22)";
+      provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue and tile by A/B "
+                   "(sessions 22, 27)";
     shortSeq.stagedEpilogue = causal;
-    if (base.mask == "causal")
-      shortSeq.blockN = 64;
     longSeq.stagedEpilogue = causal;
+    shortSeq.blockN = 64;
+    if (!causal)
+      longSeq.blockN = 64;
   }
   if (shortSeq == longSeq) // one range: tunedPlans would merge two, repeating the provenance
     return {{1, int64_t(1) << 40, shortSeq, provenance}};

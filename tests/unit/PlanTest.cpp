@@ -234,7 +234,7 @@ TEST(Plan, BuiltinSeqlenBuckets) {
                         {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n64w8s2_r8_so", "1..4096"},
                         {"fagen_fwd_fp16_hd256_causal_sm90ws_m128n80w8s2_r8_so", from4k},
                         // Equal configs in both ranges: one kernel for every length.
-                        {"fagen_fwd_bf16_hd256_none_sm90ws_m128n80w8s2_r8", from1},
+                        {"fagen_fwd_bf16_hd256_none_sm90ws_m128n64w8s2_r8", from1},
                         // Variants without measured buckets, and pinned tiles: one kernel.
                         {"fagen_fwd_bf16_hd64_none_sm90ws_m192n128w12s2_r8", all},
                         {"fagen_fwd_bf16_hd128_causal_softcap_sm90ws_m128n128w8s2_r8", all},
