@@ -99,7 +99,8 @@ def main():
     ap.add_argument("--shapes", default="256x2048,256x16384,128x16384",
                     help="HDxSEQLEN list (default %(default)s)")
     ap.add_argument("--causal", action="store_true",
-                    help="bottom-right causal mask for both (FLOPs halved)")
+                    help="causal mask for both (FLOPs halved); the shapes are square, where "
+                         "fagen's bottom-right and SDPA's top-left alignments are the same mask")
     ap.add_argument("--seconds", type=float, default=3.0,
                     help="length of each run, at least 1 (default %(default)s)")
     ap.add_argument("--gpu", default=None,
@@ -115,7 +116,9 @@ def main():
     dev = "cuda"
     gpu = smi_gpu_id(args.gpu)
     bundle = fagen_rt.Bundle(args.bundle)
-    print(f"{'causal ' if args.causal else ''}{'hd':>3} {'s':>5} {'impl':>6} {'TFLOP/s':>8} {'MHz':>6} {'W':>6} {'degC':>5} "
+    if args.causal:
+        print("causal")
+    print(f"{'hd':>3} {'s':>5} {'impl':>6} {'TFLOP/s':>8} {'MHz':>6} {'W':>6} {'degC':>5} "
           f"{'TF/GHz':>7}  reasons (count)")
     for d, s in shapes:
         b, h = fa3.shape(d, s)
