@@ -5,8 +5,8 @@ calls) while `nvidia-smi` samples this GPU's power, SM clock, temperature and ac
 clock-event reasons every 20 ms. Samples and calls of the first 0.5 s are dropped: TFLOP/s and
 the medians cover the same window. Cells alternate fagen / cuDNN twice with a 2 s rest before
 each, on FlashAttention-3's shapes (batch x seqlen = 16k tokens, hidden 2048, bf16,
-normal inputs; non-causal unless --causal). Prints each cell's TFLOP/s, median clock, median power and TFLOP/s
-per GHz (work a cycle, the figure the clock does not move).
+normal inputs; non-causal unless --causal). Prints each cell's TFLOP/s, median clock, median
+power and TFLOP/s per GHz (work a cycle, the figure the clock does not move).
 
     python3 bench/probe_power.py bench.fab [--shapes 256x2048,256x16384] [--causal] [--seconds 3]
         [--gpu ID]

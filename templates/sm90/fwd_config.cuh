@@ -171,7 +171,8 @@ struct WsFwdConfig : VariantParts<Variant_> {
   // Registers a thread, 64 K per SM for one CTA: 2 consumers 24 + 2 x 240 (x 128 threads),
   // 3 consumers 32 + 3 x 160, FlashAttention-3's split. Varlen with 2 consumers: 32 + 2 x 232,
   // since the producer's row arithmetic (cu_seqlens) spilled 8 bytes at 24 around its Q load
-  // (hd 128 causal varlen, nvcc 13.0).
+  // (hd 128 causal varlen, nvcc 13.0). compiler/Plan.cpp's sm90ConfigProblem mirrors
+  // kConsumerRegs in its accumulator budget.
   static constexpr int kProducerRegs = kConsumers == 2 && !Variant_::kVarlen ? 24 : 32;
   static constexpr int kConsumerRegs =
       kConsumers == 2 ? (Variant_::kVarlen ? 232 : 240) : 160;
