@@ -133,7 +133,7 @@ struct FwdConfig : VariantParts<Variant_> {
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
           int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false, int kRescaleTau_ = 0,
-          bool kTileCounter_ = false, bool kTmaStoreO_ = false>
+          bool kTileCounter_ = false, bool kTmaStoreO_ = false, bool kStaggerSlack_ = true>
 struct WsFwdConfig : VariantParts<Variant_> {
   using Element = Element_;
   static constexpr int kHeadDimQK = kHeadDimQK_;
@@ -164,6 +164,16 @@ struct WsFwdConfig : VariantParts<Variant_> {
                              !std::is_same<typename Variant_::ScoreMod, NoScoreMod>::value));
   static constexpr bool kTileCounter = kTileCounter_;
   static constexpr bool kTmaStoreO = kTmaStoreO_;
+  /// kStaggerSlack (persistent grids of dense tiles without a mask, the static deal): where
+  /// the tiles do not divide into whole rounds, the CTAs that get one tile fewer start half a
+  /// tile late, so that their tile boundaries (each a burst of Q loads and O stores from every
+  /// SM at once) fall between the others'. The makespan is unchanged: those CTAs had a whole
+  /// tile to spare. (H200, docs/perf/sm90-fwd.md run 72: a tile's cost beyond its steps 2.74
+  /// -> 2.47 steps at hd 256 2k, where 32 of 132 CTAs start late; sustained, 1.1-1.2 % less
+  /// time at hd 256 2k, 0.4-0.5 % at 4k and hd 128 2k.)
+  static constexpr bool kStaggerSlack =
+      kStaggerSlack_ && !kTileCounter_ && std::is_same<typename Variant_::Mask, NoMask>::value &&
+      !Variant_::kVarlen && !Variant_::Sparsity::kSparse;
 
   static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);
