@@ -6,14 +6,16 @@
 #                                 correctness grid, compute-sanitizer memcheck + racecheck on a
 #                                 reduced grid, timing, then torch SDPA flash/cuDNN on the same
 #                                 shapes in the same call; table last
-#   tests/gpu/run_sm90.sh ws-build  here: .carry-ws/sm90_ws_harness (warp-specialized kernels,
-#                                 sm90/fwd_ws_kernel.cuh, beside the cp.async defaults)
+#   tests/gpu/run_sm90.sh ws-build  here: .carry-ws/sm90_ws_harness, or $WS_OUT (warp-
+#                                 specialized kernels, sm90/fwd_ws_kernel.cuh, beside the
+#                                 cp.async defaults)
 #   tests/gpu/run_sm90.sh ws      on the H200 (carry .carry-ws), one call of at most ~200 s:
 #                                 SASS (HGMMA, TMA, setmaxnreg), full check grid, timing twice at
 #                                 2k/8k/16k, SDPA flash/cuDNN, sanitizers on the reduced grid
-#   tests/gpu/run_sm90.sh trace-build  here: .carry-ws/ws_trace (tests/gpu/ws_trace.cu: the
-#                                 sm90ws kernels with -DFAGEN_WS_TRACE, clock64 at each tile's
-#                                 events); run it on the H200: .carry-ws/ws_trace [--seqlens ...]
+#   tests/gpu/run_sm90.sh trace-build  here: .carry-ws/ws_trace, or $TRACE_OUT
+#                                 (tests/gpu/ws_trace.cu: the sm90ws kernels with
+#                                 -DFAGEN_WS_TRACE, clock64 at each tile's events); run it on the
+#                                 H200: .carry-ws/ws_trace [--seqlens ...]
 #   tests/gpu/run_sm90.sh hd256   on the H200, one call of at most ~135 s (issue 5): checks of the
 #                                 hd 256 kernels and the hd 64/128 defaults, timing of hd 256
 #                                 (2k, 8k, 16k) beside the portable template's default and SDPA
@@ -56,11 +58,11 @@ bench_table() {
 case "${1:-}" in
 ws-build)
   mkdir -p .carry-ws
-  build_harness tests/gpu/sm90_ws_harness.cu .carry-ws/sm90_ws_harness
+  build_harness tests/gpu/sm90_ws_harness.cu ${WS_OUT:-.carry-ws/sm90_ws_harness}
   ;;
 trace-build)
   mkdir -p .carry-ws
-  build_harness tests/gpu/ws_trace.cu .carry-ws/ws_trace
+  build_harness tests/gpu/ws_trace.cu ${TRACE_OUT:-.carry-ws/ws_trace}
   ;;
 ws)
   export PYTHONUNBUFFERED=1

@@ -6,9 +6,11 @@
 //             5 last P V done, 6 O and LSE stored;  producer: 0 tile start, 1 Q slot free
 //             (K_0's load issued before, then Q's after), 2 last V load issued;  per CTA: its
 //             start clock and SM.
-// Prints, per kernel and seqlen, the mean cycles of each interval over every consumer tile, the
-// cycles of one main-loop step, the gaps between consecutive tiles of an SM, and the tile's
-// cost beyond its steps ("overhead", in steps); --csv-dir writes the raw events.
+// Prints, per kernel and seqlen, a hash of O from one launch over a poisoned buffer (OHASH: the
+// same for every kernel of a head dim when their outputs are bitwise equal), the mean cycles of
+// each interval over every consumer tile, the cycles of one main-loop step, the gaps between
+// consecutive tiles of an SM, and the tile's cost beyond its steps ("overhead", in steps);
+// --csv-dir writes the raw events.
 //   ws_trace [--seqlens 2048,16384] [--filter SUBSTRING] [--csv-dir DIR]
 // Build: tests/gpu/run_sm90.sh trace-build (here); run on the H200 with .carry-ws carried.
 #define FAGEN_WS_TRACE
@@ -20,12 +22,14 @@
 #include <string>
 
 // The planner's sm_90a dense non-causal configs (tau 8), by name: m<BM>n<BN>, _so = staged
-// epilogue, _to = O stored with TMA (kTmaStoreO); each registered twice: one CTA per tile, and
-// _pers (one CTA per SM, the static deal).
-#define TRACE_KERNEL(HD, BM, BN, STAGED, SUFFIX, TMA_O)                                      \
+// epilogue, _to = O stored with TMA (kTmaStoreO), _st = the slack CTAs started half a tile late
+// (kStaggerSlack, the planner's since session 28; the others without it); each registered twice:
+// one CTA per tile, and _pers (one CTA per SM, the static deal).
+#define TRACE_KERNEL(HD, BM, BN, STAGED, SUFFIX, TMA_O, STG)                                 \
   using tcfg_##HD##_##BM##_##BN##SUFFIX =                                                          \
       fagen::sm90::WsFwdConfig<fagen::bfloat16_t, HD, HD, BM, BN, 2,                               \
-                               fagen::Variant<fagen::NoMask>, true, 0, 3, STAGED, 8, false, TMA_O>;\
+                               fagen::Variant<fagen::NoMask>, true, 0, 3, STAGED, 8, false, TMA_O,     \
+                               STG>;                                                               \
   extern "C" __global__ void __launch_bounds__(tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads, 1)       \
       trace_hd##HD##_m##BM##n##BN##SUFFIX(const __grid_constant__ fagen_fwd_params params,         \
                                           const __grid_constant__ fagen_fwd_tma_maps maps) {       \
@@ -40,15 +44,18 @@
        ElementType::BF16, HD, MaskKind::None, BM, tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads,       \
        tcfg_##HD##_##BM##_##BN##SUFFIX::kSmemBytes, false, VariantInfo{}, BN, true, TMA_O});
 
-TRACE_KERNEL(128, 128, 128, false, , false)
-TRACE_KERNEL(128, 128, 128, false, _to, true)
-TRACE_KERNEL(128, 128, 128, true, _so, false)
-TRACE_KERNEL(128, 192, 80, false, , false)
-TRACE_KERNEL(128, 192, 80, false, _to, true)
-TRACE_KERNEL(64, 192, 128, false, , false)
-TRACE_KERNEL(64, 192, 128, false, _to, true)
-TRACE_KERNEL(256, 128, 80, true, _so, false)
-TRACE_KERNEL(256, 128, 80, false, , false)
+TRACE_KERNEL(128, 128, 128, false, , false, false)
+TRACE_KERNEL(128, 128, 128, false, _to, true, false)
+TRACE_KERNEL(128, 128, 128, true, _so, false, false)
+TRACE_KERNEL(128, 192, 80, false, , false, false)
+TRACE_KERNEL(128, 192, 80, false, _to, true, false)
+TRACE_KERNEL(64, 192, 128, false, , false, false)
+TRACE_KERNEL(64, 192, 128, false, _to, true, false)
+TRACE_KERNEL(256, 128, 80, true, _so, false, false)
+TRACE_KERNEL(256, 128, 80, false, , false, false)
+TRACE_KERNEL(256, 128, 64, false, , false, false)
+TRACE_KERNEL(256, 128, 64, false, _st, false, true)
+TRACE_KERNEL(128, 192, 80, false, _to_st, true, true)
 
 namespace {
 
@@ -179,6 +186,26 @@ int main(int argc, char **argv) {
       const size_t words = size_t(grid) * 4 * kTiles * 8;
       CUDA_CHECK(cudaMalloc(&buf, words * sizeof(u64)));
       CUDA_CHECK(cudaMemcpyToSymbol(fagen::sm90::ws_trace_buf, &none, sizeof(none)));
+      // O of one launch over a poisoned buffer (0xffff: a bf16 NaN), hashed: kernels of one
+      // head dim must print the same hash (bitwise-equal outputs, every row written).
+      CUDA_CHECK(cudaFuncSetAttribute(k.func, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      k.smem_bytes));
+      CUDA_CHECK(cudaMemset(bp.d.o, 0xff, bp.elems * 2));
+      launch(k, p);
+      CUDA_CHECK(cudaGetLastError());
+      CUDA_CHECK(cudaDeviceSynchronize());
+      {
+        std::vector<uint16_t> o(bp.elems);
+        CUDA_CHECK(cudaMemcpy(o.data(), bp.d.o, bp.elems * 2, cudaMemcpyDeviceToHost));
+        unsigned long long hash = 1469598103934665603ull;
+        long poisoned = 0;
+        for (uint16_t x : o) {
+          hash = (hash ^ x) * 1099511628211ull;
+          poisoned += x == 0xffff;
+        }
+        std::printf("OHASH %-22s seqlen=%5d %016llx poisoned=%ld\n", k.name, seqlen, hash,
+                    poisoned);
+      }
       const std::vector<float> ms = time_kernel(k, p, start, stop); // untraced
       CUDA_CHECK(cudaMemset(buf, 0, words * sizeof(u64)));
       CUDA_CHECK(cudaMemcpyToSymbol(fagen::sm90::ws_trace_buf, &buf, sizeof(buf)));
