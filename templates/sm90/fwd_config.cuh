@@ -169,8 +169,8 @@ struct WsFwdConfig : VariantParts<Variant_> {
   /// tile late, so that their tile boundaries (each a burst of Q loads and O stores from every
   /// SM at once) fall between the others'. The makespan is unchanged: those CTAs had a whole
   /// tile to spare. (H200, docs/perf/sm90-fwd.md run 72: a tile's cost beyond its steps 2.74
-  /// -> 2.47 steps at hd 256 2k, where 32 of 132 CTAs start late; sustained, 1.1-1.2 % less
-  /// time at hd 256 2k, 0.4-0.5 % at 4k and hd 128 2k.)
+  /// -> 2.47 steps at hd 256 2k, where 32 of 132 CTAs start late; sustained, 0.5-1.2 % less
+  /// time at hd 256 2k, 0-0.5 % elsewhere.)
   static constexpr bool kStaggerSlack =
       kStaggerSlack_ && !kTileCounter_ && std::is_same<typename Variant_::Mask, NoMask>::value &&
       !Variant_::kVarlen && !Variant_::Sparsity::kSparse;
