@@ -130,6 +130,14 @@ struct FwdConfig : VariantParts<Variant_> {
 /// columns that runs while the warpgroup goes on to its next tile; the Q tile is handed back
 /// after the last S as without staging. Not for varlen (a tile's rows past its sequence would
 /// land in the next one's) nor with kStagedEpilogue.
+/// kStaggerSlack (the planner's kernels: the default): in persistent grids of dense tiles
+/// without a mask on the static deal (no tile counter, varlen or sparsity), where the tiles do
+/// not divide into whole rounds and every tile is full (WsTileScheduler::has_spare_tile), the
+/// CTAs that get one tile fewer start half a tile late, so that their tile boundaries (each a
+/// burst of Q loads and O stores from every SM at once) fall between the others'; they had a
+/// whole tile to spare. (H200, docs/perf/sm90-fwd.md run 72: hd 256 2k, where 32 of 132 CTAs
+/// start late, a tile's cost beyond its steps 2.74 -> 2.47 steps in one trace, 0.5-1.2 % less
+/// time back to back.) tests/gpu/ws_trace.cu turns it off to trace without it.
 template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
           int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
           int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false, int kRescaleTau_ = 0,
@@ -164,13 +172,6 @@ struct WsFwdConfig : VariantParts<Variant_> {
                              !std::is_same<typename Variant_::ScoreMod, NoScoreMod>::value));
   static constexpr bool kTileCounter = kTileCounter_;
   static constexpr bool kTmaStoreO = kTmaStoreO_;
-  /// kStaggerSlack (persistent grids of dense tiles without a mask, the static deal): where
-  /// the tiles do not divide into whole rounds, the CTAs that get one tile fewer start half a
-  /// tile late, so that their tile boundaries (each a burst of Q loads and O stores from every
-  /// SM at once) fall between the others'. The makespan is unchanged: those CTAs had a whole
-  /// tile to spare. (H200, docs/perf/sm90-fwd.md run 72: a tile's cost beyond its steps 2.74
-  /// -> 2.47 steps at hd 256 2k, where 32 of 132 CTAs start late; sustained, 0.5-1.2 % less
-  /// time at hd 256 2k, 0-0.5 % elsewhere.)
   static constexpr bool kStaggerSlack =
       kStaggerSlack_ && !kTileCounter_ && std::is_same<typename Variant_::Mask, NoMask>::value &&
       !Variant_::kVarlen && !Variant_::Sparsity::kSparse;

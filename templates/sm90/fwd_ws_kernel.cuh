@@ -104,6 +104,16 @@ template <class Config> struct WsTileScheduler {
     const bool backwards = Config::Mask::kWorkGrowsWithRow && (r & 1);
     return r * int(gridDim.x) + (backwards ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x));
   }
+  /// Whether this CTA has a whole tile to spare: where the tiles do not divide into rounds of
+  /// gridDim.x, CTAs from total % gridDim.x on get one tile fewer than the others in nth's
+  /// deal (forwards), and with every tile full (seqlen_q a multiple of kBlockM) all tiles cost
+  /// the same, so such a CTA can start up to a tile late without ending last. (A last, short
+  /// tile costs less than a full one, run 39; where one exists the spare is not known.)
+  __device__ bool has_spare_tile(const fagen_fwd_params &p) const {
+    const int rem = total % int(gridDim.x);
+    return !Config::Mask::kWorkGrowsWithRow && rem != 0 && total > int(gridDim.x) &&
+           int(blockIdx.x) >= rem && p.seqlen_q % Config::kBlockM == 0;
+  }
   __device__ void tile(int t, int &m_block, int &head, int &batch) const {
     int bh;
     if constexpr (Config::Mask::kWorkGrowsWithRow) {
@@ -682,19 +692,14 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
   }
   __syncthreads();
 
+  // kStaggerSlack: a CTA with a tile to spare starts half a tile late (the tile's key steps at
+  // the tensor cores' rate), all of it held at a barrier while thread 0 waits.
   if constexpr (Config::kStaggerSlack) {
-    const WsTileScheduler<Config> sched(params);
-    const int rem = sched.total % int(gridDim.x);
-    if (rem != 0 && sched.total > int(gridDim.x) && int(blockIdx.x) >= rem) {
+    if (WsTileScheduler<Config>(params).has_spare_tile(params)) {
       if (threadIdx.x == 0) {
-        // Half a tile at the tensor cores' rate: a step is kBlockM x kBlockN x (dQK + dV)
-        // multiply-adds at 2048 a cycle per SM (dense bf16 / fp16; the H200 runs 2028 at hd 256).
-        constexpr long long kStepCycles =
-            (long long)Config::kBlockM * Config::kBlockN * (Config::kDimQK + Config::kDimV) / 2048;
-        const long long steps = (params.seqlen_k + Config::kBlockN - 1) / Config::kBlockN;
-        const long long until = clock64() + steps * kStepCycles / 2;
-        while (clock64() < until)
-          __nanosleep(256);
+        constexpr long long kStepCycles = (long long)Config::kBlockM * Config::kBlockN *
+                                          (Config::kDimQK + Config::kDimV) / kWgmmaMacsPerCycle;
+        wait_cycles(ceil_div(params.seqlen_k, Config::kBlockN) * kStepCycles / 2);
       }
       __syncthreads();
     }

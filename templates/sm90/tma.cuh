@@ -58,6 +58,13 @@ __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 parity) {
   } while (!done);
 }
 
+/// Returns after at least `cycles` SM clock cycles (clock64), sleeping between reads.
+__device__ __forceinline__ void wait_cycles(long long cycles) {
+  const long long until = clock64() + cycles;
+  while (clock64() < until)
+    __nanosleep(256);
+}
+
 // --- TMA ---------------------------------------------------------------------------------------
 /// Fetches the tensor map (a __grid_constant__ kernel argument) into the descriptor cache.
 __device__ __forceinline__ void prefetch_tensor_map(const fagen_tensor_map &map) {

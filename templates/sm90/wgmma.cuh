@@ -21,6 +21,11 @@ namespace sm90 {
 
 typedef unsigned int u32;
 
+/// Dense 16-bit multiply-adds an SM's tensor cores retire a cycle through wgmma (H100 / H200:
+/// 989 dense bf16 TFLOP/s over 132 SMs at 1.83 GHz; the H200 ran hd 256's main-loop step at
+/// 2028 a cycle, docs/perf/sm90-fwd.md run 71).
+constexpr int kWgmmaMacsPerCycle = 2048;
+
 // --- shared-memory matrix descriptors (PTX ISA, "Matrix Descriptor Format") ------------------
 // Bits 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte offset >> 4,
 // 49-51 base offset (0: every swizzle atom is 1024-byte aligned), 62-63 swizzle (1 = 128 B).

@@ -57,12 +57,14 @@ bench_table() {
 }
 case "${1:-}" in
 ws-build)
-  mkdir -p .carry-ws
-  build_harness tests/gpu/sm90_ws_harness.cu ${WS_OUT:-.carry-ws/sm90_ws_harness}
+  out="${WS_OUT:-.carry-ws/sm90_ws_harness}"
+  mkdir -p "$(dirname "$out")"
+  build_harness tests/gpu/sm90_ws_harness.cu "$out"
   ;;
 trace-build)
-  mkdir -p .carry-ws
-  build_harness tests/gpu/ws_trace.cu ${TRACE_OUT:-.carry-ws/ws_trace}
+  out="${TRACE_OUT:-.carry-ws/ws_trace}"
+  mkdir -p "$(dirname "$out")"
+  build_harness tests/gpu/ws_trace.cu "$out"
   ;;
 ws)
   export PYTHONUNBUFFERED=1

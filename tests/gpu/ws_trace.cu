@@ -7,7 +7,7 @@
 //             (K_0's load issued before, then Q's after), 2 last V load issued;  per CTA: its
 //             start clock and SM.
 // Prints, per kernel and seqlen, a hash of O from one launch over a poisoned buffer (OHASH: the
-// same for every kernel of a head dim when their outputs are bitwise equal), the mean cycles of
+// same for kernels whose outputs are bitwise equal), the mean cycles of
 // each interval over every consumer tile, the cycles of one main-loop step, the gaps between
 // consecutive tiles of an SM, and the tile's cost beyond its steps ("overhead", in steps);
 // --csv-dir writes the raw events.
@@ -21,14 +21,14 @@
 #include <map>
 #include <string>
 
-// The planner's sm_90a dense non-causal configs (tau 8), by name: m<BM>n<BN>, _so = staged
-// epilogue, _to = O stored with TMA (kTmaStoreO), _st = the slack CTAs started half a tile late
-// (kStaggerSlack, the planner's since session 28; the others without it); each registered twice:
-// one CTA per tile, and _pers (one CTA per SM, the static deal).
-#define TRACE_KERNEL(HD, BM, BN, STAGED, SUFFIX, TMA_O, STG)                                 \
+// sm_90a dense non-causal configs (tau 8), by name: m<BM>n<BN>, _so = staged epilogue, _to = O
+// stored with TMA (kTmaStoreO), _st = the slack CTAs started half a tile late (kStaggerSlack,
+// which the planner's kernels have since session 28; the others are built without it); each
+// registered twice: one CTA per tile, and _pers (one CTA per SM, the static deal).
+#define TRACE_KERNEL(HD, BM, BN, STAGED, SUFFIX, TMA_O, STG)                                       \
   using tcfg_##HD##_##BM##_##BN##SUFFIX =                                                          \
       fagen::sm90::WsFwdConfig<fagen::bfloat16_t, HD, HD, BM, BN, 2,                               \
-                               fagen::Variant<fagen::NoMask>, true, 0, 3, STAGED, 8, false, TMA_O,     \
+                               fagen::Variant<fagen::NoMask>, true, 0, 3, STAGED, 8, false, TMA_O, \
                                STG>;                                                               \
   extern "C" __global__ void __launch_bounds__(tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads, 1)       \
       trace_hd##HD##_m##BM##n##BN##SUFFIX(const __grid_constant__ fagen_fwd_params params,         \
@@ -38,9 +38,9 @@
   static Register treg_##HD##_##BM##_##BN##SUFFIX(                                                 \
       {"hd" #HD "_m" #BM "n" #BN #SUFFIX, (const void *)trace_hd##HD##_m##BM##n##BN##SUFFIX,       \
        ElementType::BF16, HD, MaskKind::None, BM, tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads,       \
-       tcfg_##HD##_##BM##_##BN##SUFFIX::kSmemBytes, false, VariantInfo{}, BN, false, TMA_O});              \
+       tcfg_##HD##_##BM##_##BN##SUFFIX::kSmemBytes, false, VariantInfo{}, BN, false, TMA_O});      \
   static Register tpreg_##HD##_##BM##_##BN##SUFFIX(                                                \
-      {"hd" #HD "_m" #BM "n" #BN #SUFFIX "_pers", (const void *)trace_hd##HD##_m##BM##n##BN##SUFFIX,\
+      {"hd" #HD "_m" #BM "n" #BN #SUFFIX "_pers", (const void *)trace_hd##HD##_m##BM##n##BN##SUFFIX, \
        ElementType::BF16, HD, MaskKind::None, BM, tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads,       \
        tcfg_##HD##_##BM##_##BN##SUFFIX::kSmemBytes, false, VariantInfo{}, BN, true, TMA_O});
 
@@ -186,8 +186,9 @@ int main(int argc, char **argv) {
       const size_t words = size_t(grid) * 4 * kTiles * 8;
       CUDA_CHECK(cudaMalloc(&buf, words * sizeof(u64)));
       CUDA_CHECK(cudaMemcpyToSymbol(fagen::sm90::ws_trace_buf, &none, sizeof(none)));
-      // O of one launch over a poisoned buffer (0xffff: a bf16 NaN), hashed: kernels of one
-      // head dim must print the same hash (bitwise-equal outputs, every row written).
+      // O of one launch over a poisoned buffer (0xffff: a bf16 NaN), hashed: kernels expected
+      // to be bitwise equal (the same tiles, a different schedule) print the same hash, and
+      // `poisoned` counts the elements left unwritten.
       CUDA_CHECK(cudaFuncSetAttribute(k.func, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       k.smem_bytes));
       CUDA_CHECK(cudaMemset(bp.d.o, 0xff, bp.elems * 2));
