@@ -1,6 +1,7 @@
 //===- Plan.cpp - KernelPlan: one kernel per variant x pass x arch --------===//
 
 #include "Plan.h"
+#include "ws_registers.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -466,13 +467,13 @@ std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
   if (smem > archSmemLimit(p.arch))
     return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
                          archSmemLimit(p.arch));
-  // S + O + P registers of a thread: 192; a consumer thread of sm90ws 32 below its share
-  // (240 with 2 consumer warpgroups, 232 for varlen, 160 with 3: WsFwdConfig's kConsumerRegs).
+  // S + O + P registers of a thread: 192; a consumer thread of sm90ws its share less 32
+  // (common/ws_registers.h, which WsFwdConfig's split reads too).
   int accumulators = p.blockN / 2 + sm90WsPaddedHeadDim(p.headDimV) / 2 + p.blockN / 4;
   if (!ws && accumulators > 192)
     return llvm::formatv("S + O + P need more than 192 registers per thread at block_n {0}",
                          p.blockN);
-  int budget = (p.blockM == 128 ? (p.varlen ? 232 : 240) : 160) - 32;
+  int budget = ws_accumulator_registers(p.blockM / 64, p.varlen);
   if (ws && accumulators > budget)
     return llvm::formatv("S + O + P need more than the {0} registers a consumer thread has for "
                          "them at block_m {1}, block_n {2}: lower block_n or block_m",

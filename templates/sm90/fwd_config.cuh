@@ -8,6 +8,7 @@
 
 #include "common/types.cuh"
 #include "common/variants.cuh"
+#include "common/ws_registers.h"
 
 namespace fagen {
 namespace sm90 {
@@ -179,14 +180,9 @@ struct WsFwdConfig : VariantParts<Variant_> {
   static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kMinBlocksPerSm = 1;
-  // Registers a thread, 64 K per SM for one CTA: 2 consumers 24 + 2 x 240 (x 128 threads),
-  // 3 consumers 32 + 3 x 160, FlashAttention-3's split. Varlen with 2 consumers: 32 + 2 x 232,
-  // since the producer's row arithmetic (cu_seqlens) spilled 8 bytes at 24 around its Q load
-  // (hd 128 causal varlen, nvcc 13.0). compiler/Plan.cpp's sm90ConfigProblem mirrors
-  // kConsumerRegs in its accumulator budget.
-  static constexpr int kProducerRegs = kConsumers == 2 && !Variant_::kVarlen ? 24 : 32;
-  static constexpr int kConsumerRegs =
-      kConsumers == 2 ? (Variant_::kVarlen ? 232 : 240) : 160;
+  // Registers a thread (common/ws_registers.h, which the planner's budget reads too).
+  static constexpr int kProducerRegs = ws_producer_registers(kConsumers, Variant_::kVarlen);
+  static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, Variant_::kVarlen);
   // setmaxnreg only moves registers within what the CTA got at launch: kThreads x the
   // per-thread count of a 64 K register file (rounded down to 8). Asking for more makes
   // setmaxnreg.inc wait forever (an experiment with 64 + 2 x 224 over 384 x 168 hung on the H200).
@@ -232,7 +228,7 @@ struct WsFwdConfig : VariantParts<Variant_> {
                 "kStages, kBlockN or kBlockM");
   // Registers per consumer thread: S (kBlockN / 2) + O (kDimV / 2) + P (kBlockN / 4), at most
   // its share less 32.
-  static constexpr int kAccumulatorRegs = kConsumerRegs - 32;
+  static constexpr int kAccumulatorRegs = ws_accumulator_registers(kConsumers, Variant_::kVarlen);
   static_assert(kBlockN / 2 + kDimV / 2 + kBlockN / 4 <= kAccumulatorRegs,
                 "S + O + P accumulators need more registers than a consumer thread has for them: "
                 "lower kBlockN (or kBlockM: three consumer warpgroups have 160 registers a "

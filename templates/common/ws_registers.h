@@ -1,0 +1,28 @@
+// fagen: how the sm90ws forward splits its registers between the producer warpgroup and the
+// consumer warpgroups (setmaxnreg), in one place for the template (sm90/fwd_config.cuh) and the
+// planner's accumulator budget (compiler/Plan.cpp, sm90ConfigProblem). Plain C++, host and
+// device.
+#ifndef FAGEN_TEMPLATES_COMMON_WS_REGISTERS_H
+#define FAGEN_TEMPLATES_COMMON_WS_REGISTERS_H
+
+namespace fagen {
+
+/// Registers a thread after setmaxnreg, 64 K per SM for one CTA: 2 consumer warpgroups 24 +
+/// 2 x 240 (x 128 threads), 3 consumers 32 + 3 x 160, FlashAttention-3's split. Varlen with 2
+/// consumers: 32 + 2 x 232, since the producer's row arithmetic (cu_seqlens) spilled 8 bytes at
+/// 24 around its Q load (hd 128 causal varlen, nvcc 13.0).
+constexpr int ws_producer_registers(int consumers, bool varlen) {
+  return consumers == 2 && !varlen ? 24 : 32;
+}
+constexpr int ws_consumer_registers(int consumers, bool varlen) {
+  return consumers == 2 ? (varlen ? 232 : 240) : 160;
+}
+/// What a consumer thread has for its S, O and P accumulators: its share less 32 for addresses,
+/// the softmax's state and loop variables.
+constexpr int ws_accumulator_registers(int consumers, bool varlen) {
+  return ws_consumer_registers(consumers, varlen) - 32;
+}
+
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_COMMON_WS_REGISTERS_H
