@@ -1,7 +1,7 @@
 """The launches that ncu profiled in session 23 (docs/perf/sm90-fwd.md runs 52 and 54): for
 each bundle given, one fagen forward call per shape, then one SDPA cuDNN call, on the FA3
-protocol's shapes (batch x seqlen = 16k tokens, hidden 2048, bf16, non-causal, BSHD views of
-BHSD tensors). Run from the repository root on the GPU under ncu, e.g. (calls 2-4, 7):
+protocol's shapes (batch x seqlen = 16k tokens, hidden 2048, bf16, non-causal unless --causal,
+BSHD views of BHSD tensors). Run from the repository root on the GPU under ncu, e.g. (calls 2-4, 7):
 
     FAGEN_RT_LIB=.../libfagen_rt.so ncu --clock-control none \\
         --metrics lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum,gpu__time_duration.sum \\
@@ -23,6 +23,7 @@ import fagen_rt  # noqa: E402
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("bundles", nargs="+")
 ap.add_argument("--shapes", default="256x2048,128x2048", help="HDxSEQLEN list (default %(default)s)")
+ap.add_argument("--causal", action="store_true", help="causal calls (bottom-right = top-left here: square)")
 args = ap.parse_args()
 try:
     cells = fa3.parse_cells(args.shapes)
@@ -36,7 +37,7 @@ for d, s in cells:
     o = torch.empty(b, s, h, d, device="cuda", dtype=torch.bfloat16)
     lse = torch.empty(b, h, s, device="cuda", dtype=torch.float32)
     for bundle in bundles:
-        bundle.plan_forward(qt, kt, vt, causal=False).run(qt, kt, vt, o, lse)
+        bundle.plan_forward(qt, kt, vt, causal=args.causal).run(qt, kt, vt, o, lse)
     with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-        F.scaled_dot_product_attention(q, k, v)
+        F.scaled_dot_product_attention(q, k, v, is_causal=args.causal)
     torch.cuda.synchronize()

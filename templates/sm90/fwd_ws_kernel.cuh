@@ -72,14 +72,32 @@ template <class Config> struct WsSmem {
   __device__ static u32 empty_parity(int round) { return (round & 1) ^ 1; }
 };
 
+/// How many bytes of K/V a causal group of (batch, head) pairs may hold: 16 MB, not the
+/// portable backward's 32 (kTileGroupL2Bytes). With 32 MB groups the causal kernels read
+/// 1.2-1.5x the minimum (Q, K and V once) from DRAM, K/V again for many tiles (ncu, FA3 shapes;
+/// cuDNN reads the minimum); with 16 MB groups and the last group below 1.01-1.15x, and under
+/// the H200's power limit, where DRAM traffic costs clock, they take 1.5-2.2 % less time at hd
+/// 64 / 128 2k-4k, 0.8-1.6 % at hd 256 2k-4k, 0-0.9 % at 16k (docs/perf/sm90-fwd.md run 73).
+constexpr int64_t kWsCausalGroupBytes = int64_t(16) << 20;
+/// How many bytes of K/V the last causal group may hold where it takes more pairs than a group
+/// (WsTileScheduler): 32 MB, the old groups' size. hd 256's last groups of two tiles a CTA are
+/// 48 MB: they read up to 2.9x the old kernel's bytes from DRAM and ran 1-3 % slower (run 73).
+constexpr int64_t kWsCausalTailGroupBytes = int64_t(32) << 20;
+
 /// Work tiles: (m_block, head, batch) for tile t of ceil(seqlen_q / kBlockM) * heads_q * batch,
 /// batch outermost. Causal: in groups of (batch, head) pairs whose K and V fit in
-/// kTileGroupL2Bytes, so that the CTAs running at once share K/V in L2; within a group the
+/// kWsCausalGroupBytes, so that the CTAs running at once share K/V in L2; within a group the
 /// heaviest tiles first (m_block from the last; longest-processing-time first,
-/// FlashAttention-4 section 3.3). Every other mask (varlen and sparse kernels too): pair by
-/// pair, a pair's tiles on consecutive t (in an order rotated per pair, below), so that the CTAs
-/// reading one pair's K/V at once are neighbours, whose reads the L2 merges more often (ncu's
-/// read sectors; the request coalescer, as we read it).
+/// FlashAttention-4 section 3.3). The last group holds at least two tiles a CTA (it takes the
+/// pairs the groups of that size leave, up to kWsCausalTailGroupBytes of K/V;
+/// tail_grouped_tile_order): in a small group the heaviest tile is longer than a CTA's share of
+/// the group's work, and after the last group nothing comes to fill the other SMs (a host
+/// simulation of the counter's deal, hd 128 16k, 192-row tiles: 2-pair groups end 3.6 % after
+/// the mean, with a 4-pair last group 1.4 %; measured, 16 MB groups without it: +0.8 %).
+/// Every other mask (varlen and sparse kernels too): pair by pair, a pair's tiles on
+/// consecutive t (in an order rotated per pair, below), so that the CTAs reading one pair's
+/// K/V at once are neighbours, whose reads the L2 merges more often (ncu's read sectors; the
+/// request coalescer, as we read it).
 /// Run 18's groups of pairs whose K/V fit 8 MB put a pair's tiles on every 4th CTA at hd 256,
 /// seqlen 2k: the L2 served 54 M read sectors to cuDNN's 34 M (35 M pair by pair), the SM
 /// clock, held down by the power limit, ran at 1485 MHz instead of 1575, and the hd 256 kernel
@@ -88,15 +106,20 @@ template <class Config> struct WsSmem {
 /// backwards (b takes gridDim.x - 1 - b), so that the CTA with the heaviest tile of one round
 /// gets the lightest of the next and no CTA accumulates the heaviest of every round.
 template <class Config> struct WsTileScheduler {
-  int num_m, heads, total, group; // group: (batch, head) pairs
+  int num_m, heads, total;
+  int group, tail_first; // causal: pairs a group, the last group's first pair
   __device__ explicit WsTileScheduler(const fagen_fwd_params &p) {
     num_m = (p.seqlen_q + Config::kBlockM - 1) / Config::kBlockM;
     heads = p.heads_q;
     total = num_m * heads * p.batch;
-    group = 1; // pairs a group: one unless causal
+    group = 1, tail_first = 0;
     if constexpr (Config::Mask::kWorkGrowsWithRow) {
+      const int pairs = heads * p.batch;
       const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
-      group = int(max(int64_t(1), min(int64_t(heads) * p.batch, kTileGroupL2Bytes / kv_bytes)));
+      group = int(max(int64_t(1), min(int64_t(pairs), kWsCausalGroupBytes / kv_bytes)));
+      const int tail_max = int(max(int64_t(group), kWsCausalTailGroupBytes / kv_bytes));
+      tail_first = tail_group_first(
+          pairs, group, min(tail_max, (2 * int(gridDim.x) + num_m - 1) / num_m));
     }
   }
   /// The tile of this CTA's round r (>= total: no more work).
@@ -117,11 +140,9 @@ template <class Config> struct WsTileScheduler {
   __device__ void tile(int t, int &m_block, int &head, int &batch) const {
     int bh;
     if constexpr (Config::Mask::kWorkGrowsWithRow) {
-      // grouped_tile_order's order (common/tile_order.h), in this kernel's own arithmetic.
-      const int g = t / (num_m * group), r = t - g * (num_m * group);
-      const int in_group = min(group, total / num_m - g * group); // the last group may be short
-      bh = g * group + r % in_group;
-      m_block = num_m - 1 - r / in_group;
+      int level;
+      tail_grouped_tile_order(t, num_m, total / num_m, group, tail_first, &level, &bh);
+      m_block = num_m - 1 - level;
     } else { // pair by pair
       bh = t / num_m;
       // Place j = t % num_m of pair bh holds m_block (j - 1 - bh % num_m) mod num_m: the
