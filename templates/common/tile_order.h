@@ -1,7 +1,7 @@
 // fagen: the orders in which a grid walks its work tiles in groups of (batch, head) pairs that
 // keep their data in L2: the portable backward's causal CTA order (grouped_tile_order) and the
-// sm90ws forward's causal tile order (tail_grouped_tile_order, whose last group is larger). Plain
-// C++, host and device (tests/unit/TileOrderTest.cpp).
+// sm90ws forward's causal tile order (tail_grouped_tile_order, whose last group is sized apart:
+// causal_tail_groups). Plain C++, host and device (tests/unit/TileOrderTest.cpp).
 #ifndef FAGEN_TEMPLATES_COMMON_TILE_ORDER_H
 #define FAGEN_TEMPLATES_COMMON_TILE_ORDER_H
 
@@ -47,13 +47,26 @@ FAGEN_TILE_ORDER_HD void tail_grouped_tile_order(int t, int tiles, int pairs, in
   *pair = first + i % in_group;
 }
 
-/// The first pair of tail_grouped_tile_order's last group: groups of `group` pairs while at
-/// least `last_min` pairs (and one) would be left for the last, which takes the rest (between
-/// last_min and last_min + group - 1 pairs, or every pair where there are no more than
-/// last_min).
-FAGEN_TILE_ORDER_HD int tail_group_first(int pairs, int group, int last_min) {
-  const int need = last_min > 1 ? last_min : 1;
-  return pairs > need ? (pairs - need) / group * group : 0;
+/// The sm90ws forward's causal groups for tail_grouped_tile_order: *group, the pairs whose K/V
+/// (kv_bytes a pair) fit in group_bytes (at least one, at most every pair), and *tail_first,
+/// the first pair of the last group. Groups of *group while at least two tiles for each of
+/// `ctas` CTAs running at once (ceil(2 ctas / tiles) pairs) are left for the last group, which
+/// takes the rest; but the last group holds no more pairs than tail_bytes of K/V take (or than
+/// a group, where that is more): then it is between that cap less a group and the cap. 64-bit
+/// arithmetic: ctas may be a grid of one CTA a tile.
+FAGEN_TILE_ORDER_HD void causal_tail_groups(int pairs, int tiles, int64_t kv_bytes, int64_t ctas,
+                                            int64_t group_bytes, int64_t tail_bytes, int *group,
+                                            int *tail_first) {
+  const int64_t per_group = group_bytes / kv_bytes, per_tail = tail_bytes / kv_bytes;
+  const int64_t g = per_group < 1 ? 1 : per_group < pairs ? per_group : pairs;
+  const int64_t last_max = per_tail < g ? g : per_tail < pairs ? per_tail : pairs;
+  const int64_t want = (2 * ctas + tiles - 1) / tiles;
+  const int64_t last_min = want < 1 ? 1 : want < last_max ? want : last_max;
+  int64_t first = pairs > last_min ? (pairs - last_min) / g * g : 0;
+  if (pairs - first > last_max)
+    first = (pairs - last_max + g - 1) / g * g;
+  *group = int(g);
+  *tail_first = int(first);
 }
 
 } // namespace fagen

@@ -76,8 +76,9 @@ template <class Config> struct WsSmem {
 /// portable backward's 32 (kTileGroupL2Bytes). With 32 MB groups the causal kernels read
 /// 1.2-1.5x the minimum (Q, K and V once) from DRAM, K/V again for many tiles (ncu, FA3 shapes;
 /// cuDNN reads the minimum); with 16 MB groups and the last group below 1.01-1.15x, and under
-/// the H200's power limit, where DRAM traffic costs clock, they take 1.5-2.2 % less time at hd
+/// the H200's power limit, where DRAM traffic costs clock, they take 1.3-2.2 % less time at hd
 /// 64 / 128 2k-4k, 0.8-1.6 % at hd 256 2k-4k, 0-0.9 % at 16k (docs/perf/sm90-fwd.md run 73).
+/// (Bytes per query head: with GQA a group's distinct K/V is group_size times smaller.)
 constexpr int64_t kWsCausalGroupBytes = int64_t(16) << 20;
 /// How many bytes of K/V the last causal group may hold where it takes more pairs than a group
 /// (WsTileScheduler): 32 MB, the old groups' size. hd 256's last groups of two tiles a CTA are
@@ -88,12 +89,12 @@ constexpr int64_t kWsCausalTailGroupBytes = int64_t(32) << 20;
 /// batch outermost. Causal: in groups of (batch, head) pairs whose K and V fit in
 /// kWsCausalGroupBytes, so that the CTAs running at once share K/V in L2; within a group the
 /// heaviest tiles first (m_block from the last; longest-processing-time first,
-/// FlashAttention-4 section 3.3). The last group holds at least two tiles a CTA (it takes the
-/// pairs the groups of that size leave, up to kWsCausalTailGroupBytes of K/V;
-/// tail_grouped_tile_order): in a small group the heaviest tile is longer than a CTA's share of
-/// the group's work, and after the last group nothing comes to fill the other SMs (a host
-/// simulation of the counter's deal, hd 128 16k, 192-row tiles: 2-pair groups end 3.6 % after
-/// the mean, with a 4-pair last group 1.4 %; measured, 16 MB groups without it: +0.8 %).
+/// FlashAttention-4 section 3.3). The last group holds at least two tiles for each CTA running
+/// at once, up to kWsCausalTailGroupBytes of K/V (causal_tail_groups, tail_grouped_tile_order):
+/// in a small group the heaviest tile is longer than a CTA's share of the group's work, and
+/// after the last group nothing comes to fill the other SMs (bench/diag/causal_deal_sim.py, the
+/// counter's deal simulated: hd 128 16k, 192-row tiles, 2-pair groups end 3.6 % after the mean,
+/// with a 4-pair last group 1.4 %; measured, 16 MB groups without it: +0.8 %, run 73).
 /// Every other mask (varlen and sparse kernels too): pair by pair, a pair's tiles on
 /// consecutive t (in an order rotated per pair, below), so that the CTAs reading one pair's
 /// K/V at once are neighbours, whose reads the L2 merges more often (ncu's read sectors; the
@@ -114,12 +115,13 @@ template <class Config> struct WsTileScheduler {
     total = num_m * heads * p.batch;
     group = 1, tail_first = 0;
     if constexpr (Config::Mask::kWorkGrowsWithRow) {
-      const int pairs = heads * p.batch;
       const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
-      group = int(max(int64_t(1), min(int64_t(pairs), kWsCausalGroupBytes / kv_bytes)));
-      const int tail_max = int(max(int64_t(group), kWsCausalTailGroupBytes / kv_bytes));
-      tail_first = tail_group_first(
-          pairs, group, min(tail_max, (2 * int(gridDim.x) + num_m - 1) / num_m));
+      // CTAs running at once: the grid, or where it has one CTA a tile (no workspace), the SMs
+      // (%nsmid bounds their count; one CTA fits an SM at these shared-memory sizes).
+      u32 sm_ids;
+      asm("mov.u32 %0, %%nsmid;" : "=r"(sm_ids));
+      causal_tail_groups(heads * p.batch, num_m, kv_bytes, min(gridDim.x, sm_ids),
+                         kWsCausalGroupBytes, kWsCausalTailGroupBytes, &group, &tail_first);
     }
   }
   /// The tile of this CTA's round r (>= total: no more work).
