@@ -116,8 +116,9 @@ template <class Config> struct WsTileScheduler {
     group = 1, tail_first = 0;
     if constexpr (Config::Mask::kWorkGrowsWithRow) {
       const int64_t kv_bytes = int64_t(p.seqlen_k) * (Config::kDimQK + Config::kDimV) * 2;
-      // CTAs running at once: the grid, or where it has one CTA a tile (no workspace), the SMs
-      // (%nsmid bounds their count; one CTA fits an SM at these shared-memory sizes).
+      // CTAs running at once: the grid, or where it has one CTA a tile (no workspace) at most
+      // one a SM (these shared-memory sizes), bounded by %nsmid (the SM identifiers: at least
+      // the SMs, more where their numbering has gaps).
       u32 sm_ids;
       asm("mov.u32 %0, %%nsmid;" : "=r"(sm_ids));
       causal_tail_groups(heads * p.batch, num_m, kv_bytes, min(gridDim.x, sm_ids),

@@ -92,12 +92,13 @@ TEST(TileOrder, CausalTailGroupsKeepTheirBytesAndTheLastGroupsSize) {
           ASSERT_GE(first, 0);
           ASSERT_GE(last, 1);
           ASSERT_LE(last, cap) << pairs << " " << tiles << " " << kv << " " << ctas;
-          if (first > 0) { // a group fewer would put more than the cap, or than needed, last
-            const int64_t need = want < cap ? want : cap;
-            ASSERT_TRUE(last >= need || last > cap - group) << pairs << " " << tiles << " " << kv;
-            ASSERT_TRUE(last + group > cap || last < need + group)
-                << pairs << " " << tiles << " " << kv << " " << ctas;
-          }
+          // The last group: at least the two tiles a CTA it wants (within the cap and the
+          // pairs) unless the cap cut it, and less than a group beyond that.
+          const int64_t need0 = want < cap ? want : cap, need = need0 < pairs ? need0 : pairs;
+          const int64_t top = cap < pairs ? cap : pairs;
+          ASSERT_LT(last, need + group) << pairs << " " << tiles << " " << kv << " " << ctas;
+          ASSERT_TRUE(last >= need || last + group > top)
+              << pairs << " " << tiles << " " << kv << " " << ctas;
         }
 }
 
