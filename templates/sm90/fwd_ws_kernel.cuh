@@ -75,9 +75,10 @@ template <class Config> struct WsSmem {
 /// How many bytes of K/V a causal group of (batch, head) pairs may hold: 16 MB, not the
 /// portable backward's 32 (kTileGroupL2Bytes). With 32 MB groups the causal kernels read
 /// 1.2-1.5x the minimum (Q, K and V once) from DRAM, K/V again for many tiles (ncu, FA3 shapes;
-/// cuDNN reads the minimum); with 16 MB groups and the last group below 1.01-1.15x, and under
-/// the H200's power limit, where DRAM traffic costs clock, they take 1.3-2.2 % less time at hd
-/// 64 / 128 2k-4k, 0.8-1.6 % at hd 256 2k-4k, 0-0.9 % at 16k (docs/perf/sm90-fwd.md run 73).
+/// cuDNN reads the minimum); with 16 MB groups (the last one sized as WsTileScheduler says)
+/// 1.01-1.15x, and under the H200's power limit, where DRAM traffic costs clock, they take
+/// 1.3-2.2 % less time at hd 64 / 128 2k-4k, 0.8-1.6 % at hd 256 2k-4k, 0-0.9 % at 16k
+/// (docs/perf/sm90-fwd.md run 73).
 /// (Bytes per query head: with GQA a group's distinct K/V is group_size times smaller.)
 constexpr int64_t kWsCausalGroupBytes = int64_t(16) << 20;
 /// How many bytes of K/V the last causal group may hold where it takes more pairs than a group
