@@ -69,7 +69,7 @@ def svg(panels, title):
     ncols = 3
     nrows = (len(panels) + ncols - 1) // ncols
     width = ml + ncols * (pw + gap)
-    height = mt + nrows * (ph + 60) + 10
+    height = mt + nrows * (ph + 60) - 20
     ymax = max(v for _, _, vals in panels for _, t in vals for v in t)
     ymax = 100 * int(ymax / 100 + 1)
     o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -103,7 +103,7 @@ def svg(panels, title):
                 o.append(f'<rect x="{gx + j * bw:.1f}" y="{bottom - h:.1f}" width="{bw - 1:.1f}" '
                          f'height="{h:.1f}" fill="{SERIES[j][1]}"><title>{SERIES[j][0]} '
                          f'{v:.0f} TFLOP/s</title></rect>')
-            o.append(f'<text x="{gx + 1.5 * bw:.1f}" y="{bottom - (bottom - top) * triple[0] / ymax - 4:.1f}" '
+            o.append(f'<text x="{gx + 0.5 * bw:.1f}" y="{bottom - (bottom - top) * triple[0] / ymax - 4:.1f}" '
                      f'text-anchor="middle" font-size="10">{triple[0]:.0f}</text>')
             o.append(f'<text x="{x0 + (i + 0.5) * group:.1f}" y="{bottom + 15}" '
                      f'text-anchor="middle">{label}</text>')
