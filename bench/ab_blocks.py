@@ -15,8 +15,8 @@ label that runs is the reference, and a line says so.
 
 Why: bench_fwd.py times each label in do_bench rounds with pauses between them, whose power
 state differs from round to round: on the H200 one launch timed against itself there read
-0.97-1.01 (session 25, docs/perf/README.md). Blocks of back-to-back calls under the power cap
-spread 0.1-1.7 % (session 25, calls 5-6), so this is the A/B for effects of 1-2 %. It measures
+0.97-1.01 (2026-12-01). Blocks of back-to-back calls under the power cap spread 0.1-1.7 % there,
+so this is the A/B for effects of 1-2 % (docs/perf/README.md). It measures
 the sustained regime, not bench_fwd.py's.
 
 The queue is kept full: a block syncs only every `sync_every` calls, chosen so that about 50 ms
@@ -116,7 +116,7 @@ def main():
                     help="add SDPA's backend as a label (after the bundles); repeat")
     ap.add_argument("--cells", default="256x2048,256x16384", help="HDxSEQLEN,... (FA3 shapes)")
     ap.add_argument("--causal", action="store_true")
-    # 1 s blocks, 4 each: spreads 0.1-1.7 % on the H200 (session 25, calls 5-6).
+    # 1 s blocks, 4 each: spreads 0.1-1.7 % on the H200 (2026-12-01).
     ap.add_argument("--seconds", type=float, default=1.0, help="length of a block (s)")
     ap.add_argument("--blocks", type=int, default=4, help="blocks per label and cell")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")

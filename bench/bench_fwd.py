@@ -9,7 +9,7 @@ Timing: triton.testing.do_bench (CUDA events, warm-up, L2 cleared before each ru
 --repeats N times every implementation of a row N times in interleaved rounds (each fagen
 bundle, flash, cuDNN; each round starts one name later) and keeps the median: on the H200 the
 same cubin measured up to 11 % apart within a row and cuDNN's time up to 10 % apart between
-processes (docs/perf/sm90-fwd.md, runs 18-19); the rounds are kept as NAME_ms_all.
+processes (2026-11-30); the rounds are kept as NAME_ms_all.
 
     python3 bench/bench_fwd.py --bundle bench.fab [--out results.json] [--head-dims 64,128]
     python3 bench/bench_fwd.py --bundle default=bench.fab --bundle tuned=tuned.fab   # compare

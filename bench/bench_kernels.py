@@ -16,8 +16,8 @@ window counts the keys it sees), its time over the fastest config of its own wor
 (`x best`), and over the fastest dense kernel (no score mod, no dropout) of the same dtype, head
 dim and mask (`x dense`: the variant's cost; 1.15 = 15 % slower). The table is printed last.
 --repeats N times every kernel of a shape N times in interleaved rounds, each round starting one
-kernel later (a fixed order biases by position: docs/perf/sm90-fwd.md, runs 18-19), and keeps
-the median.
+kernel later (a fixed order biases by position: on the H200 identical cubins read up to 11 %
+apart by their place among six labels), and keeps the median.
 """
 import argparse
 import json

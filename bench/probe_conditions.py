@@ -4,8 +4,8 @@ Short bursts (10 warm-up calls, then 40 timed with CUDA events, the median), eac
 without clearing a 256 MB buffer before every call (bench_fwd.py's do_bench clears L2 so), on
 normal and on uniform inputs, beside SDPA's cuDNN backend on the same inputs. Non-causal bf16,
 FlashAttention-3's shapes (batch x seqlen = 16k tokens, hidden 2048) at hd 256 2k / 4k / 16k and
-hd 128 2k / 16k. docs/perf/README.md session 22, call 5: both ran 10-15 % faster in such bursts
-than in bench_fwd.py's 100 ms runs, and the ratio moved 1.04-1.17 between cells.
+hd 128 2k / 16k. On an H200 (2026-12-01) both ran 10-15 % faster in such bursts than in
+bench_fwd.py's 100 ms runs, and the ratio moved 1.04-1.17 between cells.
 
     python3 bench/probe_conditions.py bench.fab      # a bundle with sm_90a dense forwards
 """

@@ -14,8 +14,8 @@ protocol's inputs (bf16, batch x seqlen = 16k tokens, hidden 2048), after three 
 Memory: [batch, seq, heads, head_dim] (BSHD) unless --layout bhsd. The fagen output is
 poisoned (NaN) before the profiled call and checked against SDPA flash (max |diff| < 0.05)
 after it; with --dropout (the bundle's dropout kernel, seed 1) only checked to be finite.
-docs/perf/sm90-fwd.md run 18 used it to count DRAM bytes per kernel, docs/perf/sm80-fwd.md
-item 9 to compare the pipes and stalls of a dropout kernel with its dense one.
+Used to count DRAM bytes per kernel (the sm90ws tile order, docs/perf/sm90-fwd.md) and to
+compare the pipes and stalls of a dropout kernel with its dense one (docs/perf/sm80-fwd.md).
 """
 import argparse
 import os

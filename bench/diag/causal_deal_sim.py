@@ -1,7 +1,7 @@
 """Host simulation of the sm90ws forward's causal tile deal (the tile counter: each next tile,
 in WsTileScheduler's order, goes to whichever CTA frees first) on the FlashAttention-3
 protocol's shapes: the makespan over the mean CTA's work for a group rule, so that group sizes
-can be compared for their tail before a GPU run (docs/perf/sm90-fwd.md run 73). A tile's cost
+can be compared for their tail before a GPU run (docs/perf/sm90-fwd.md). A tile's cost
 is its key tiles plus a fixed overhead in steps (--overhead); memory effects are not modelled.
 
     python3 bench/diag/causal_deal_sim.py                 # every FA3 cell, 32 MB / 16 MB rules
@@ -24,8 +24,8 @@ def tiles_of(head_dim, seqlen):
 
 
 def groups(rule, pairs, num_m, kv_bytes, ctas):
-    """Group sizes in order. rule 'g32': kTileGroupL2Bytes groups (before run 73; the last one
-    may be short); 'g16': 16 MB groups likewise; 'tail': causal_tail_groups (16 MB groups, the
+    """Group sizes in order. rule 'g32': 32 MB groups (the rule before the 16 MB groups; the last
+    one may be short); 'g16': 16 MB groups likewise; 'tail': causal_tail_groups (16 MB groups, the
     last at least two tiles a CTA, at most 32 MB)."""
     if rule in ("g32", "g16"):
         g = max(1, min(pairs, (32 if rule == "g32" else 16) * MB // kv_bytes))
@@ -59,7 +59,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ctas", type=int, default=132, help="CTAs running at once (default 132)")
     ap.add_argument("--overhead", type=float, default=1.2,
-                    help="a tile's fixed cost in key-tile steps (default 1.2, run 28's trace)")
+                    help="a tile's fixed cost in key-tile steps (default 1.2: a clock64 trace, H200)")
     args = ap.parse_args()
     print("hd seqlen    g32    g16   tail  (makespan / mean work)")
     for d in (64, 128, 256):

@@ -1,5 +1,5 @@
-"""Where one forward call's time goes at short sequences (docs/perf/sm90-fwd.md runs 18-19, the
-night's call 4): for fagen (the bundle's planned kernel) and SDPA cuDNN on the FA3 protocol's
+"""Where one forward call's time goes at short sequences (used on the H200, 2026-11-30, to tell
+launch cost from kernel time): for fagen (the bundle's planned kernel) and SDPA cuDNN on the FA3 protocol's
 BSHD inputs, do_bench of one call (L2 cleared before each), 20 back-to-back launches between two
 events, a CUDA graph replay, and the CPU time per call. Run from the repository root on the GPU:
 

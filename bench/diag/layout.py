@@ -1,5 +1,4 @@
-"""BSHD against BHSD memory for fagen bundles and SDPA cuDNN (docs/perf/sm90-fwd.md runs 18-19,
-the night's call 5): three interleaved rounds in one process (the labels, then cuDNN), medians
+"""BSHD against BHSD memory for fagen bundles and SDPA cuDNN: three interleaved rounds in one process (the labels, then cuDNN), medians
 with the rounds' range. Run from the repository root on the GPU:
 
     FAGEN_RT_LIB=.../libfagen_rt.so python3 bench/diag/layout.py OLD=old.fab NEW=new.fab

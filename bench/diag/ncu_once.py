@@ -1,7 +1,7 @@
-"""The launches that ncu profiled in session 23 (docs/perf/sm90-fwd.md runs 52 and 54): for
+"""Launches for ncu (the sm90ws tile order's L2 and DRAM reads on the H200, docs/perf/sm90-fwd.md): for
 each bundle given, one fagen forward call per shape, then one SDPA cuDNN call, on the FA3
 protocol's shapes (batch x seqlen = 16k tokens, hidden 2048, bf16, non-causal unless --causal,
-BSHD views of BHSD tensors). Run from the repository root on the GPU under ncu, e.g. (calls 2-4, 7):
+BSHD views of BHSD tensors). Run from the repository root on the GPU under ncu, e.g.:
 
     FAGEN_RT_LIB=.../libfagen_rt.so ncu --clock-control none \\
         --metrics lts__t_sectors_srcunit_tex_op_read.sum,dram__bytes_read.sum,gpu__time_duration.sum \\

@@ -12,7 +12,7 @@ C=.carry-fa4
 OUT=${OUT:-/tmp/fagen-fa4}
 mkdir -p "$OUT"
 # Timed (bf16; the bench skips fp16 and expect_fail kernels by itself). BENCH=grid: the whole
-# FA4 grid on the default tiles (run 1); default: the thresholds, emu 10 % as a check, hd256.
+# FA4 grid on the default tiles; default: the thresholds, emu 10 % as a check, hd256.
 if [ "${BENCH:-}" = grid ]; then
   BENCH_KERNELS=hd64_nomask_m128n128w4s,hd64_causal_m128n128w4s,hd128_nomask_m128n64w4s,hd128_causal_m128n64w4s
   SEQLENS=2048,16384

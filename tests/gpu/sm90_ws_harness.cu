@@ -1,8 +1,8 @@
 // fagen GPU dev harness for the warp-specialized sm90 forward (TMA + mbarriers + setmaxnreg,
 // optional ping-pong; templates/sm90/fwd_ws_kernel.cuh) beside the cp.async wgmma kernel's
 // planner defaults (sm90/fwd_kernel.cuh), checked and timed in one process. Kernels are
-// instantiated as the emitter does (so the persistent ones without a mask have kStaggerSlack
-// since session 28: timings from before are not like for like); checking and timing are
+// instantiated as the emitter does (so the persistent ones without a mask have kStaggerSlack,
+// the slack CTAs started half a tile late, since 2026-12-02: earlier timings are not like for like); checking and timing are
 // harness_common.cuh's. Build and run: tests/gpu/run_sm90.sh ws-build / ws.
 #include "sm90/fwd_kernel.cuh"
 #include "sm90/fwd_ws_kernel.cuh"

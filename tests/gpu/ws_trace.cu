@@ -23,7 +23,7 @@
 
 // sm_90a dense non-causal configs (tau 8), by name: m<BM>n<BN>, _so = staged epilogue, _to = O
 // stored with TMA (kTmaStoreO), _st = the slack CTAs started half a tile late (kStaggerSlack,
-// which the planner's kernels have since session 28; the others are built without it); each
+// as the planner's persistent kernels of full tiles have it; the others are built without it); each
 // registered twice: one CTA per tile, and _pers (one CTA per SM, the static deal).
 #define TRACE_KERNEL(HD, BM, BN, STAGED, SUFFIX, TMA_O, STG)                                       \
   using tcfg_##HD##_##BM##_##BN##SUFFIX =                                                          \
