@@ -15,9 +15,9 @@
 #ifndef FAGEN_TUNER_SEARCHSPACE_H
 #define FAGEN_TUNER_SEARCHSPACE_H
 
-#include "Plan.h"
-#include "Spec.h"
-#include "TuningDb.h"
+#include "compiler/plan/Plan.h"
+#include "compiler/spec/Spec.h"
+#include "tuner/TuningDb.h"
 
 #include "llvm/Support/Error.h"
 

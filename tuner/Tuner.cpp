@@ -1,13 +1,15 @@
 //===- Tuner.cpp - `fagen tune`: measure kernel configs on this GPU -------===//
 
-#include "Tuner.h"
+#include "tuner/Tuner.h"
 
-#include "Check.h"
-#include "Package.h"
-#include "Report.h"
+#include "check/Check.h"
+#include "compiler/bundle/Package.h"
+#include "tuner/Report.h"
 
-#include "Bundle.h"
-#include "Driver.h"
+#include "device/DeviceMemory.h"
+
+#include "compiler/bundle/Bundle.h"
+#include "runtime/src/Driver.h"
 #include "fagen/fagen.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -118,27 +120,7 @@ struct Job {
   std::vector<size_t> buckets;
 };
 
-/// Device allocations freed on scope exit.
-class DeviceMemory {
-public:
-  explicit DeviceMemory(const DriverApi &api) : Api(api) {}
-  DeviceMemory(const DeviceMemory &) = delete;
-  DeviceMemory &operator=(const DeviceMemory &) = delete;
-  ~DeviceMemory() {
-    for (CUdeviceptr p : Ptrs)
-      Api.cuMemFree(p);
-  }
-  CUresult alloc(CUdeviceptr &out, size_t bytes) {
-    CUresult r = Api.cuMemAlloc(&out, bytes);
-    if (r == CUDA_SUCCESS)
-      Ptrs.push_back(out);
-    return r;
-  }
-
-private:
-  const DriverApi &Api;
-  std::vector<CUdeviceptr> Ptrs;
-};
+using device::DeviceMemory;
 
 /// Q, K, V, O and LSE of one problem.
 struct InputSet {

@@ -9,11 +9,11 @@
 //===----------------------------------------------------------------------===//
 #include "fagen/fagen.h"
 
-#include "Bundle.h"
-#include "Driver.h"
-#include "TmaMaps.h"
-#include "bwd_params.h"
-#include "philox.h"
+#include "compiler/bundle/Bundle.h"
+#include "runtime/src/Driver.h"
+#include "runtime/src/TmaMaps.h"
+#include "templates/abi/bwd_params.h"
+#include "templates/common/philox.h"
 
 #include <cerrno>
 #include <cmath>
@@ -241,7 +241,7 @@ bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
   return k.seqlenMin <= seqlen && seqlen <= k.seqlenMax;
 }
 
-/// Whether kernel k takes a second argument, its tensor maps (common/tma_params.h), and a 1-D
+/// Whether kernel k takes a second argument, its tensor maps (abi/tma_params.h), and a 1-D
 /// grid over its work tiles (wsGridSize; templates/sm90/fwd_ws_kernel.cuh).
 bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 

@@ -8,9 +8,9 @@
 #ifndef FAGEN_COMPILER_PACKAGE_H
 #define FAGEN_COMPILER_PACKAGE_H
 
-#include "Build.h"
+#include "compiler/build/Build.h"
 
-#include "Bundle.h"
+#include "compiler/bundle/Bundle.h"
 
 #include <string>
 #include <vector>

@@ -8,7 +8,7 @@
 #ifndef FAGEN_COMPILER_EMIT_H
 #define FAGEN_COMPILER_EMIT_H
 
-#include "Plan.h"
+#include "compiler/plan/Plan.h"
 
 #include <string>
 

@@ -1,8 +1,8 @@
 //===- Package.cpp - compiled kernels -> one bundle -----------------------===//
 
-#include "Package.h"
+#include "compiler/bundle/Package.h"
 
-#include "../templates/common/bwd_params.h"
+#include "templates/abi/bwd_params.h"
 
 #include <algorithm>
 #include <set>

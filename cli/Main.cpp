@@ -6,16 +6,16 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Build.h"
-#include "Check.h"
-#include "Emit.h"
-#include "Package.h"
-#include "Plan.h"
-#include "Spec.h"
-#include "TuningTable.h"
-#include "Tuner.h"
+#include "compiler/build/Build.h"
+#include "check/Check.h"
+#include "compiler/emit/Emit.h"
+#include "compiler/bundle/Package.h"
+#include "compiler/plan/Plan.h"
+#include "compiler/spec/Spec.h"
+#include "tuner/TuningTable.h"
+#include "tuner/Tuner.h"
 
-#include "Bundle.h"
+#include "compiler/bundle/Bundle.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"

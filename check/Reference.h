@@ -18,8 +18,8 @@
 #ifndef FAGEN_COMPILER_REFERENCE_H
 #define FAGEN_COMPILER_REFERENCE_H
 
-#include "fwd_params.h"
-#include "philox.h"
+#include "templates/abi/fwd_params.h"
+#include "templates/common/philox.h"
 
 #include <algorithm>
 #include <atomic>

@@ -8,10 +8,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Check.h"
-#include "CheckDevice.h"
+#include "check/Check.h"
+#include "check/CheckDevice.h"
 
-#include "Reference.h"
+#include "check/Reference.h"
 
 #include <algorithm>
 #include <cmath>

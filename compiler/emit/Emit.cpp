@@ -7,9 +7,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Emit.h"
+#include "compiler/emit/Emit.h"
 
-#include "../templates/common/bwd_params.h"
+#include "templates/abi/bwd_params.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

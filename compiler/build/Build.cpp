@@ -1,9 +1,9 @@
 //===- Build.cpp - generated source -> cubin, with a content-addressed cache =//
 
-#include "Build.h"
+#include "compiler/build/Build.h"
 
-#include "EmbeddedTemplates.h"
-#include "Emit.h"
+#include "compiler/build/EmbeddedTemplates.h"
+#include "compiler/emit/Emit.h"
 
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/ADT/StringExtras.h"

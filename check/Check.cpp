@@ -6,12 +6,12 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Check.h"
+#include "check/Check.h"
 
-#include "Reference.h"
+#include "check/Reference.h"
 
-#include "Bundle.h"
-#include "Driver.h"
+#include "compiler/bundle/Bundle.h"
+#include "runtime/src/Driver.h"
 #include "fagen/fagen.h"
 
 #include "llvm/ADT/StringExtras.h"

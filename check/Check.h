@@ -16,10 +16,10 @@
 #ifndef FAGEN_COMPILER_CHECK_H
 #define FAGEN_COMPILER_CHECK_H
 
-#include "Reference.h"
+#include "check/Reference.h"
 
-#include "Bundle.h"
-#include "Driver.h"
+#include "compiler/bundle/Bundle.h"
+#include "runtime/src/Driver.h"
 #include "fagen/fagen.h"
 
 #include "llvm/ADT/StringRef.h"

@@ -8,7 +8,7 @@
 #ifndef FAGEN_COMPILER_PLAN_H
 #define FAGEN_COMPILER_PLAN_H
 
-#include "Spec.h"
+#include "compiler/spec/Spec.h"
 
 #include "llvm/Support/Error.h"
 

@@ -1,7 +1,7 @@
 //===- Plan.cpp - KernelPlan: one kernel per variant x pass x arch --------===//
 
-#include "Plan.h"
-#include "ws_registers.h"
+#include "compiler/plan/Plan.h"
+#include "templates/common/ws_registers.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"

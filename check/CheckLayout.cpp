@@ -6,10 +6,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Check.h"
+#include "check/Check.h"
 
-#include "Plan.h"
-#include "Spec.h"
+#include "compiler/plan/Plan.h"
+#include "compiler/spec/Spec.h"
 
 #include <elf.h>
 

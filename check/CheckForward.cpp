@@ -1,9 +1,9 @@
 //===- CheckForward.cpp - `fagen check`: one forward case on the GPU ------===//
 
-#include "Check.h"
-#include "CheckDevice.h"
+#include "check/Check.h"
+#include "check/CheckDevice.h"
 
-#include "Reference.h"
+#include "check/Reference.h"
 
 namespace fagen {
 

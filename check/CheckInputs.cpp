@@ -5,7 +5,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Check.h"
+#include "check/Check.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -14,7 +14,7 @@
 // canonical encoding, so parse followed by serialize gives back the same bytes.
 //
 //===----------------------------------------------------------------------===//
-#include "Bundle.h"
+#include "compiler/bundle/Bundle.h"
 
 #include <algorithm>
 #include <cstdio>

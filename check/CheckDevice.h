@@ -1,14 +1,15 @@
 //===- CheckDevice.h - `fagen check`: a case's device memory (internal) ----===//
 //
-// Shared by the forward (CheckForward.cpp) and backward (CheckBackward.cpp) cases: device
-// allocations freed on scope exit, the upload of a case's tensors and run-time arguments, and
+// Shared by the forward (CheckForward.cpp) and backward (CheckBackward.cpp) cases: the upload
+// of a case's tensors and run-time arguments (into device/DeviceMemory.h's allocations), and
 // the forward run whose O and LSE both use.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FAGEN_COMPILER_CHECKDEVICE_H
 #define FAGEN_COMPILER_CHECKDEVICE_H
 
-#include "Check.h"
+#include "check/Check.h"
+#include "device/DeviceMemory.h"
 
 #include "llvm/Support/Error.h"
 
@@ -17,41 +18,9 @@
 namespace fagen {
 namespace check {
 
-/// A failed driver call as an error ("cuMemAlloc failed: CUDA_ERROR_...").
-llvm::Error cudaError(const DriverApi &api, CUresult rc, const char *call);
-
-/// Device allocations, freed when this goes out of scope.
-class DeviceMemory {
-public:
-  explicit DeviceMemory(const DriverApi &api) : Api(api) {}
-  DeviceMemory(const DeviceMemory &) = delete;
-  DeviceMemory &operator=(const DeviceMemory &) = delete;
-  ~DeviceMemory();
-
-  /// `bytes` of device memory (256-byte aligned; at least 256 bytes, so never null).
-  llvm::Expected<CUdeviceptr> alloc(size_t bytes);
-  /// A device copy of `host`; 0 for an empty vector.
-  template <class T> llvm::Expected<CUdeviceptr> upload(const std::vector<T> &host) {
-    return uploadBytes(host.data(), host.size() * sizeof(T));
-  }
-  /// Fills `count` bytes at `ptr` with `value`.
-  llvm::Error fill(CUdeviceptr ptr, unsigned char value, size_t count);
-  /// Copies `host.size()` elements from `ptr` into `host`.
-  template <class T> llvm::Error download(std::vector<T> &host, CUdeviceptr ptr) {
-    return downloadBytes(host.data(), ptr, host.size() * sizeof(T));
-  }
-  llvm::Error synchronize();
-  const DriverApi &api() const { return Api; }
-
-private:
-  llvm::Expected<CUdeviceptr> uploadBytes(const void *data, size_t bytes);
-  llvm::Error downloadBytes(void *data, CUdeviceptr ptr, size_t bytes);
-
-  const DriverApi &Api;
-  std::vector<CUdeviceptr> Blocks;
-};
-
-inline void *devicePointer(CUdeviceptr p) { return reinterpret_cast<void *>(uintptr_t(p)); }
+using device::cudaError;
+using device::DeviceMemory;
+using device::devicePointer;
 
 /// A case's inputs on the device: Q, K, V, O, LSE and the run-time arguments.
 struct DeviceCase {

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 // Version 3: kernels of template sm90ws take a second argument, `const __grid_constant__
-// fagen_fwd_tma_maps` (common/tma_params.h), after this struct. Version 4: the same layout; the
+// fagen_fwd_tma_maps` (abi/tma_params.h), after this struct. Version 4: the same layout; the
 // dropout rule draws Philox4x32-7 (common/philox.h), so a forward and a backward from bundles
 // of different versions would not drop the same elements. Version 5: tile_counter.
 #define FAGEN_FWD_PARAMS_VERSION 5

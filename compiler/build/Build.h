@@ -9,7 +9,7 @@
 #ifndef FAGEN_COMPILER_BUILD_H
 #define FAGEN_COMPILER_BUILD_H
 
-#include "Plan.h"
+#include "compiler/plan/Plan.h"
 
 #include "llvm/Support/Error.h"
 

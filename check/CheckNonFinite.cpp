@@ -9,10 +9,10 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Check.h"
-#include "CheckDevice.h"
+#include "check/Check.h"
+#include "check/CheckDevice.h"
 
-#include "Reference.h"
+#include "check/Reference.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/raw_ostream.h"
