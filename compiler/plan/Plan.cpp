@@ -1,6 +1,6 @@
 //===- Plan.cpp - KernelPlan: one kernel per variant x pass x arch --------===//
 
-#include "compiler/plan/Plan.h"
+#include "compiler/plan/PlanRules.h"
 #include "templates/common/ws_registers.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -12,6 +12,8 @@
 #include <tuple>
 
 namespace fagen {
+
+using namespace planner;
 
 int archSmemLimit(const std::string &arch) {
   // Per-block opt-in maxima from the CUDA C Programming Guide's compute capability table.
@@ -29,62 +31,7 @@ int paddedHeadDim(int headDim) {
   return (headDim + 15) / 16 * 16;
 }
 
-/// A portable template's shared-memory row of `headDim` 2-byte elements
-/// (templates/sm80/tile_ops.cuh's SmemRow): head dims that are multiples of 64, from
-/// `swizzleFrom` on, unpadded (their 128-byte lines swizzled), others padded by 16 bytes so
-/// that ldmatrix is bank-conflict free. The forward swizzles from 192, the backward from 64
-/// (from 192 with varlen; BwdConfig::kSwizzleFrom).
-static int sm80SmemRowBytes(int headDim, int swizzleFrom) {
-  int padded = paddedHeadDim(headDim);
-  return padded % 64 == 0 && padded >= swizzleFrom ? padded * 2 : padded * 2 + 16;
-}
-static constexpr int kSm80FwdSwizzleFrom = 192;
-static int sm80BwdSwizzleFrom(bool varlen) { return varlen ? 192 : 64; }
-
-int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
-  // Q tile + kStages x (K tile + V tile). The O epilogue reuses the Q tile, whose rows are
-  // therefore as wide as the wider of the two. Mirrors templates/sm80/fwd_config.cuh (the
-  // emitted code static_asserts that they agree).
-  int qkRow = sm80SmemRowBytes(headDimQK, kSm80FwdSwizzleFrom);
-  int vRow = sm80SmemRowBytes(headDimV, kSm80FwdSwizzleFrom);
-  return blockM * std::max(qkRow, vRow) + stages * blockN * (qkRow + vRow);
-}
-
-int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
-                     bool varlen) {
-  // K and V tiles, kStages x (Q + dO tiles), and P and dS tiles in the input dtype; P and dS
-  // rows padded by 16 bytes. Mirrors templates/sm80/bwd_config.cuh's BwdConfig::kSmemBytes
-  // (the emitted code static_asserts that they agree).
-  int qkRow = sm80SmemRowBytes(headDimQK, sm80BwdSwizzleFrom(varlen));
-  int vRow = sm80SmemRowBytes(headDimV, sm80BwdSwizzleFrom(varlen));
-  int pRow = blockN * 2 + 16;
-  return blockN * (qkRow + vRow) + stages * blockM * (qkRow + vRow) + 2 * blockM * pRow;
-}
-
-int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
-  // Q + kStages x (K + V), 128-byte swizzled, plus 1024 bytes to align the base to a swizzle
-  // atom. Mirrors templates/sm90/fwd_config.cuh.
-  return (blockM + 2 * stages * blockN) * headDim * 2 + 1024;
-}
-
-int sm90WsPaddedHeadDim(int headDim) { return (headDim + 63) / 64 * 64; }
-
-int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
-                       bool tileCounter, bool tmaStoreO) {
-  // Q + kStages x (K + V) at head dims padded to 64-column swizzle blocks (+ the O tile with a
-  // TMA store of O), 1024 bytes to align the base, then the mbarriers: Q full, Q empty, and K
-  // full, V full, K empty, V empty per stage; with a tile counter, the tile ring's four
-  // mbarriers and two entries. Mirrors templates/sm90/fwd_config.cuh's WsFwdConfig.
-  int qk = sm90WsPaddedHeadDim(headDimQK), v = sm90WsPaddedHeadDim(headDimV);
-  return (blockM * qk + stages * blockN * (qk + v) + (tmaStoreO ? blockM * v : 0)) * 2 + 1024 +
-         8 * (2 + 4 * stages) + (tileCounter ? 8 * 4 + 16 * 2 : 0);
-}
-
-namespace {
-
-struct Tile {
-  int blockM, blockN, warps, stages;
-};
+namespace planner {
 
 bool isAmpere(const std::string &arch) {
   return arch == "sm_80" || arch == "sm_86" || arch == "sm_89";
@@ -131,28 +78,6 @@ Tile elementwiseVariantTile(Tile t, int headDim) {
   if (headDim <= 128 && t.blockM == 128)
     return {64, 64, 4, t.stages};
   return t;
-}
-
-/// The sm90ws fallback for a variant with per-logit work, when its default tile spills: 128
-/// query rows (2 consumer warpgroups of 240 registers) instead of 192 (3 of 160), else 64 keys
-/// a tile. nvcc 13.0 spilled hd 64 softcap (192 x 128: 32-88 bytes) and hd 256 ALiBi
-/// (128 x 80: 104-120 bytes); 128 x 128 and 128 x 64 spilled none (2026-11-30).
-std::optional<KernelConfig> sm90WsElementwiseFallback(const KernelPlan &ws) {
-  KernelConfig c = configOf(ws);
-  if (c.blockM == 192) {
-    c.blockM = 128;
-    c.warps = 8;
-  } else if (c.blockN > 64) {
-    c.blockN = 64;
-  } else {
-    return std::nullopt;
-  }
-  llvm::Expected<KernelPlan> second = applyConfig(ws, c);
-  if (!second) {
-    llvm::consumeError(second.takeError());
-    return std::nullopt;
-  }
-  return c;
 }
 
 /// The backward's default tile made to fit a score mod's registers (its dlogit per element):
@@ -244,123 +169,6 @@ Tile fitSparseBlock(Tile t, int block) {
   return t;
 }
 
-/// fp32 accumulator registers per thread: S (rows x blockN) and O (rows x headDimV).
-int accumulatorRegs(const Tile &t, int headDimV) {
-  int atomsM = t.blockM / t.warps / 16;
-  return atomsM * (t.blockN / 8) * 4 + atomsM * (paddedHeadDim(headDimV) / 8) * 4;
-}
-
-constexpr int kMaxAccumulatorRegs = 192;
-
-/// Mirrors the static_asserts of templates/sm80/fwd_config.cuh: "" when the template can
-/// build the config, else what is wrong and the fix.
-std::string sm80ConfigProblem(const Tile &t, int headDimQK, int headDimV, const std::string &arch) {
-  if (t.warps != 1 && t.warps != 2 && t.warps != 4 && t.warps != 8)
-    return llvm::formatv("warps must be 1, 2, 4 or 8, got {0}", t.warps);
-  int rowsPerWarp = t.blockM / t.warps;
-  if (t.blockM % t.warps != 0 || (rowsPerWarp != 16 && rowsPerWarp != 32))
-    return llvm::formatv("block_m ({0}) must be 16 or 32 rows per warp with {1} warps: use "
-                         "block_m {2} or {3}",
-                         t.blockM, t.warps, 16 * t.warps, 32 * t.warps);
-  if (t.blockN % 16 != 0 || t.blockN < 16 || t.blockN > 256)
-    return llvm::formatv("block_n must be a multiple of 16 in 16..256, got {0}", t.blockN);
-  if (t.stages < 1 || t.stages > 4)
-    return llvm::formatv("stages must be in 1..4, got {0}", t.stages);
-  int smem = sm80FwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages);
-  if (smem > archSmemLimit(arch))
-    return llvm::formatv("tile {0}x{1} with {2} stages needs {3} bytes of shared memory; {4} "
-                         "allows {5}: lower stages or block_n",
-                         t.blockM, t.blockN, t.stages, smem, arch, archSmemLimit(arch));
-  int regs = accumulatorRegs(t, headDimV);
-  if (regs > kMaxAccumulatorRegs)
-    return llvm::formatv("tile {0}x{1} with {2} warps needs {3} fp32 accumulator registers per "
-                         "thread (at most {4} fit without spills): use more warps or a smaller "
-                         "block_n",
-                         t.blockM, t.blockN, t.warps, regs, kMaxAccumulatorRegs);
-  return "";
-}
-
-/// Mirrors sm80::WarpGrid (templates/sm80/bwd_config.cuh): the split of a (rows, cols) tile
-/// over `warps` warps into equal warp tiles whose sides are multiples of 16, with the smallest
-/// warp-tile perimeter, ties to more warps along the rows. warpsRows 0: no split.
-struct WarpGrid {
-  int warpsRows = 0, warpsCols = 0, tileRows = 0, tileCols = 0;
-};
-WarpGrid warpGrid(int rows, int cols, int warps) {
-  constexpr int kInvalid = 1 << 30;
-  auto cost = [&](int w) {
-    return warps % w != 0 || rows % (16 * w) != 0 || cols % (16 * (warps / w)) != 0
-               ? kInvalid
-               : rows / w + cols / (warps / w);
-  };
-  WarpGrid g;
-  int bestCost = kInvalid;
-  for (int w = 1; w <= warps; w *= 2)
-    if (cost(w) <= bestCost && cost(w) < kInvalid)
-      g.warpsRows = w, bestCost = cost(w);
-  if (g.warpsRows == 0)
-    return g;
-  g.warpsCols = warps / g.warpsRows;
-  g.tileRows = rows / g.warpsRows;
-  g.tileCols = cols / g.warpsCols;
-  return g;
-}
-
-/// The warp-grid static_asserts of templates/sm80/bwd_config.cuh: S/dP, dK/dV and dQ tiles
-/// each split over the warps into warp tiles whose sides are multiples of 16, and the dQ warp
-/// tile into chunks of a multiple of 16 columns. "" when they do.
-std::string bwdWarpSplitProblem(const Tile &t, int headDimQK, int headDimV) {
-  int qkPad = paddedHeadDim(headDimQK), vPad = paddedHeadDim(headDimV);
-  if (warpGrid(t.blockM, t.blockN, t.warps).warpsRows == 0)
-    return llvm::formatv("backward tile {0}x{1} does not split over {2} warps into warp tiles "
-                         "whose sides are multiples of 16",
-                         t.blockM, t.blockN, t.warps);
-  WarpGrid kv = warpGrid(t.blockN, std::min(qkPad, vPad), t.warps);
-  if (kv.warpsRows == 0 || qkPad % (16 * kv.warpsCols) != 0 || vPad % (16 * kv.warpsCols) != 0)
-    return llvm::formatv("backward dK/dV tiles ({0} rows, head dims {1}/{2}) do not split over {3} "
-                         "warps into warp tiles whose sides are multiples of 16",
-                         t.blockN, qkPad, vPad, t.warps);
-  WarpGrid q = warpGrid(t.blockM, qkPad, t.warps);
-  if (q.warpsRows == 0)
-    return llvm::formatv("backward dQ tile ({0} x {1}) does not split over {2} warps into warp "
-                         "tiles whose sides are multiples of 16",
-                         t.blockM, qkPad, t.warps);
-  int chunk = q.tileRows * q.tileCols <= 2048        ? q.tileCols
-              : q.tileCols % (2048 / q.tileRows) == 0 ? 2048 / q.tileRows
-                                                      : 16;
-  if (chunk % 16 != 0 || q.tileCols % chunk != 0)
-    return llvm::formatv("backward dQ warp tile ({0} x {1}) does not split into chunks of a "
-                         "multiple of 16 columns",
-                         q.tileRows, q.tileCols);
-  return "";
-}
-
-/// Mirrors the static_asserts of templates/sm80/bwd_config.cuh: "" when the template can
-/// build the backward config, else what is wrong.
-std::string sm80BwdConfigProblem(const KernelPlan &p) {
-  if (p.warps != 1 && p.warps != 2 && p.warps != 4 && p.warps != 8 && p.warps != 16)
-    return llvm::formatv("backward warps must be a power of 2 in 1..16, got {0}", p.warps);
-  if (p.blockM % 16 != 0 || p.blockM < 16 || p.blockM > 256)
-    return llvm::formatv("backward block_m must be a multiple of 16 in 16..256, got {0}", p.blockM);
-  if (p.blockN % 16 != 0 || p.blockN < 16 || p.blockN > 256)
-    return llvm::formatv("backward block_n must be a multiple of 16 in 16..256, got {0}",
-                         p.blockN);
-  if (p.stages < 1 || p.stages > 2)
-    return llvm::formatv("backward stages must be 1 or 2, got {0}", p.stages);
-  if (p.rescaleTau != 0 || p.exp2EmuPercent != 0)
-    return "the backward template has no rescale_tau or exp2 emulation (both must be 0)";
-  std::string split = bwdWarpSplitProblem({p.blockM, p.blockN, p.warps, p.stages}, p.headDimQK,
-                                           p.headDimV);
-  if (!split.empty())
-    return split;
-  int smem = sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.varlen);
-  if (smem > archSmemLimit(p.arch))
-    return llvm::formatv("backward tile {0}x{1} with {2} stages needs {3} bytes of shared memory; "
-                         "{4} allows {5}",
-                         p.blockM, p.blockN, p.stages, smem, p.arch, archSmemLimit(p.arch));
-  return "";
-}
-
 /// The FlashAttention-4 parameters' ranges (templates/sm80/fwd_config.cuh).
 std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
   // tau 16 missed the tolerance rule on the H200 (hd64, 1 x 577, slowly growing maxima);
@@ -375,112 +183,6 @@ std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
   return "";
 }
 
-/// What the sm90 template (`ws`: sm90ws) serves, for error messages.
-const char *sm90Serves(bool ws) {
-  return ws ? "every mask, score mod, dropout, block sparsity with blocks of 128, 192 (head_dim_v "
-              "<= 128) or 256 "
-              "tokens, and varlen, at head dims 64, 96, 128, 192 and 256 (Q/K and V each)"
-            : "dense none/causal attention at head dims 64, 128 and 256 only";
-}
-
-bool sm90WsHeadDim(int d) { return d == 64 || d == 96 || d == 128 || d == 192 || d == 256; }
-
-/// What of `p`'s variant the sm90 template (`ws`: sm90ws) cannot serve, as a phrase ("" when
-/// it serves it). sm90ws serves every mask and score mod; sm90 dense none/causal only.
-std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
-  if (p.pass != "fwd")
-    return "the backward pass";
-  if (!ws && p.mask == "window")
-    return "the window mask";
-  if (!ws && p.mask == "causal" && p.maskAlign != "bottom_right")
-    return "the top-left causal mask";
-  if (!ws && p.scoreMod != "none")
-    return "score_mod " + p.scoreMod;
-  if (!ws && p.dropout)
-    return "dropout";
-  if (!ws && p.sparsity != "none")
-    return "block sparsity";
-  if (ws && p.sparsity != "none" && p.sparseBlock % 128 != 0 && p.sparseBlock % 192 != 0)
-    return llvm::formatv("block_sparse.block {0} (its query tiles of 128 or 192 rows must "
-                         "divide the block)",
-                         p.sparseBlock);
-  if (!ws && p.varlen)
-    return "varlen";
-  if (ws && (!sm90WsHeadDim(p.headDimQK) || !sm90WsHeadDim(p.headDimV)))
-    return llvm::formatv("head dims {0}/{1}", p.headDimQK, p.headDimV);
-  if (!ws && (p.headDimQK != p.headDimV ||
-              (p.headDimQK != 64 && p.headDimQK != 128 && p.headDimQK != 256)))
-    return "head dims other than 64, 128 and 256";
-  return "";
-}
-
-/// Mirrors templates/sm90/fwd_config.cuh's static_asserts (FwdConfig; WsFwdConfig when `ws`:
-/// the warp-specialized template, a producer warpgroup and 2 or 3 consumer warpgroups) and
-/// sm90/tile_ops.cuh's loader, restricted to what has run on the H200 (sm90: head dims 64, 128,
-/// 256; sm90ws: 64, 96, 128, 192, 256).
-std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
-  const std::string name = ws ? "sm90ws" : "sm90";
-  if (p.arch != "sm_90a")
-    return "the " + name + " template (" + (ws ? "TMA, wgmma" : "wgmma") +
-           ") needs the sm_90a target";
-  std::string variant = sm90VariantProblem(p, ws);
-  if (!variant.empty())
-    return "the " + name + " template does not serve " + variant + " (" + sm90Serves(ws) + ")";
-  if (!ws && p.blockM != 64 && p.blockM != 128)
-    return llvm::formatv("block_m must be 64 or 128 (1 or 2 warpgroups), got {0}", p.blockM);
-  if (ws && p.blockM != 128 && p.blockM != 192)
-    return llvm::formatv("block_m must be 128 or 192 (2 or 3 consumer warpgroups), got {0}",
-                         p.blockM);
-  if (p.warps != p.blockM / 16)
-    return llvm::formatv("warps must be block_m / 16 = {0} ({1}), got {2}", p.blockM / 16,
-                         ws ? "the consumer warps; the producer warpgroup comes on top"
-                            : "4 per warpgroup",
-                         p.warps);
-  if (!ws && p.blockN != 64 && p.blockN != 80 && p.blockN != 128 && p.blockN != 256)
-    return llvm::formatv("block_n must be 64, 80, 128 or 256, got {0}", p.blockN);
-  if (ws && p.blockN != 64 && p.blockN != 80 && p.blockN != 96 && p.blockN != 112 &&
-      p.blockN != 128 && p.blockN != 176 && p.blockN != 256)
-    return llvm::formatv("block_n must be 64, 80, 96, 112, 128, 176 or 256, got {0}", p.blockN);
-  // The cp.async loaders: 2 * block_m threads copy 16-byte chunks of whole rows, in rounds of
-  // whole 8-row swizzle atoms that divide both tiles (TMA has no such rule).
-  int rowsPerRound = 2 * p.blockM / (p.headDimQK / 8);
-  if (!ws &&
-      (rowsPerRound % 8 != 0 || p.blockM % rowsPerRound != 0 || p.blockN % rowsPerRound != 0))
-    return llvm::formatv("block_m {0} and block_n {1} do not load at head dim {2}: its {3} rows "
-                         "a round must be a multiple of 8 dividing both (head dim 256: block_m "
-                         "128)",
-                         p.blockM, p.blockN, p.headDimQK, rowsPerRound);
-  if (p.stages < 2 || p.stages > 4)
-    return llvm::formatv("stages must be in 2..4, got {0}", p.stages);
-  if (p.rescaleTau != 0 && !(ws && p.rescaleTau > 0))
-    return ws ? "the sm90ws template takes rescale_tau 0..8 (-1, always rescaling, is the "
-                "portable template's)"
-              : "the " + name + " template rescales only when a row max grows (rescale_tau 0)";
-  if (p.stagedEpilogue && !ws)
-    return "staged_epilogue is an option of the sm90ws template: use template: sm90ws";
-  if (p.stagedEpilogue && sm90WsPaddedHeadDim(p.headDimV) > sm90WsPaddedHeadDim(p.headDimQK))
-    return llvm::formatv("staged_epilogue writes O through the Q tile, which is narrower "
-                         "(head dims {0}/{1}): remove staged_epilogue",
-                         p.headDimQK, p.headDimV);
-  int smem = ws ? sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages)
-                : sm90FwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
-  if (smem > archSmemLimit(p.arch))
-    return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
-                         archSmemLimit(p.arch));
-  // S + O + P registers of a thread: 192; a consumer thread of sm90ws its share less 32
-  // (common/ws_registers.h, which WsFwdConfig's split reads too).
-  int accumulators = p.blockN / 2 + sm90WsPaddedHeadDim(p.headDimV) / 2 + p.blockN / 4;
-  if (!ws && accumulators > 192)
-    return llvm::formatv("S + O + P need more than 192 registers per thread at block_n {0}",
-                         p.blockN);
-  int budget = ws_accumulator_registers(p.blockM / 64, p.varlen);
-  if (ws && accumulators > budget)
-    return llvm::formatv("S + O + P need more than the {0} registers a consumer thread has for "
-                         "them at block_m {1}, block_n {2}: lower block_n or block_m",
-                         budget, p.blockM, p.blockN);
-  return "";
-}
-
 /// Tiles must divide the block of a block mask or layout (variants.cuh static_asserts it).
 std::string sparseBlockProblem(const KernelPlan &p) {
   if (p.sparsity == "none" || (p.sparseBlock % p.blockM == 0 && p.sparseBlock % p.blockN == 0))
@@ -491,7 +193,7 @@ std::string sparseBlockProblem(const KernelPlan &p) {
 
 bool validHeadDim(int headDim) { return headDim % 8 == 0 && headDim >= 32 && headDim <= 256; }
 
-} // namespace
+} // namespace planner
 
 std::string maskToken(const KernelPlan &p) {
   if (p.mask == "none")
@@ -521,8 +223,6 @@ std::vector<std::string> entryPointNames(const KernelPlan &p) {
     return {p.name, p.name + "_pre", p.name + "_post"};
   return {p.name};
 }
-
-bool sm90ServesVariant(const KernelPlan &p) { return sm90VariantProblem(p, /*ws=*/true).empty(); }
 
 BlockTable blockTable(const BlockSparseSpec &sparse) {
   BlockTable t;
@@ -700,52 +400,7 @@ std::string workloadKey(const KernelPlan &p) {
   return key + " " + p.arch;
 }
 
-namespace {
-
-/// The wgmma templates' defaults for `p`, measured on the H200 (bf16, 2026-11-30,
-/// docs/perf/sm90-fwd.md), two stages (three never helped):
-/// - sm90ws (`ws`, the sm_90a default): FlashAttention-3's tiles, hd 64 three consumer
-///   warpgroups x 128 keys, hd 128 two x 128 keys, hd 256 two x 80 keys; 1.25-1.30x the sm90
-///   template at 16k (runs 5-8). Dense kernels then take builtinSeqlenConfigs' buckets (hd 256
-///   non-causal: 64 keys). hd 96 as hd 128 (padded), hd 192 two x 112 keys.
-/// - sm90 (cp.async, pinned): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
-///   one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; hd 256 128 x 64,
-///   197632 bytes of shared memory (128 x 80 wins only causal 16k by 3-4% and spills 4 bytes).
-KernelPlan sm90Plan(KernelPlan p, bool ws) {
-  p.spillFallback.reset();
-  p.templ = ws ? "sm90ws" : "sm90";
-  p.stages = 2;
-  // FlashAttention-4's conditional rescaling: O rescaled only when a row max grows by more
-  // than 2^8. On the default tiles, interleaved against the exact skip (0; H200, bf16,
-  // docs/perf/sm90-fwd.md run 22): hd 128 +1.5-5.7 %, hd 256 +0.6-3.2 %, hd 64 -0.1-+2.2 %.
-  p.rescaleTau = ws ? 8 : 0;
-  if (!ws) {
-    p.blockM = p.headDimQK == 64 ? 64 : 128;
-    p.blockN = p.headDimQK == 256 ? 64 : 128;
-  } else {
-    // The widest key tile, of 128, 112, 96, 80 and 64, whose S, O and P fit the registers and
-    // whose K and V stages fit shared memory: hd 64/96/128 128 keys, hd 192 112, hd 256 80.
-    // Block-sparse layouts: tiles that divide the layout's block (query tiles 192 -> 128 rows
-    // for blocks of 128 and 256, 128 -> 192 for blocks of 192).
-    int dim = std::max(sm90WsPaddedHeadDim(p.headDimQK), sm90WsPaddedHeadDim(p.headDimV));
-    p.blockM = dim == 64 ? 192 : 128;
-    if (p.sparsity != "none" && p.sparseBlock % p.blockM != 0)
-      p.blockM = p.blockM == 192 ? 128 : 192;
-    p.warps = p.blockM / 16; // sm90ConfigProblem below checks it
-    for (int blockN : {128, 112, 96, 80, 64}) {
-      // Dropout's Philox rounds need registers beside S, O and P. With O of 192 or 256
-      // columns, 112 and 80 keys spilled 28-68 bytes, 96 and 64 none (nvcc 13.0).
-      if (p.dropout && sm90WsPaddedHeadDim(p.headDimV) >= 192 && blockN != 96 && blockN != 64)
-        continue;
-      p.blockN = blockN;
-      if (sm90ConfigProblem(p, /*ws=*/true).empty() && sparseBlockProblem(p).empty())
-        break;
-    }
-  }
-  p.warps = p.blockM / 16;
-  finalizePlan(p);
-  return p;
-}
+namespace planner {
 
 /// A spec's tile: pins the template and any of its parameters; the rest stay the planner's.
 llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
@@ -929,75 +584,7 @@ llvm::Expected<std::vector<KernelPlan>> tunedPlans(const KernelPlan &base,
   return out;
 }
 
-} // namespace
-
-/// The seqlen buckets for dense sm90ws forwards, from `fagen tune` on the H200
-/// (bf16, 2026-11-30, docs/perf/sm90-fwd.md run 14) where bench_fwd.py and the A/B runs of run
-/// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
-/// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
-/// default tau 8): causal rows staged at every length, up to 4k on 128 x 64 tiles; non-causal
-/// rows one bucket, unstaged since session 22 (run 51), on 128 x 64 tiles since session 27
-/// (run 69). hd 64 causal: rows up to 1k on
-/// 128 x 128 tiles (run 26, a tune with tile counters, had them up to 2k; since the warpgroups
-/// without rows pass their tiles, run 39, the default 192 x 128 measured 1.06x faster at 1.5k
-/// and 2k, and 0.94x at 512 and 1k, runs 41-42; 1025-1535 rows not measured). fp16 shares the
-/// rule (same tiles; not measured). The hd 256 non-causal kernel runs persistent (the grid
-/// rule for even tiles).
-/// Empty where none applies; a tuning database overrides it.
-std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
-  const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
-                     base.sparsity == "none" &&
-                     (base.mask == "none" ||
-                      (base.mask == "causal" && base.maskAlign == "bottom_right"));
-  const bool causal = base.mask == "causal";
-  if (base.pass != "fwd" || base.templ != "sm90ws" || base.tuning != "default" || !dense ||
-      base.headDimQK != base.headDimV ||
-      (base.headDimQK != 128 && base.headDimQK != 256 && !(base.headDimQK == 64 && causal)))
-    return {};
-  std::string provenance = "built in: fagen tune on an H200, 2026-11-30";
-  int64_t shortMax = 4096;
-  KernelConfig shortSeq = configOf(base), longSeq = configOf(base);
-  if (base.headDimQK == 64) { // causal only; longer rows keep the default
-    provenance = "built in: fagen tune on an H200 (2026-12-01), edge by A/B (session 21)";
-    shortMax = 1024;
-    shortSeq.blockM = 128;
-    shortSeq.warps = 8;
-  } else if (base.headDimQK == 128) {
-    provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue by A/B (2026-12-01)";
-    // Short rows on 128 x 128 tiles, storing O with TMA (finalizePlan): that beat the staged
-    // epilogue of the session-15 tune by 4-18 % on causal rows up to 4k (docs/perf/sm90-fwd.md
-    // run 28). Non-causal rows take 192 x 80 tiles from 1k: with both storing O by TMA they
-    // measured 1.00-1.03x the 128 x 128 kernel at 1.5k-4k in either bundle order, causal rows
-    // 0.94-1.02x (run 31).
-    if (!causal)
-      shortMax = 1024;
-    longSeq.blockM = 192;
-    longSeq.blockN = 80;
-    longSeq.warps = 12;
-  } else {
-    // Causal: staged at every length since the rescale threshold (tau 8) became the default:
-    // the session-15 tune put the staged epilogue first in both buckets, and 64 keys a tile
-    // first for short causal rows (docs/perf/sm90-fwd.md run 23). Non-causal: unstaged since
-    // O leaves the registers with 16-byte stores (store_o_rows' quad transpose), so that Q is
-    // handed back after the last S and the next tile's Q loads under the epilogue: 1.01-1.05x
-    // the staged kernel at 1k-16k (run 51). Non-causal rows on 128 x 64 tiles (session 27, run
-    // 69): 2^k keys divide into 64-key tiles, while 80-key tiles compute 1.6 % padded keys at
-    // 1k-4k; back to back under the power cap 64 keys took 0.985-0.996x the time of 80 at 1k-16k
-    // (1.1-1.5 % less at 2k-4k), and 0.995-1.04x the speed in bench_fwd.py's rounds.
-    if (!causal)
-      provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue and tile by A/B "
-                   "(sessions 22, 27)";
-    shortSeq.stagedEpilogue = causal;
-    longSeq.stagedEpilogue = causal;
-    shortSeq.blockN = 64;
-    if (!causal)
-      longSeq.blockN = 64;
-  }
-  if (shortSeq == longSeq) // one range: tunedPlans would merge two, repeating the provenance
-    return {{1, int64_t(1) << 40, shortSeq, provenance}};
-  return {{1, shortMax, shortSeq, provenance},
-          {shortMax + 1, int64_t(1) << 40, longSeq, provenance}};
-}
+} // namespace planner
 
 llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
                                                     const std::vector<std::string> &archs,
