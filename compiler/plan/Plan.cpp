@@ -351,27 +351,26 @@ void finalizePlan(KernelPlan &p) {
   if (p.exp2EmuPercent == 0)
     p.exp2PolyDegree = 3; // no polynomial: one kernel, whatever the degree says
   p.threads = 32 * p.warps + (p.templ == "sm90ws" ? 128 : 0); // + the producer warpgroup
-  // sm90ws grids (H200, docs/perf/sm90-fwd.md runs 8 and 19): persistent where every work tile
-  // costs the same (no causal mask, no window, no varlen, no sparsity) and at hd 64: the next
-  // tile's Q and K then load while the consumers finish the current one. Measured persistent
-  // over one CTA per tile, with the even tiles' L2 order of run 18 (run 52 replaced that order;
-  // this comparison was not repeated): hd 128 +0-5 % (2k-16k),
-  // hd 64 +8 % (run 8), hd 256 within 1 %. Uneven tiles keep one CTA per work tile, heaviest
-  // first, so that the hardware hands the next tile to whichever SM frees up: the static deal
-  // measured 11 % slower at hd 128 causal and 23-28 % at hd 256 causal (hd 64 causal gains,
-  // +17 % at 2k in run 8).
+  // sm90ws grids (H200, bf16, docs/perf/sm90-fwd.md): persistent where every work tile costs
+  // the same (no causal mask, no window, no varlen, no sparsity) and at hd 64: the next tile's
+  // Q and K then load while the consumers finish the current one. Measured persistent over one
+  // CTA per tile, with an earlier L2 order of the even tiles (since replaced; this comparison
+  // was not repeated): hd 128 +0-5 % (2k-16k), hd 64 +8 %, hd 256 within 1 %. Uneven tiles
+  // keep one CTA per work tile, heaviest first, so that the hardware hands the next tile to
+  // whichever SM frees up: the static deal measured 11 % slower at hd 128 causal and 23-28 % at
+  // hd 256 causal (hd 64 causal gains, +17 % at 2k).
   const bool evenTiles = p.mask == "none" && !p.varlen && p.sparsity == "none";
   p.persistent = p.templ == "sm90ws" && (evenTiles || (p.headDimQK == 64 && p.headDimV == 64));
   // Uneven tiles can also take them from a counter in the caller's forward workspace: one CTA
-  // per SM, the next tile (heaviest first) to whichever frees up (docs/perf/sm90-fwd.md run 25).
+  // per SM, the next tile (heaviest first) to whichever frees up (H200, docs/perf/sm90-fwd.md).
   // Not the block-sparse kernels: their producer's walk over the layout then spills (24-52
   // bytes, nvcc 13.0).
   p.tileCounter = p.templ == "sm90ws" && p.pass == "fwd" && !evenTiles && p.sparsity == "none";
   // O through shared memory and a TMA store per warpgroup, which runs while the warpgroup starts
-  // its next tile (docs/perf/sm90-fwd.md run 28: the epilogue 3000 -> 1370 cycles a tile at
-  // hd 128). Head dims 128 and 64 (session 18 measured hd 64's main-loop step 7 % slower with
-  // it; after the softmax changes of sessions 20-21 the step is the same, and the A/B of run 49
-  // gave +1.4 % at 2k-4k, +3-6 % at 512-1k, 0-1 % at 8k-16k); hd 256 has no room for the O
+  // its next tile (H200, docs/perf/sm90-fwd.md: the epilogue 3000 -> 1370 cycles a tile at
+  // hd 128). Head dims 128 and 64 (hd 64's main-loop step first measured 7 % slower with it;
+  // since the softmax's rework the step is the same, and an A/B on the H200 gave +1.4 % at
+  // 2k-4k, +3-6 % at 512-1k, 0-1 % at 8k-16k); hd 256 has no room for the O
   // tile, hd 96 / 192 and unequal head dims were not measured. Not varlen (a tile's rows past
   // its sequence would land in the next) nor with the staged epilogue (O through the Q tile).
   p.tmaStoreO = p.templ == "sm90ws" && p.pass == "fwd" && p.headDimQK == p.headDimV &&

@@ -82,7 +82,7 @@ struct KernelPlan {
   int exp2PolyDegree = 3; ///< degree of that polynomial
   /// sm90ws: each warp writes O through its rows of the Q tile, with 16-byte stores (the
   /// template's kStagedEpilogue); a tuning choice (H200: +2-9 % at seqlen 2k for hd 128 causal
-  /// and hd 256, -2..-6 % at 16k causal; docs/perf/sm90-fwd.md run 13).
+  /// and hd 256, -2..-6 % at 16k causal; docs/perf/sm90-fwd.md).
   bool stagedEpilogue = false;
   /// sm90ws launch: one CTA per SM, each walking its share of the work tiles (else one CTA per
   /// work tile); derived by finalizePlan.

@@ -176,7 +176,7 @@ namespace planner {
 /// docs/perf/sm90-fwd.md), two stages (three never helped):
 /// - sm90ws (`ws`, the sm_90a default): FlashAttention-3's tiles, hd 64 three consumer
 ///   warpgroups x 128 keys, hd 128 two x 128 keys, hd 256 two x 80 keys; 1.25-1.30x the sm90
-///   template at 16k (runs 5-8). Dense kernels then take builtinSeqlenConfigs' buckets (hd 256
+///   template at 16k. Dense kernels then take builtinSeqlenConfigs' buckets (hd 256
 ///   non-causal: 64 keys). hd 96 as hd 128 (padded), hd 192 two x 112 keys.
 /// - sm90 (cp.async, pinned): hd 64 one warpgroup of 64 rows x 128 keys (three CTAs per SM beat
 ///   one CTA of two warpgroups by 15-35%); hd 128 two warpgroups, 128 x 128; hd 256 128 x 64,
@@ -187,7 +187,7 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
   p.stages = 2;
   // FlashAttention-4's conditional rescaling: O rescaled only when a row max grows by more
   // than 2^8. On the default tiles, interleaved against the exact skip (0; H200, bf16,
-  // docs/perf/sm90-fwd.md run 22): hd 128 +1.5-5.7 %, hd 256 +0.6-3.2 %, hd 64 -0.1-+2.2 %.
+  // docs/perf/sm90-fwd.md): hd 128 +1.5-5.7 %, hd 256 +0.6-3.2 %, hd 64 -0.1-+2.2 %.
   p.rescaleTau = ws ? 8 : 0;
   if (!ws) {
     p.blockM = p.headDimQK == 64 ? 64 : 128;
@@ -220,17 +220,15 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
 } // namespace planner
 
 /// The seqlen buckets for dense sm90ws forwards, from `fagen tune` on the H200
-/// (bf16, 2026-11-30, docs/perf/sm90-fwd.md run 14) where bench_fwd.py and the A/B runs of run
-/// 13 agreed: hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the
-/// staged epilogue (+4-9 %); the rest stays the single default. hd 256 (run 23, a tune with the
-/// default tau 8): causal rows staged at every length, up to 4k on 128 x 64 tiles; non-causal
-/// rows one bucket, unstaged since session 22 (run 51), on 128 x 64 tiles since session 27
-/// (run 69). hd 64 causal: rows up to 1k on
-/// 128 x 128 tiles (run 26, a tune with tile counters, had them up to 2k; since the warpgroups
-/// without rows pass their tiles, run 39, the default 192 x 128 measured 1.06x faster at 1.5k
-/// and 2k, and 0.94x at 512 and 1k, runs 41-42; 1025-1535 rows not measured). fp16 shares the
-/// rule (same tiles; not measured). The hd 256 non-causal kernel runs persistent (the grid
-/// rule for even tiles).
+/// (bf16, 2026-11-30, docs/perf/sm90-fwd.md) where bench_fwd.py and the A/B runs agreed:
+/// hd 128 from 4k on 192 x 80 tiles (+2-6 %), hd 128 causal up to 4k with the staged epilogue
+/// (+4-9 %); the rest stays the single default. hd 256 (a tune with the default tau 8): causal
+/// rows staged at every length, up to 4k on 128 x 64 tiles; non-causal rows one bucket,
+/// unstaged, on 128 x 64 tiles. hd 64 causal: rows up to 1k on 128 x 128 tiles (a tune with
+/// tile counters had them up to 2k; since the warpgroups without rows pass their tiles, the
+/// default 192 x 128 measured 1.06x faster at 1.5k and 2k, and 0.94x at 512 and 1k; 1025-1535
+/// rows not measured). fp16 shares the rule (same tiles; not measured). The hd 256 non-causal
+/// kernel runs persistent (the grid rule for even tiles).
 /// Empty where none applies; a tuning database overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
@@ -253,10 +251,10 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   } else if (base.headDimQK == 128) {
     provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue by A/B (2026-12-01)";
     // Short rows on 128 x 128 tiles, storing O with TMA (finalizePlan): that beat the staged
-    // epilogue of the session-15 tune by 4-18 % on causal rows up to 4k (docs/perf/sm90-fwd.md
-    // run 28). Non-causal rows take 192 x 80 tiles from 1k: with both storing O by TMA they
-    // measured 1.00-1.03x the 128 x 128 kernel at 1.5k-4k in either bundle order, causal rows
-    // 0.94-1.02x (run 31).
+    // epilogue of the first tune by 4-18 % on causal rows up to 4k (H200, docs/perf/sm90-fwd.md).
+    // Non-causal rows take 192 x 80 tiles from 1k: with both storing O by TMA they measured
+    // 1.00-1.03x the 128 x 128 kernel at 1.5k-4k in either bundle order, causal rows
+    // 0.94-1.02x.
     if (!causal)
       shortMax = 1024;
     longSeq.blockM = 192;
@@ -264,14 +262,14 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
     longSeq.warps = 12;
   } else {
     // Causal: staged at every length since the rescale threshold (tau 8) became the default:
-    // the session-15 tune put the staged epilogue first in both buckets, and 64 keys a tile
-    // first for short causal rows (docs/perf/sm90-fwd.md run 23). Non-causal: unstaged since
-    // O leaves the registers with 16-byte stores (store_o_rows' quad transpose), so that Q is
-    // handed back after the last S and the next tile's Q loads under the epilogue: 1.01-1.05x
-    // the staged kernel at 1k-16k (run 51). Non-causal rows on 128 x 64 tiles (session 27, run
-    // 69): 2^k keys divide into 64-key tiles, while 80-key tiles compute 1.6 % padded keys at
-    // 1k-4k; back to back under the power cap 64 keys took 0.985-0.996x the time of 80 at 1k-16k
-    // (1.1-1.5 % less at 2k-4k), and 0.995-1.04x the speed in bench_fwd.py's rounds.
+    // the H200 tune put the staged epilogue first in both buckets, and 64 keys a tile first
+    // for short causal rows (docs/perf/sm90-fwd.md). Non-causal: unstaged since O leaves the
+    // registers with 16-byte stores (store_o_rows' quad transpose), so that Q is handed back
+    // after the last S and the next tile's Q loads under the epilogue: 1.01-1.05x the staged
+    // kernel at 1k-16k (H200). Non-causal rows on 128 x 64 tiles: 2^k keys divide into 64-key
+    // tiles, while 80-key tiles compute 1.6 % padded keys at 1k-4k on the H200; back to back
+    // under the power cap 64 keys took 0.985-0.996x the time of 80 at 1k-16k (1.1-1.5 % less at
+    // 2k-4k), and 0.995-1.04x the speed in bench_fwd.py's rounds.
     if (!causal)
       provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue and tile by A/B "
                    "(sessions 22, 27)";
