@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make bundle   builds fagen and compiles specs/default.yaml into attn.fab (no GPU needed)
+#   make bundle   builds fagen alone (no tests, no GoogleTest, no SASS tools) and compiles
+#                 specs/default.yaml into attn.fab (no GPU needed)
 #   make test     builds fagen and runs every CPU test (unit, lit/FileCheck, nvcc compile of the
 #                 templates for sm_80/sm_90a/sm_100a, bundle round trip and corruption, runtime
 #                 without a driver, reproducible bundles, time-bounded fuzzing)
@@ -8,16 +9,21 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20
 JOBS ?= $(shell nproc)
 
-.PHONY: deps build bundle test unit fuzz clean
+.PHONY: deps deps-build build bundle test unit fuzz clean
 
 deps:
-	@scripts/install-deps
+	@scripts/install-deps test
+
+deps-build:
+	@scripts/install-deps build
 
 build: deps
-	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DFAGEN_BUILD_TESTS=ON >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
-bundle: build
+bundle: deps-build
+	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DFAGEN_BUILD_TESTS=OFF >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS) --target fagen
 	$(BUILD)/fagen build specs/default.yaml --arch sm_90a -o attn.fab
 
 unit: build

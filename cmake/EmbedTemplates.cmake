@@ -15,7 +15,7 @@ foreach(f ${files})
   math(EXPR i "${i} + 1")
 endforeach()
 file(WRITE ${OUT}.tmp "// Generated from templates/ by cmake/EmbedTemplates.cmake. Do not edit.\n"
-  "#include \"EmbeddedTemplates.h\"\nnamespace fagen {\n${body}\n"
+  "#include \"compiler/build/EmbeddedTemplates.h\"\nnamespace fagen {\n${body}\n"
   "const EmbeddedFile kEmbeddedTemplates[] = {\n${table}};\n"
   "const unsigned kEmbeddedTemplateCount = ${i};\n}\n")
 file(RENAME ${OUT}.tmp ${OUT})

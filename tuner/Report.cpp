@@ -1,6 +1,6 @@
 //===- Report.cpp - the tuner's summary table and SVG plot ----------------===//
 
-#include "Report.h"
+#include "tuner/Report.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -7,7 +7,7 @@
 #ifndef FAGEN_TUNER_REPORT_H
 #define FAGEN_TUNER_REPORT_H
 
-#include "TuningDb.h"
+#include "tuner/TuningDb.h"
 
 #include <map>
 #include <string>

@@ -1,6 +1,6 @@
 //===- SearchSpace.cpp - what `fagen tune` measures: candidates and buckets -===//
 
-#include "SearchSpace.h"
+#include "tuner/SearchSpace.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"

@@ -15,9 +15,9 @@
 #ifndef FAGEN_TUNER_SEARCHSPACE_H
 #define FAGEN_TUNER_SEARCHSPACE_H
 
-#include "Plan.h"
-#include "Spec.h"
-#include "TuningDb.h"
+#include "compiler/plan/Plan.h"
+#include "compiler/spec/Spec.h"
+#include "tuner/TuningDb.h"
 
 #include "llvm/Support/Error.h"
 
@@ -42,10 +42,10 @@ struct SearchSpace {
 
 /// The space for the template of `base`. sm90ws: block_m 128/192 (2 or 3 consumer
 /// warpgroups, warps = block_m / 16), block_n 64/80/96/112/128/176 (176: +3-8 % at hd 128 and
-/// seqlen >= 8k, -7 % at 2k; H200, docs/perf/sm90-fwd.md run 6), two stages, rescale threshold
-/// 0 or 8 (stage 2; 8 is the default since run 22), emulated exp2 0 or 25 % (it lost on the
-/// H200, run 7; another GPU may differ), the staged epilogue or not (stage 2; it wins at 2k,
-/// loses at 16k causal: run 13).
+/// seqlen >= 8k, -7 % at 2k; H200, docs/perf/sm90-fwd.md), two stages, rescale threshold
+/// 0 or 8 (stage 2; 8 is the default, +0.6-5.7 % on the H200), emulated exp2 0 or 25 % (it
+/// lost on the H200; another GPU may differ), the staged epilogue or not (stage 2; on the H200
+/// it wins at 2k, loses at 16k causal).
 SearchSpace searchSpaceFor(const KernelPlan &base);
 
 /// A config made into a plan, or why the planner's checks refuse it.

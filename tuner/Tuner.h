@@ -12,7 +12,7 @@
 #ifndef FAGEN_TUNER_TUNER_H
 #define FAGEN_TUNER_TUNER_H
 
-#include "SearchSpace.h"
+#include "tuner/SearchSpace.h"
 
 #include <string>
 #include <vector>

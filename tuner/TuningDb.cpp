@@ -1,6 +1,6 @@
 //===- TuningDb.cpp - the tuning database: measured kernel configs --------===//
 
-#include "TuningDb.h"
+#include "tuner/TuningDb.h"
 
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"

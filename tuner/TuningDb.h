@@ -14,10 +14,10 @@
 #ifndef FAGEN_TUNER_TUNINGDB_H
 #define FAGEN_TUNER_TUNINGDB_H
 
-#include "Build.h"
-#include "Plan.h"
+#include "compiler/build/Build.h"
+#include "compiler/plan/Plan.h"
 
-#include "Bundle.h" // kSeqlenUnbounded: "seqlen_max": null in the database
+#include "compiler/bundle/Bundle.h" // kSeqlenUnbounded: "seqlen_max": null in the database
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/Support/Error.h"

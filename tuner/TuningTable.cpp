@@ -1,8 +1,8 @@
 //===- TuningTable.cpp - a tuning database -> the planner's TuningTable ----===//
 
-#include "TuningTable.h"
+#include "tuner/TuningTable.h"
 
-#include "TuningDb.h"
+#include "tuner/TuningDb.h"
 
 #include "llvm/Support/FormatVariadic.h"
 

@@ -8,8 +8,8 @@
 #ifndef FAGEN_TUNER_TUNINGTABLE_H
 #define FAGEN_TUNER_TUNINGTABLE_H
 
-#include "Build.h"
-#include "Plan.h"
+#include "compiler/build/Build.h"
+#include "compiler/plan/Plan.h"
 
 #include "llvm/Support/Error.h"
 

@@ -1,5 +1,5 @@
 //===- Driver.cpp - open libcuda at run time -------------------------------===//
-#include "Driver.h"
+#include "runtime/src/Driver.h"
 
 #include <cstdlib>
 #include <dlfcn.h>

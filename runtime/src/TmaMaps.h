@@ -1,6 +1,6 @@
 //===- TmaMaps.h - tensor maps of the TMA forward kernels -------------------===//
 //
-// Encodes fagen_fwd_tma_maps (templates/common/tma_params.h) for one forward call from the
+// Encodes fagen_fwd_tma_maps (templates/abi/tma_params.h) for one forward call from the
 // call's fagen_fwd_params, through the driver's cuTensorMapEncodeTiled passed in as a plain
 // function pointer (no CUDA headers). Header-only: the runtime and the GPU dev harnesses share
 // it.
@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <string>
 
-#include "fwd_params.h"
-#include "tma_params.h"
+#include "templates/abi/fwd_params.h"
+#include "templates/abi/tma_params.h"
 
 namespace fagen {
 

@@ -28,7 +28,7 @@
 #ifndef FAGEN_TEMPLATES_COMMON_VARIANTS_CUH
 #define FAGEN_TEMPLATES_COMMON_VARIANTS_CUH
 
-#include "common/fwd_params.h"
+#include "abi/fwd_params.h"
 #include "common/philox.h"
 #include "common/types.cuh"
 

@@ -5,7 +5,7 @@
 
 #include <type_traits>
 
-#include "common/bwd_params.h"
+#include "abi/bwd_params.h"
 #include "common/types.cuh"
 #include "common/variants.cuh"
 #include "sm80/tile_ops.cuh"

@@ -16,7 +16,7 @@
 #ifndef FAGEN_TEMPLATES_SM80_BWD_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM80_BWD_KERNEL_CUH
 
-#include "common/bwd_params.h"
+#include "abi/bwd_params.h"
 #include "common/softmax.cuh"
 #include "common/tile_order.h"
 #include "sm80/bwd_config.cuh"

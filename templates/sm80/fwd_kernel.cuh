@@ -9,7 +9,7 @@
 #ifndef FAGEN_TEMPLATES_SM80_FWD_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM80_FWD_KERNEL_CUH
 
-#include "common/fwd_params.h"
+#include "abi/fwd_params.h"
 #include "common/softmax.cuh"
 #include "sm80/fwd_config.cuh"
 #include "sm80/tile_ops.cuh"

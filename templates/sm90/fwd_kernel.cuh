@@ -8,7 +8,7 @@
 #ifndef FAGEN_TEMPLATES_SM90_FWD_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM90_FWD_KERNEL_CUH
 
-#include "common/fwd_params.h"
+#include "abi/fwd_params.h"
 #include "common/softmax.cuh"
 #include "sm80/tile_ops.cuh"
 #include "sm90/fwd_config.cuh"

@@ -10,10 +10,10 @@
 #ifndef FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
 
-#include "common/fwd_params.h"
+#include "abi/fwd_params.h"
 #include "common/softmax.cuh"
 #include "common/tile_order.h"
-#include "common/tma_params.h"
+#include "abi/tma_params.h"
 #include "sm80/tile_ops.cuh"
 #include "sm90/fwd_config.cuh"
 #include "sm90/tile_ops.cuh"

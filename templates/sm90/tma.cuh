@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "common/tma_params.h"
+#include "abi/tma_params.h"
 #include "sm90/wgmma.cuh"
 
 namespace fagen {

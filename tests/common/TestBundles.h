@@ -2,8 +2,8 @@
 #ifndef FAGEN_TESTS_COMMON_TESTBUNDLES_H
 #define FAGEN_TESTS_COMMON_TESTBUNDLES_H
 
-#include "../../templates/common/bwd_params.h"
-#include "Bundle.h"
+#include "templates/abi/bwd_params.h"
+#include "compiler/bundle/Bundle.h"
 #include "fagen/fagen.h"
 
 #include <string>

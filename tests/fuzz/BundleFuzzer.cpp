@@ -10,7 +10,7 @@
 // build-fuzz/tests/fuzz/bundle_seeds
 //
 //===----------------------------------------------------------------------===//
-#include "Bundle.h"
+#include "compiler/bundle/Bundle.h"
 
 #include <cstdint>
 #include <cstdio>

@@ -12,7 +12,7 @@
 //===----------------------------------------------------------------------===//
 #include "FakeCuda.h"
 
-#include "../common/FakeDriverCommon.h"
+#include "tests/common/FakeDriverCommon.h"
 
 #include <algorithm>
 #include <atomic>

@@ -2,7 +2,7 @@
 #ifndef FAGEN_TESTS_RUNTIME_FAKECUDA_H
 #define FAGEN_TESTS_RUNTIME_FAKECUDA_H
 
-#include "fwd_params.h"
+#include "templates/abi/fwd_params.h"
 
 #include <atomic>
 #include <cstddef>

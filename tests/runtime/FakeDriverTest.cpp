@@ -8,8 +8,8 @@
 //===----------------------------------------------------------------------===//
 #include "fagen/fagen.h"
 #include "FakeCuda.h"
-#include "philox.h"
-#include "../common/TestBundles.h"
+#include "templates/common/philox.h"
+#include "tests/common/TestBundles.h"
 
 #include <gtest/gtest.h>
 

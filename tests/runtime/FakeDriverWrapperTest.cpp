@@ -1,7 +1,7 @@
 //===- FakeDriverWrapperTest.cpp - fagen.hpp against the fake driver -------===//
 #include "fagen/fagen.hpp"
 #include "FakeCuda.h"
-#include "../common/TestBundleBytes.h"
+#include "tests/common/TestBundleBytes.h"
 
 #include <gtest/gtest.h>
 

@@ -6,7 +6,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "fagen/fagen.h"
-#include "../common/TestBundles.h"
+#include "tests/common/TestBundles.h"
 
 #include <gtest/gtest.h>
 

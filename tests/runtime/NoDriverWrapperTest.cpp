@@ -1,6 +1,6 @@
 //===- NoDriverWrapperTest.cpp - fagen.hpp without a driver ----------------===//
 #include "fagen/fagen.hpp"
-#include "../common/TestBundleBytes.h"
+#include "tests/common/TestBundleBytes.h"
 
 #include <gtest/gtest.h>
 

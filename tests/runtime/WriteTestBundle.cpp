@@ -4,7 +4,7 @@
 //        DIR/variants.fab (every variant kind, forward and backward)
 //
 //===----------------------------------------------------------------------===//
-#include "../common/TestBundles.h"
+#include "tests/common/TestBundles.h"
 
 #include <cstdio>
 #include <string>

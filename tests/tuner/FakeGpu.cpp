@@ -11,9 +11,9 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "../../compiler/Reference.h"
-#include "../common/FakeDriverCommon.h"
-#include "fwd_params.h"
+#include "check/Reference.h"
+#include "tests/common/FakeDriverCommon.h"
+#include "templates/abi/fwd_params.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 //===- BundleTest.cpp - bundle format: round trip, determinism, corruption -===//
-#include "Bundle.h"
-#include "../common/TestBundles.h"
+#include "compiler/bundle/Bundle.h"
+#include "tests/common/TestBundles.h"
 
 #include <gtest/gtest.h>
 

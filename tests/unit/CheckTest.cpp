@@ -9,11 +9,11 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Check.h"
-#include "Plan.h"
-#include "Spec.h"
+#include "check/Check.h"
+#include "compiler/plan/Plan.h"
+#include "compiler/spec/Spec.h"
 
-#include "../common/TestBundles.h"
+#include "tests/common/TestBundles.h"
 
 #include "gtest/gtest.h"
 

@@ -8,7 +8,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "exp2_poly.h"
+#include "templates/common/exp2_poly.h"
 
 #include <gtest/gtest.h>
 

@@ -1,10 +1,10 @@
 //===- PlanTest.cpp - planner, emitter and ptxas-report unit tests --------===//
 
-#include "Build.h"
-#include "Check.h"
-#include "Emit.h"
-#include "Plan.h"
-#include "Spec.h"
+#include "compiler/build/Build.h"
+#include "check/Check.h"
+#include "compiler/emit/Emit.h"
+#include "compiler/plan/Plan.h"
+#include "compiler/spec/Spec.h"
 
 #include "gtest/gtest.h"
 #include "llvm/Support/FormatVariadic.h"

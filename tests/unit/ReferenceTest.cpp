@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "Reference.h"
+#include "check/Reference.h"
 
 #include "gtest/gtest.h"
 

@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 #include "fagen/fagen.h"
-#include "Driver.h"
-#include "../common/TestBundles.h"
+#include "runtime/src/Driver.h"
+#include "tests/common/TestBundles.h"
 
 #include <gtest/gtest.h>
 

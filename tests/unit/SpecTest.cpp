@@ -1,6 +1,6 @@
 //===- SpecTest.cpp - the spec parser: values, defaults, every diagnostic --===//
 
-#include "Spec.h"
+#include "compiler/spec/Spec.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"

@@ -3,7 +3,7 @@
 // Every item of the grid gets a distinct (tile, pair), groups come in order, and within a group
 // the tiles never go back (the longest first). The GPU checks' grids are small (one group for
 // causal kernels); the benchmarks' grids have many, and so do these tests.
-#include "tile_order.h"
+#include "templates/common/tile_order.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 //===- TuningDbTest.cpp - tuning database, search space, report -----------===//
 
-#include "Report.h"
-#include "SearchSpace.h"
-#include "TuningDb.h"
+#include "tuner/Report.h"
+#include "tuner/SearchSpace.h"
+#include "tuner/TuningDb.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"

@@ -1,0 +1,337 @@
+//===- Check.cpp - `fagen check`: run a bundle's kernels against a reference =//
+//
+// The driver of `fagen check`: loads the bundle, runs each kernel that this GPU can run over
+// its shapes (CheckForward.cpp, CheckBackward.cpp), prints one table row per kernel and shape,
+// and writes or compares golden outputs.
+//
+//===----------------------------------------------------------------------===//
+
+#include "check/Check.h"
+
+#include "check/Reference.h"
+
+#include "compiler/bundle/Bundle.h"
+#include "runtime/src/Driver.h"
+#include "fagen/fagen.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <cmath>
+#include <cstring>
+#include <variant>
+
+namespace fagen {
+
+namespace {
+
+namespace ref = reference;
+
+/// Writes or compares the golden output of one kernel. Returns "" when fine, else the problem.
+std::string checkGolden(const CheckOptions &opt, const KernelRecord &k,
+                        const std::vector<float> &o) {
+  std::string path = opt.goldenDir + "/" + k.name + "." + k.arch + ".golden";
+  std::string header = llvm::formatv("fagen-golden 1 seed={0} elements={1}\n", opt.seed, o.size());
+  std::string bytes(reinterpret_cast<const char *>(o.data()), o.size() * sizeof(float));
+  if (opt.updateGolden) {
+    llvm::sys::fs::create_directories(opt.goldenDir);
+    std::error_code ec;
+    llvm::raw_fd_ostream os(path + ".tmp", ec);
+    if (ec)
+      return "cannot write " + path + ": " + ec.message();
+    os << header << bytes;
+    os.close();
+    if (std::error_code rc = llvm::sys::fs::rename(path + ".tmp", path))
+      return "cannot write " + path + ": " + rc.message();
+    return "";
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(path, false, false);
+  if (!buffer)
+    return "no golden file " + path + ": run with --update-golden to create it";
+  llvm::StringRef stored = (*buffer)->getBuffer();
+  if (!stored.starts_with(header) || stored.size() != header.size() + bytes.size())
+    return "golden file " + path + " was made with another seed or shape: " +
+           stored.split('\n').first.str();
+  const float *want = reinterpret_cast<const float *>(stored.data() + header.size());
+  size_t differ = 0;
+  double maxDiff = 0;
+  for (size_t i = 0; i < o.size(); ++i) {
+    if (std::memcmp(&want[i], &o[i], sizeof(float)) == 0)
+      continue;
+    ++differ;
+    maxDiff = std::max(maxDiff, ref::absDiff(want[i], o[i]));
+  }
+  if (differ == 0)
+    return "";
+  return llvm::formatv("{0} of {1} elements differ from {2} (max |diff| {3:e})", differ, o.size(),
+                       path, maxDiff)
+      .str();
+}
+
+/// The GPU and the bundle a check runs on.
+struct Session {
+  const DriverApi *api = nullptr;
+  Bundle records;
+  fagen_bundle *bundle = nullptr;
+  int major = 0, minor = 0;
+};
+
+struct Tally {
+  unsigned passed = 0, failed = 0, skipped = 0;
+};
+
+/// The run-time arguments the check passes to kernel k's variant, for the reader; "" if dense.
+std::string variantNotes(const KernelRecord &k) {
+  std::vector<std::string> notes;
+  if (k.mask == "window")
+    notes.push_back("window left 37 right 0 (bshd shapes), left -1 (unbounded) right 11 (bhsd, "
+                    "Sq <= Sk), left 23 right -1 (bhsd, Sq > Sk)");
+  if (k.scoreMod == "softcap")
+    notes.push_back(llvm::formatv("softcap {0:f0}, Q scaled by {1:f0}", kCheckSoftcap,
+                                  kCheckSoftcapQScale));
+  if (k.scoreMod == "alibi")
+    notes.push_back("alibi slopes 2^(-8 (h + 1) / Hq) x (1 + b / 2) (bhsd: one per head)");
+  if (k.dropout)
+    notes.push_back(llvm::formatv("dropout p {0:f2} ({1}/256)", kCheckDropoutP,
+                                  dropout_threshold(kCheckDropoutP)));
+  if (k.varlen)
+    notes.push_back("varlen: B x Hq/Hkv Sq x Sk runs as B + 2 packed sequences up to Sq x Sk, "
+                    "one of 1 query, one of 1 key");
+  if (k.sparsity == "runtime")
+    notes.push_back(llvm::formatv("runtime block mask of {0}: {1}% of the blocks computed, some "
+                                  "block rows none",
+                                  k.sparseBlock, kCheckBlockDensityPercent));
+  if (k.sparsity == "static")
+    notes.push_back(llvm::formatv("static layout {0}: {1} x {2} blocks of {3}, read from the "
+                                  "cubin",
+                                  k.sparseHash, k.sparseRows, k.sparseCols, k.sparseBlock));
+  return llvm::join(notes, "; ");
+}
+
+void printHeader() {
+  llvm::outs() << llvm::formatv(
+      "{0,-56} {1,-7} {2,-24} {3,10} {4,10} {5,10} {6,10} {7,10} {8,10}  {9}\n", "kernel", "arch",
+      "B x Hq/Hkv Sq x Sk layout", "err O/dQ", "limit", "err LSE/dK", "limit", "err dV", "limit",
+      "result");
+}
+
+/// Under a row: the largest error of each output over its bound (every output with --explain).
+void printWorst(const std::vector<std::pair<std::string, bool>> &worst, bool explain) {
+  for (const auto &[line, over] : worst)
+    if (over || explain)
+      llvm::outs() << "    " << line << (over ? "  (over the bound)" : "") << "\n";
+}
+
+void printForwardRow(const KernelRecord &k, const CheckShape &s, const CaseResult &r,
+                     bool explain) {
+  std::string verdict = r.failure.empty() ? (r.passed ? "ok" : "MISMATCH") : r.failure;
+  llvm::outs() << llvm::formatv(
+      "{0,-56} {1,-7} {2,-24} {3,10:e2} {4,10:e2} {5,10:e2} {6,10:e2} {7,10} {7,10}  {8}\n",
+      k.name, k.arch, checkShapeText(s), r.kernel.MaxO,
+      ref::toleranceBound(r.samePrecision.MaxO, ref::kEpsO), r.kernel.MaxLse,
+      ref::toleranceBound(r.samePrecision.MaxLse, ref::kEpsLse), "-", verdict);
+  printWorst(r.worst, explain);
+}
+
+void printBackwardRow(const KernelRecord &k, const CheckShape &s, const BwdCaseResult &r,
+                      bool explain) {
+  std::string verdict = r.failure;
+  if (verdict.empty()) {
+    bool close = ref::withinTolerance(r.kernel, r.samePrecision);
+    verdict = close ? "ok" : "MISMATCH";
+    if (r.repeatDiffer == 0)
+      verdict += ", bitwise repeatable";
+    if (r.repeatDiffer > 0)
+      verdict += llvm::formatv(", NOT REPEATABLE ({0} elements differ between 2 runs)",
+                               r.repeatDiffer);
+  }
+  auto limit = [](double same) { return ref::toleranceBound(same, ref::kEpsGrad); };
+  llvm::outs() << llvm::formatv(
+      "{0,-56} {1,-7} {2,-24} {3,10:e2} {4,10:e2} {5,10:e2} {6,10:e2} {7,10:e2} {8,10:e2}  {9}\n",
+      k.name, k.arch, checkShapeText(s), r.kernel.MaxDQ, limit(r.samePrecision.MaxDQ),
+      r.kernel.MaxDK, limit(r.samePrecision.MaxDK), r.kernel.MaxDV, limit(r.samePrecision.MaxDV),
+      verdict);
+  printWorst(r.worst, explain);
+}
+
+/// Why kernel k is not run here, or "".
+std::string skipReason(const KernelRecord &k, const Session &session) {
+  if (archRunsOn(k.arch, session.major, session.minor))
+    return "";
+  return llvm::formatv("skipped: an {0} cubin does not run on sm_{1}{2} (compiled, not run here)",
+                       k.arch, session.major, session.minor);
+}
+
+/// Runs case `si` of kernel `index`; prints its row; false after a CUDA failure.
+bool checkCase(const CheckOptions &opt, const Session &session, int index,
+               const std::vector<uint8_t> &table, const CheckShape &s, size_t si,
+               std::string &lastSource, Tally &tally) {
+  const KernelRecord &k = session.records.kernels[index];
+  const unsigned seed = opt.seed * 1000003u + unsigned(si);
+  const bool goldenShape = !opt.goldenDir.empty() && si == (opt.quick ? 0u : 2u);
+  bool ok = false;
+  std::vector<float> golden;
+  if (k.pass == "bwd") {
+    BwdCaseOutcome outcome = checkBackwardCase(*session.api, session.bundle, index, k, s, seed,
+                                               table);
+    if (auto *cuda = std::get_if<CudaFailure>(&outcome)) {
+      llvm::outs() << llvm::formatv("{0,-56} {1,-7} {2,-24} CUDA error: {3}\n", k.name, k.arch,
+                                    checkShapeText(s), cuda->message);
+      return false;
+    }
+    const BwdCaseResult &r = std::get<BwdCaseResult>(outcome);
+    if (!r.forwardSource.empty() && r.forwardSource != lastSource)
+      llvm::outs() << "  O, LSE from " << (lastSource = r.forwardSource) << "\n";
+    printBackwardRow(k, s, r, opt.explain);
+    ok = r.failure.empty() && r.passed;
+    if (k.deterministic) // atomics make other kernels' dQ differ between runs in its last bits
+      golden = r.gradients;
+  } else {
+    CaseOutcome outcome = checkKernelCase(*session.api, session.bundle, index, k, s, seed, table);
+    if (auto *cuda = std::get_if<CudaFailure>(&outcome)) {
+      llvm::outs() << llvm::formatv("{0,-56} {1,-7} {2,-24} CUDA error: {3}\n", k.name, k.arch,
+                                    checkShapeText(s), cuda->message);
+      return false;
+    }
+    const CaseResult &r = std::get<CaseResult>(outcome);
+    printForwardRow(k, s, r, opt.explain);
+    ok = r.failure.empty() && r.passed;
+    golden = r.outputO;
+  }
+  if (ok && goldenShape && !golden.empty()) {
+    if (std::string problem = checkGolden(opt, k, golden); !problem.empty()) {
+      llvm::outs() << "  golden: " << problem << "\n";
+      ok = false;
+    }
+  }
+  ok ? ++tally.passed : ++tally.failed;
+  return true;
+}
+
+/// Runs kernel `index` over its shapes; false after a CUDA failure (the context may be unusable
+/// after a kernel fault).
+bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tally &tally) {
+  const KernelRecord &k = session.records.kernels[index];
+  if (std::string why = skipReason(k, session); !why.empty()) {
+    llvm::outs() << llvm::formatv("{0,-56} {1,-7} {2}\n", k.name, k.arch, why);
+    ++tally.skipped;
+    return true;
+  }
+  std::vector<uint8_t> table;
+  if (k.sparsity == "static") {
+    llvm::Expected<std::vector<uint8_t>> t =
+        staticBlockTable(k, session.records.cubins[k.cubinSection]);
+    if (!t) {
+      llvm::outs() << llvm::formatv("{0,-56} {1,-7} FAILED: {2}\n", k.name, k.arch,
+                                    llvm::toString(t.takeError()));
+      ++tally.failed;
+      return true;
+    }
+    table = std::move(*t);
+  }
+  if (std::string notes = variantNotes(k); !notes.empty())
+    llvm::outs() << "  " << k.name << ": " << notes << "\n";
+  if (opt.nonFinite) {
+    const int failed = checkNonFiniteKernel(*session.api, session.bundle, index, k, table,
+                                            opt.seed * 1000003u + 99u);
+    failed == 0 ? ++tally.passed : ++tally.failed;
+    llvm::outs().flush();
+    return failed >= 0;
+  }
+  std::vector<CheckShape> shapes = checkShapesFor(k, opt.quick);
+  std::string lastSource;
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    const bool ok = checkCase(opt, session, index, table, shapes[si], si, lastSource, tally);
+    // Each case's line as it ends, also into a pipe or file: a long check shows its progress,
+    // and one that hangs or is killed (a timeout, a sanitizer) shows the last case that ended
+    // (it stopped in the next one).
+    llvm::outs().flush();
+    if (!ok) {
+      ++tally.failed;
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Loads the bundle (records and runtime handle) into `session`; an exit code on failure.
+int openSession(const CheckOptions &opt, Session &session) {
+  std::string error;
+  session.api = getDriver(error);
+  if (!session.api) {
+    llvm::errs() << "fagen check: " << error << "\n";
+    return 4;
+  }
+  auto buffer = llvm::MemoryBuffer::getFile(opt.bundlePath, false, false);
+  if (!buffer) {
+    llvm::errs() << "fagen check: cannot read " << opt.bundlePath << ": "
+                 << buffer.getError().message() << "\n";
+    return 3;
+  }
+  if (!parseBundle(reinterpret_cast<const uint8_t *>((*buffer)->getBufferStart()),
+                   (*buffer)->getBufferSize(), session.records, error)) {
+    llvm::errs() << "fagen check: " << opt.bundlePath << ": " << error << "\n";
+    return 1;
+  }
+  if (fagen_bundle_load_file(opt.bundlePath.c_str(), &session.bundle) != FAGEN_OK) {
+    llvm::errs() << "fagen check: " << fagen_last_error() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+/// Makes device 0's primary context current and prints the first line; an exit code on failure.
+int openDevice(const CheckOptions &opt, Session &session) {
+  const DriverApi &api = *session.api;
+  CUdevice device = 0;
+  CUcontext ctx = nullptr;
+  char name[256] = {0};
+  if (api.cuDeviceGet(&device, 0) != CUDA_SUCCESS ||
+      api.cuDevicePrimaryCtxRetain(&ctx, device) != CUDA_SUCCESS ||
+      api.cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
+    llvm::errs() << "fagen check: cannot create a context on device 0\n";
+    return 4;
+  }
+  api.cuDeviceGetAttribute(&session.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
+  api.cuDeviceGetAttribute(&session.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
+  api.cuDeviceGetName(name, sizeof(name) - 1, device);
+  llvm::outs() << llvm::formatv("fagen check: {0} on {1} (sm_{2}{3}), seed {4}\n",
+                                opt.bundlePath, name, session.major, session.minor, opt.seed);
+  return 0;
+}
+
+} // namespace
+
+int runCheck(const CheckOptions &opt) {
+  Session session;
+  if (int code = openSession(opt, session))
+    return code;
+  if (int code = openDevice(opt, session)) {
+    fagen_bundle_destroy(session.bundle);
+    return code;
+  }
+  if (!opt.nonFinite)
+    printHeader();
+  Tally tally;
+  bool usable = true;
+  for (size_t i = 0; i < session.records.kernels.size() && usable; ++i) {
+    const KernelRecord &k = session.records.kernels[i];
+    if (opt.kernelFilter.empty() || k.name.find(opt.kernelFilter) != std::string::npos)
+      usable = checkKernel(opt, session, int(i), tally);
+  }
+  fagen_bundle_destroy(session.bundle);
+  llvm::outs() << llvm::formatv("{0} passed, {1} failed, {2} skipped\n", tally.passed,
+                                tally.failed, tally.skipped);
+  if (tally.passed == 0 && tally.failed == 0) {
+    llvm::errs() << "fagen check: no kernel of " << opt.bundlePath << " runs on this GPU (sm_"
+                 << session.major << session.minor << "): rebuild with --arch sm_"
+                 << session.major << session.minor << "\n";
+    return 1;
+  }
+  return tally.failed == 0 ? 0 : 1;
+}
+
+} // namespace fagen

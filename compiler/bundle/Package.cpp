@@ -1,0 +1,91 @@
+//===- Package.cpp - compiled kernels -> one bundle -----------------------===//
+
+#include "compiler/bundle/Package.h"
+
+#include "templates/abi/bwd_params.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+namespace fagen {
+
+Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKernel> &kernels) {
+  std::vector<const CompiledKernel *> sorted;
+  for (const CompiledKernel &k : kernels)
+    sorted.push_back(&k);
+  std::sort(sorted.begin(), sorted.end(), [](const CompiledKernel *a, const CompiledKernel *b) {
+    return std::tie(a->plan.name, a->plan.arch, a->plan.seqlenMin) <
+           std::tie(b->plan.name, b->plan.arch, b->plan.seqlenMin);
+  });
+  Bundle bundle;
+  bundle.fagenVersion = FAGEN_VERSION_STRING;
+  bundle.toolchain = toolchain.describe();
+  std::set<std::string> archs;
+  for (const CompiledKernel *k : sorted) {
+    const KernelPlan &p = k->plan;
+    archs.insert(p.arch);
+    KernelRecord r;
+    r.name = p.name;
+    r.pass = p.pass;
+    r.arch = p.arch;
+    r.templ = p.templ;
+    r.variant = p.variant;
+    r.dtype = p.dtype;
+    r.headDimQK = p.headDimQK;
+    r.headDimV = p.headDimV;
+    r.mask = p.mask;
+    r.maskAlign = p.maskAlign;
+    r.scoreMod = p.scoreMod;
+    r.dropout = p.dropout;
+    r.varlen = p.varlen;
+    r.sparsity = p.sparsity;
+    if (p.sparsity != "none")
+      r.sparseBlock = p.sparseBlock;
+    if (p.sparsity == "static") {
+      r.sparseRows = p.sparseRows;
+      r.sparseCols = p.sparseCols;
+      r.sparseHash = p.sparseHash;
+    }
+    // Only a backward has the deterministic mode and the _pre/_post kernels.
+    const bool backward = p.pass == "bwd";
+    r.deterministic = backward && p.deterministic;
+    r.persistent = p.persistent;
+    r.tileCounter = p.tileCounter;
+    r.tmaStoreO = p.tmaStoreO;
+    r.prePostThreads = backward ? p.prePostThreads : 0;
+    r.blockM = p.blockM;
+    r.blockN = p.blockN;
+    r.warps = p.warps;
+    r.stages = p.stages;
+    r.threads = p.threads;
+    r.smemBytes = p.smemBytes;
+    r.paramsVersion = backward ? FAGEN_BWD_PARAMS_VERSION : FAGEN_FWD_PARAMS_VERSION;
+    r.registers = k->report.registers;
+    r.spillBytes = k->report.spillBytes();
+    r.rescaleTau = p.rescaleTau;
+    r.exp2EmuPercent = p.exp2EmuPercent;
+    r.exp2PolyDegree = p.exp2PolyDegree;
+    r.seqlenMin = p.seqlenMin;
+    r.seqlenMax = p.seqlenMax;
+    r.tuning = p.tuning;
+    r.cubinSection = static_cast<uint32_t>(bundle.cubins.size());
+    bundle.cubins.push_back(k->cubin);
+    bundle.kernels.push_back(std::move(r));
+  }
+  bundle.archs.assign(archs.begin(), archs.end());
+  return bundle;
+}
+
+std::string verifiedOn(const std::string &templ, const std::string &arch) {
+  // Only what tests/gpu/run.sh has run and passed on real hardware (docs/perf/). An sm_80 cubin
+  // does not load on the H200, and no A100 or B200 is available here: those stay "compiled,
+  // not run".
+  if (templ == "sm80" && (arch == "sm_90" || arch == "sm_90a"))
+    return "NVIDIA H200 (fagen check, 2026-11-30)";
+  if ((templ == "sm90" || templ == "sm90ws") && arch == "sm_90a")
+    return "NVIDIA H200 (fagen check, 2026-11-30)";
+  return "";
+}
+
+} // namespace fagen

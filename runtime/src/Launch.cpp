@@ -1,0 +1,306 @@
+//===- Launch.cpp - the C ABI: run a plan -----------------------------------===//
+#include "runtime/src/RuntimeInternal.h"
+
+using namespace fagen;
+using namespace fagen::rt;
+
+namespace fagen::rt {
+
+//===--- Run ---------------------------------------------------------------===//
+
+struct Pointer {
+  const char *name;
+  const void *ptr;
+  uintptr_t align;
+};
+
+/// Null and alignment checks; messages start with `prefix` ("fagen_run_forward: ").
+/// Null and alignment checks of a run call's pointers; the message ("FUNCTION: PREFIXname is
+/// null") is built only on failure, so the run path does no string work.
+fagen_status checkPointers(const char *function, const char *prefix,
+                           std::initializer_list<Pointer> pointers) {
+  for (Pointer p : pointers) {
+    if (p.ptr == nullptr)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": " + prefix + p.name + " is null");
+    if (reinterpret_cast<uintptr_t>(p.ptr) % p.align != 0)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + prefix + p.name +
+                                                    " is not " + str(int64_t(p.align)) +
+                                                    "-byte aligned");
+  }
+  return FAGEN_OK;
+}
+
+fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass pass) {
+  if (plan == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": plan is null");
+  const char *planner = pass == FAGEN_PASS_BACKWARD ? "fagen_plan_backward" : "fagen_plan_forward";
+  if (plan->bundle == nullptr || plan->function == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) +
+                                                  ": the plan was not filled by a successful " +
+                                                  planner);
+  if (plan->pass != pass)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": the plan is a " +
+                    (pass == FAGEN_PASS_BACKWARD ? "forward" : "backward") +
+                    " plan; make it with " + planner);
+  if (pass == FAGEN_PASS_BACKWARD &&
+      (plan->pre_function == nullptr || plan->post_function == nullptr))
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) +
+                                                  ": the plan was not filled by a successful " +
+                                                  planner);
+  return FAGEN_OK;
+}
+
+/// Checks the run-time arguments the plan's variant reads and stores them in `fp`.
+fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
+                          const fagen_run_args *args, bool argsAccepted, fagen_fwd_params &fp) {
+  const uint32_t needed = plan.run_args;
+  if (needed == 0)
+    return FAGEN_OK;
+  // Error texts only: built when a check fails.
+  auto names = [needed] {
+    std::string out;
+    for (auto [bit, name] :
+         {std::pair<uint32_t, const char *>{FAGEN_RUN_ARG_ALIBI_SLOPES, "alibi_slopes"},
+          {FAGEN_RUN_ARG_BLOCK_MASK, "block_mask"},
+          {FAGEN_RUN_ARG_CU_SEQLENS, "cu_seqlens_q/_k"},
+          {FAGEN_RUN_ARG_DROPOUT_SEED, "dropout_seed/_offset"}})
+      if (needed & bit)
+        out += (out.empty() ? "" : ", ") + std::string(name);
+    return out;
+  };
+  auto fn = [function] { return std::string(function) + ": args->"; };
+  if (!argsAccepted)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": the plan's variant reads run-time arguments (" +
+                    names() + "): call fagen_run_forward_with_args with a fagen_run_args");
+  if (args == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) +
+                                                  ": args is null but the plan's variant reads " +
+                                                  names());
+  if (needed & FAGEN_RUN_ARG_ALIBI_SLOPES) {
+    if (fagen_status s =
+            checkPointers(function, "args->", {{"alibi_slopes", args->alibi_slopes, 4}});
+        s != FAGEN_OK)
+      return s;
+    if (args->alibi_batch_stride < 0)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT, fn() + "alibi_batch_stride (" +
+                                                    str(args->alibi_batch_stride) +
+                                                    ") must be >= 0 (0: one slope per head)");
+    fp.alibi_slopes = args->alibi_slopes;
+    fp.alibi_batch_stride = args->alibi_batch_stride;
+  }
+  if (needed & FAGEN_RUN_ARG_BLOCK_MASK) {
+    if (fagen_status s = checkPointers(function, "args->", {{"block_mask", args->block_mask, 1}});
+        s != FAGEN_OK)
+      return s;
+    for (auto [name, v] : {std::pair<const char *, int64_t>{"block_mask_batch_stride",
+                                                            args->block_mask_batch_stride},
+                           {"block_mask_head_stride", args->block_mask_head_stride},
+                           {"block_mask_row_stride", args->block_mask_row_stride}})
+      if (v < 0)
+        return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                    fn() + name + " (" + str(v) + ") must be >= 0 (0 broadcasts)");
+    fp.block_mask = args->block_mask;
+    fp.block_mask_batch_stride = args->block_mask_batch_stride;
+    fp.block_mask_head_stride = args->block_mask_head_stride;
+    fp.block_mask_row_stride = args->block_mask_row_stride;
+  }
+  if (needed & FAGEN_RUN_ARG_CU_SEQLENS) {
+    if (fagen_status s = checkPointers(function, "args->",
+                                       {{"cu_seqlens_q", args->cu_seqlens_q, 4},
+                                        {"cu_seqlens_k", args->cu_seqlens_k, 4}});
+        s != FAGEN_OK)
+      return s;
+    fp.cu_seqlens_q = args->cu_seqlens_q;
+    fp.cu_seqlens_k = args->cu_seqlens_k;
+  }
+  if (needed & FAGEN_RUN_ARG_DROPOUT_SEED) {
+    fp.dropout_seed = args->dropout_seed;
+    fp.dropout_offset = args->dropout_offset;
+  }
+  return FAGEN_OK;
+}
+
+/// Encodes the tensor maps of a TMA kernel's call from its parameter block.
+fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fagen_plan &plan,
+                           const KernelRecord &k, const fagen_fwd_params &params,
+                           fagen_fwd_tma_maps &maps) {
+  if (api.cuTensorMapEncodeTiled == nullptr)
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                std::string(function) + ": kernel " + k.name +
+                    " loads through TMA, and the CUDA driver (" + api.path +
+                    ") has no cuTensorMapEncodeTiled: install a driver for CUDA 12.0 or newer, "
+                    "or build the bundle for sm_90 instead of sm_90a");
+  std::string what;
+  PlanVarlenRows rows;
+  std::memcpy(&rows, plan.params + kPlanVarlenRowsOffset, sizeof rows);
+  if (int r = encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK, k.headDimV,
+                               k.blockM, k.blockN, maps, what, rows.total_q, rows.total_k,
+                               k.tmaStoreO))
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": " +
+                    cudaErrorText(api, r, "cuTensorMapEncodeTiled") + " for tensor " + what +
+                    " of kernel " + k.name +
+                    ": TMA needs 16-byte aligned pointers and strides that are multiples of 8 "
+                    "elements, below 2^39 elements");
+  return FAGEN_OK;
+}
+
+const std::string &kernelName(const fagen_plan &plan) {
+  return plan.bundle->bundle.kernels[plan.kernel_index].name;
+}
+
+fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function,
+                    const int32_t grid[3], const int32_t block[3], int32_t smem, void *params,
+                    void *stream, const char *suffix, void *tmaMaps = nullptr) {
+  void *args[] = {params, tmaMaps};
+  CUresult r = api.cuLaunchKernel(static_cast<CUfunction>(function), unsigned(grid[0]),
+                                  unsigned(grid[1]), unsigned(grid[2]), unsigned(block[0]),
+                                  unsigned(block[1]), unsigned(block[2]), unsigned(smem),
+                                  static_cast<CUstream>(stream), args, nullptr);
+  if (r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuLaunchKernel") + " for kernel " +
+                                      kernelName(plan) + suffix);
+  return FAGEN_OK;
+}
+
+fagen_status runForward(const char *function, const fagen_plan *plan, const void *q,
+                        const void *k, const void *v, void *o, float *lse, void *workspace,
+                        const fagen_run_args *args, bool argsAccepted, void *stream) {
+  if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
+    return s;
+  if (fagen_status s =
+          checkPointers(function, "",
+                        {{"q", q, 16}, {"k", k, 16}, {"v", v, 16}, {"o", o, 16}, {"lse", lse, 4}});
+      s != FAGEN_OK)
+    return s;
+  fagen_fwd_params params;
+  std::memcpy(&params, plan->params, sizeof params);
+  if (fagen_status s = applyRunArgs(function, *plan, args, argsAccepted, params); s != FAGEN_OK)
+    return s;
+  std::string error;
+  const DriverApi *api = getDriver(error);
+  if (api == nullptr)
+    return fail(FAGEN_ERROR_NO_DRIVER, error);
+  params.q = q;
+  params.k = k;
+  params.v = v;
+  params.o = o;
+  params.lse = lse;
+  const KernelRecord &kernel = plan->bundle->bundle.kernels[plan->kernel_index];
+  if (!takesTmaMaps(kernel))
+    return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes,
+                  &params, stream, "");
+  fagen_fwd_tma_maps maps;
+  if (fagen_status s = encodeTmaMaps(function, *api, *plan, kernel, params, maps); s != FAGEN_OK)
+    return s;
+  int32_t grid[3] = {plan->grid[0], plan->grid[1], plan->grid[2]};
+  if (kernel.tileCounter && workspace != nullptr) {
+    // The tiles come from the workspace's counter, which starts each launch at 0.
+    if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 4}}); s != FAGEN_OK)
+      return s;
+    params.tile_counter = static_cast<int32_t *>(workspace);
+    if (CUresult r = api->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(workspace), 0, 1,
+                                           static_cast<CUstream>(stream));
+        r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_CUDA, std::string(function) + ": " +
+                                        cudaErrorText(*api, r, "cuMemsetD32Async") +
+                                        " zeroing the tile counter in the workspace of kernel " +
+                                        kernel.name);
+  } else if (kernel.tileCounter && !kernel.persistent) {
+    // No workspace: one CTA per work tile (the static deal of a grid that size).
+    grid[0] = params.work_tiles;
+  }
+  return launch(*api, *plan, plan->function, grid, plan->block, plan->smem_bytes, &params,
+                stream, "", &maps);
+}
+
+} // namespace fagen::rt
+
+extern "C" {
+
+fagen_status fagen_run_forward(const fagen_plan *plan, const void *q, const void *k,
+                               const void *v, void *o, float *lse, void *stream) {
+  return runForward("fagen_run_forward", plan, q, k, v, o, lse, nullptr, nullptr, false, stream);
+}
+
+fagen_status fagen_run_forward_with_args(const fagen_plan *plan, const void *q, const void *k,
+                                         const void *v, void *o, float *lse,
+                                         const fagen_run_args *args, void *stream) {
+  return runForward("fagen_run_forward_with_args", plan, q, k, v, o, lse, nullptr, args, true,
+                    stream);
+}
+
+fagen_status fagen_run_forward_with_workspace(const fagen_plan *plan, const void *q,
+                                              const void *k, const void *v, void *o, float *lse,
+                                              void *workspace, const fagen_run_args *args,
+                                              void *stream) {
+  return runForward("fagen_run_forward_with_workspace", plan, q, k, v, o, lse, workspace, args,
+                    true, stream);
+}
+
+fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const void *k,
+                                const void *v, const void *o, const float *lse,
+                                const void *dout, void *dq, void *dk, void *dv, void *workspace,
+                                const fagen_run_args *args, void *stream) {
+  const char *function = "fagen_run_backward";
+  if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_BACKWARD); s != FAGEN_OK)
+    return s;
+  if (fagen_status s = checkPointers(function, "",
+                                     {{"q", q, 16},
+                                      {"k", k, 16},
+                                      {"v", v, 16},
+                                      {"o", o, 16},
+                                      {"lse", lse, 4},
+                                      {"dout", dout, 16},
+                                      {"dq", dq, 16},
+                                      {"dk", dk, 16},
+                                      {"dv", dv, 16}});
+      s != FAGEN_OK)
+    return s;
+  if (plan->workspace_bytes > 0) {
+    if (fagen_status s =
+            checkPointers(function, "", {{"workspace", workspace, 256}});
+        s != FAGEN_OK)
+      return fail(s, fagen_last_error() + std::string(" (it must hold plan->workspace_bytes = ") +
+                         str(int64_t(plan->workspace_bytes)) + " bytes of device memory)");
+  }
+  fagen_bwd_params params;
+  std::memcpy(&params, plan->params, sizeof params);
+  if (fagen_status s = applyRunArgs(function, *plan, args, true, params.fwd); s != FAGEN_OK)
+    return s;
+  std::string error;
+  const DriverApi *api = getDriver(error);
+  if (api == nullptr)
+    return fail(FAGEN_ERROR_NO_DRIVER, error);
+  params.fwd.q = q;
+  params.fwd.k = k;
+  params.fwd.v = v;
+  params.fwd.o = const_cast<void *>(o);       // read by the backward
+  params.fwd.lse = const_cast<float *>(lse);  // read by the backward
+  params.dout = dout;
+  params.dq = dq;
+  params.dk = dk;
+  params.dv = dv;
+  auto *base = static_cast<uint8_t *>(workspace);
+  params.dq_accum = reinterpret_cast<float *>(base + plan->workspace_offsets[0]);
+  params.d = reinterpret_cast<float *>(base + plan->workspace_offsets[1]);
+  // The semaphores exist only for a deterministic kernel (fagen_bwd_workspace_layout).
+  const bool deterministic = plan->workspace_bytes > plan->workspace_offsets[2];
+  params.dq_semaphore =
+      deterministic ? reinterpret_cast<int32_t *>(base + plan->workspace_offsets[2]) : nullptr;
+  if (fagen_status s = launch(*api, *plan, plan->pre_function, plan->pre_post_grid,
+                              plan->pre_post_block, 0, &params, stream, "_pre");
+      s != FAGEN_OK)
+    return s;
+  if (fagen_status s = launch(*api, *plan, plan->function, plan->grid, plan->block,
+                              plan->smem_bytes, &params, stream, "");
+      s != FAGEN_OK)
+    return s;
+  return launch(*api, *plan, plan->post_function, plan->pre_post_grid, plan->pre_post_block, 0,
+                &params, stream, "_post");
+}
+
+} // extern "C"

@@ -1,0 +1,719 @@
+//===- Select.cpp - the C ABI: variants, kernel choice, plan ----------------===//
+#include "runtime/src/RuntimeInternal.h"
+
+using namespace fagen;
+using namespace fagen::rt;
+
+namespace fagen::rt {
+
+//===--- Variants: one vocabulary for kernels and calls -------------------===//
+
+/// Every choice that decides whether a kernel computes a call, in the manifest's words.
+struct VariantKey {
+  std::string pass = "fwd";
+  std::string dtype;
+  int headDimQK = 0, headDimV = 0;
+  std::string mask = "none", maskAlign = "bottom_right", scoreMod = "none";
+  bool dropout = false, varlen = false;
+  std::string sparsity = "none";
+  int sparseBlock = 0;    ///< a call's static layout: 0 = any
+  std::string sparseHash; ///< a call's static layout: "" = any
+  bool deterministic = false;
+
+  /// "fp16 head_dim 128/128 mask causal top_left softcap dropout".
+  std::string text() const {
+    std::string t = dtype + " head_dim " + str(headDimQK) + "/" + str(headDimV) + " mask " + mask;
+    if (mask != "none" && maskAlign == "top_left")
+      t += " top_left";
+    if (scoreMod != "none")
+      t += " " + scoreMod;
+    if (dropout)
+      t += " dropout";
+    if (varlen)
+      t += " varlen";
+    if (sparsity != "none")
+      t += " block_sparse " + sparsity + (sparseBlock ? " " + str(sparseBlock) : "") +
+           (sparseHash.empty() ? "" : " layout " + sparseHash);
+    if (deterministic)
+      t += " deterministic";
+    return t;
+  }
+};
+
+VariantKey keyOf(const KernelRecord &k) {
+  VariantKey v;
+  v.pass = k.pass;
+  v.dtype = k.dtype;
+  v.headDimQK = k.headDimQK;
+  v.headDimV = k.headDimV;
+  v.mask = k.mask;
+  v.maskAlign = k.maskAlign;
+  v.scoreMod = k.scoreMod;
+  v.dropout = k.dropout;
+  v.varlen = k.varlen;
+  v.sparsity = k.sparsity;
+  v.sparseBlock = k.sparseBlock;
+  v.sparseHash = k.sparseHash;
+  v.deterministic = k.deterministic;
+  return v;
+}
+
+int32_t effectiveMask(const fagen_fwd_problem &p) {
+  return raw(p.mask) == FAGEN_MASK_NONE && p.causal ? int32_t(FAGEN_MASK_CAUSAL) : raw(p.mask);
+}
+
+std::string hashText(uint32_t hash) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", hash);
+  return buf;
+}
+
+/// The variant a (validated) call needs.
+VariantKey callKey(const fagen_fwd_problem &p, fagen_pass pass, bool deterministic) {
+  static const char *kMasks[] = {"none", "causal", "window"};
+  static const char *kScoreMods[] = {"none", "softcap", "alibi"};
+  static const char *kSparsity[] = {"none", "runtime", "static"};
+  VariantKey v;
+  v.pass = pass == FAGEN_PASS_BACKWARD ? "bwd" : "fwd";
+  v.dtype = raw(p.dtype) == FAGEN_DTYPE_BF16 ? "bf16" : "fp16";
+  v.headDimQK = p.head_dim_qk;
+  v.headDimV = p.head_dim_v;
+  v.mask = kMasks[effectiveMask(p)];
+  v.maskAlign = raw(p.mask_align) == FAGEN_MASK_ALIGN_TOP_LEFT ? "top_left" : "bottom_right";
+  v.scoreMod = kScoreMods[raw(p.score_mod)];
+  v.dropout = p.dropout_p > 0;
+  v.varlen = p.varlen != 0;
+  v.sparsity = kSparsity[raw(p.sparsity)];
+  v.sparseBlock = p.sparse_block;
+  v.sparseHash = p.sparse_hash ? hashText(p.sparse_hash) : "";
+  v.deterministic = deterministic;
+  return v;
+}
+
+/// Whether kernel k computes the call's variant (shapes and seqlen ranges aside). A
+/// deterministic backward serves a call that does not ask for one.
+bool sameVariant(const KernelRecord &k, const VariantKey &c) {
+  if (k.pass != c.pass || k.dtype != c.dtype || k.headDimQK != c.headDimQK ||
+      k.headDimV != c.headDimV || k.mask != c.mask ||
+      (c.mask != "none" && k.maskAlign != c.maskAlign) || k.scoreMod != c.scoreMod ||
+      k.dropout != c.dropout || k.varlen != c.varlen || k.sparsity != c.sparsity)
+    return false;
+  if (c.deterministic && !k.deterministic)
+    return false;
+  if (c.sparsity == "runtime")
+    return k.sparseBlock == c.sparseBlock;
+  if (c.sparsity == "static")
+    return (c.sparseBlock == 0 || k.sparseBlock == c.sparseBlock) &&
+           (c.sparseHash.empty() || k.sparseHash == c.sparseHash);
+  return true;
+}
+
+/// Why kernel k, of the call's variant, cannot take this call's shape; "" if it can.
+bool takesTmaMaps(const KernelRecord &k);
+
+/// Why the tensor maps of TMA kernel k cannot describe the call's Q, K and V, and O where k
+/// stores it with TMA ("" if they can): a stride must be nonzero where its dimension has more
+/// than one index (no broadcast; an output never has such a stride: checkStrides refuses it)
+/// and below 2^39 elements (cuTensorMapEncodeTiled's 2^40 bytes).
+std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
+  struct Tensor {
+    const char *name;
+    const int64_t *strides;
+    int64_t heads, seqlen;
+    const char *verb;
+  };
+  const char *dims[3] = {"batch", "head", "row"};
+  // Varlen: packed tensors, whose batch stride is unused and whose rows are all sequences'.
+  const int64_t rowsQ = p.varlen ? p.total_q : p.seqlen_q;
+  const int64_t rowsK = p.varlen ? p.total_k : p.seqlen_k;
+  const Tensor all[4] = {{"q", p.q_strides, p.heads_q, rowsQ, "loads"},
+                         {"k", p.k_strides, p.heads_kv, rowsK, "loads"},
+                         {"v", p.v_strides, p.heads_kv, rowsK, "loads"},
+                         {"o", p.o_strides, p.heads_q, rowsQ, "stores"}};
+  for (int i = 0; i < (k.tmaStoreO ? 4 : 3); ++i) { // O last
+    const Tensor &t = all[i];
+    const int64_t extents[3] = {p.varlen ? 1 : p.batch, t.heads, t.seqlen};
+    for (int d = 0; d < 3; ++d) {
+      if (extents[d] > 1 && t.strides[d] == 0)
+        return "kernel " + k.name + " " + t.verb + " " + t.name +
+               " through TMA, which cannot broadcast: " + t.name + "_strides[" + str(d) + "] (" +
+               dims[d] + ") is 0 with " + str(extents[d]) +
+               " indices; pass a materialized tensor or build the variant " +
+               "with tile: {template: sm80}";
+      if (t.strides[d] >= (int64_t(1) << 39))
+        return "kernel " + k.name + " " + t.verb + " " + t.name +
+               " through TMA, whose strides must be below 2^39 elements: " + t.name +
+               "_strides[" + str(d) + "] is " + str(t.strides[d]) +
+               "; pass a compact tensor or build the variant with tile: {template: sm80}";
+    }
+  }
+  return "";
+}
+
+std::string shapeProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
+  if (takesTmaMaps(k))
+    if (std::string why = tmaLayoutProblem(k, p); !why.empty())
+      return why;
+  if (k.sparsity != "static")
+    return "";
+  int64_t rows = int64_t(k.sparseRows) * k.sparseBlock,
+          cols = int64_t(k.sparseCols) * k.sparseBlock;
+  if (p.seqlen_q <= rows && p.seqlen_k <= cols)
+    return "";
+  return "kernel " + k.name + "'s static block layout covers " + str(rows) + " queries x " +
+         str(cols) + " keys (" + str(k.sparseRows) + " x " + str(k.sparseCols) + " blocks of " +
+         str(k.sparseBlock) + "); the call has seqlen_q " + str(p.seqlen_q) + " and seqlen_k " +
+         str(p.seqlen_k) + ": set block_sparse.max_seqlen in the spec to at least " +
+         str(std::max(p.seqlen_q, p.seqlen_k)) + " and rebuild";
+}
+
+bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
+  int64_t seqlen = std::max(p.seqlen_q, p.seqlen_k);
+  return k.seqlenMin <= seqlen && seqlen <= k.seqlenMax;
+}
+
+/// Whether kernel k takes a second argument, its tensor maps (abi/tma_params.h), and a 1-D
+/// grid over its work tiles (wsGridSize; templates/sm90/fwd_ws_kernel.cuh).
+bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
+
+/// CTAs of a sm90ws launch: one per SM for a persistent kernel (the plan's choice, measured:
+/// compiler/Plan.cpp finalizePlan) and for a kernel that takes its tiles from the forward
+/// workspace's counter (`counter`: the call has a workspace), else one per work tile.
+int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms, bool counter) {
+  const bool oneCtaPerSm = k.persistent || (counter && k.tileCounter);
+  return oneCtaPerSm ? std::min<int64_t>(tiles, std::max(sms, 1)) : tiles;
+}
+
+/// Bytes of the forward workspace of a kernel with a tile counter: one int32 counter.
+constexpr size_t kFwdWorkspaceBytes = 4;
+
+/// Why a sm90ws launch of this size would overflow the kernel's 32-bit counters ("" if it
+/// does not): its work tiles (and a 1-D grid of them) and the key tiles one CTA walks.
+std::string wsSizeProblem(const KernelRecord &k, const fagen_fwd_problem &p, int sms) {
+  const int64_t tiles = (p.seqlen_q + k.blockM - 1) / k.blockM * p.heads_q * p.batch;
+  // A kernel with a tile counter keeps its K/V tile count modulo 2 kStages (any CTA may take
+  // any number of tiles): only a work tile's own key tiles count.
+  const int64_t grid = k.tileCounter ? tiles : wsGridSize(k, tiles, sms, false);
+  const int64_t keyTiles = (tiles + grid - 1) / grid * ((p.seqlen_k + k.blockN - 1) / k.blockN);
+  if (tiles <= (int64_t(1) << 30) && keyTiles <= (int64_t(1) << 30))
+    return "";
+  return "kernel " + k.name + " counts work tiles and key tiles in 32 bits; the call has " +
+         str(tiles) + " work tiles of " + str(k.blockM) + " queries and up to " + str(keyTiles) +
+         " key tiles per thread block (limit 2^30): split the batch";
+}
+
+int expectedParamsVersion(const KernelRecord &k) {
+  return k.pass == "bwd" ? FAGEN_BWD_PARAMS_VERSION : FAGEN_FWD_PARAMS_VERSION;
+}
+
+fagen_status paramsVersionMismatch(const KernelRecord &k) {
+  return fail(FAGEN_ERROR_NOT_SUPPORTED,
+              "kernel " + k.name + " takes parameter layout version " + str(k.paramsVersion) +
+                  " but this runtime fills version " + str(expectedParamsVersion(k)) +
+                  ": rebuild the bundle with the fagen that matches this runtime");
+}
+
+/// The spec keys that build a kernel for `c`: "dtype fp16, head_dim 96 and mask causal".
+std::string specKeys(const VariantKey &c) {
+  std::vector<std::string> keys = {
+      "dtype " + c.dtype,
+      "head_dim " + str(c.headDimQK) +
+          (c.headDimV == c.headDimQK ? "" : " (head_dim_v " + str(c.headDimV) + ")"),
+      "mask " + c.mask};
+  if (c.mask != "none" && c.maskAlign == "top_left")
+    keys.push_back("mask_align top_left");
+  if (c.scoreMod != "none")
+    keys.push_back("score_mod " + c.scoreMod);
+  if (c.dropout)
+    keys.push_back("dropout true");
+  if (c.varlen)
+    keys.push_back("varlen true");
+  if (c.sparsity == "runtime")
+    keys.push_back("block_sparse {block: " + str(c.sparseBlock) + ", layout: runtime}");
+  if (c.sparsity == "static")
+    keys.push_back("a static block_sparse layout" +
+                   (c.sparseBlock ? " (block " + str(c.sparseBlock) + ")" : std::string()));
+  if (c.pass == "bwd")
+    keys.push_back(std::string("passes [fwd, bwd]") +
+                   (c.deterministic ? " and deterministic true" : ""));
+  std::string out;
+  for (size_t i = 0; i < keys.size(); ++i)
+    out += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i];
+  return out;
+}
+
+std::string notServedMessage(const Bundle &bundle, const VariantKey &c) {
+  const char *passName = c.pass == "bwd" ? "backward" : "forward";
+  std::set<std::string> offered;
+  for (const KernelRecord &k : bundle.kernels)
+    if (k.pass == c.pass)
+      offered.insert(keyOf(k).text());
+  std::string have;
+  for (const std::string &v : offered)
+    have += (have.empty() ? "" : ", ") + v;
+  return std::string("no ") + passName + " kernel in the bundle serves " + c.text() +
+         "; the bundle has " +
+         (have.empty() ? std::string("no ") + passName + " kernels"
+                       : std::string(passName) + " kernels for " + have) +
+         ": add a variant with " + specKeys(c) + " to the spec and rebuild";
+}
+
+std::string describe(const KernelRecord &k) {
+  VariantKey v = keyOf(k);
+  std::string variant = v.text(); // "fp16 head_dim 128/128 mask causal ..."
+  return k.name + " (" + k.pass + " " + k.arch + " " + variant + " tile " + str(k.blockM) + "x" +
+         str(k.blockN) + " warps " + str(k.warps) + " stages " + str(k.stages) + " smem " +
+         str(k.smemBytes) + ")";
+}
+
+fagen_status adopt(Bundle parsed, fagen_bundle **out) {
+  auto *b = new fagen_bundle;
+  b->bundle = std::move(parsed);
+  for (const KernelRecord &k : b->bundle.kernels)
+    b->descriptions.push_back(describe(k));
+  *out = b;
+  return FAGEN_OK;
+}
+
+
+//===--- Kernel choice -----------------------------------------------------===//
+
+/// Higher is better: an 'a' kernel built for exactly this GPU, then a plain one for this
+/// GPU, then a plain one for an older minor version of the same major.
+int archRank(const std::string &arch, int major, int minor) {
+  if (arch.back() == 'a')
+    return 3;
+  return archComputeCapability(arch) == major * 10 + minor ? 2 : 1;
+}
+
+struct Device {
+  CUcontext context = nullptr;
+  CUdevice device = 0;
+  int major = 0, minor = 0, smemOptin = 0, sms = 0;
+  std::string name;
+  std::string arch() const { return "sm_" + std::to_string(major * 10 + minor); }
+};
+
+/// The primary context of device 0, retained once per process.
+CUresult primaryContext(const DriverApi &api, CUcontext &ctx) {
+  static std::once_flag once;
+  static CUcontext primary = nullptr;
+  static CUresult result = CUDA_SUCCESS;
+  std::call_once(once, [&api] {
+    CUdevice dev = 0;
+    result = api.cuDeviceGet(&dev, 0);
+    if (result == CUDA_SUCCESS)
+      result = api.cuDevicePrimaryCtxRetain(&primary, dev);
+  });
+  ctx = primary;
+  return result;
+}
+
+fagen_status currentDevice(const DriverApi &api, Device &d) {
+  if (CUresult r = api.cuCtxGetCurrent(&d.context); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuCtxGetCurrent"));
+  if (d.context == nullptr) {
+    int count = 0;
+    if (CUresult r = api.cuDeviceGetCount(&count); r != CUDA_SUCCESS || count == 0)
+      return fail(FAGEN_ERROR_NO_DRIVER, "the CUDA driver sees no GPU: check nvidia-smi and "
+                                         "CUDA_VISIBLE_DEVICES");
+    if (CUresult r = primaryContext(api, d.context); r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuDevicePrimaryCtxRetain(device 0)"));
+    if (CUresult r = api.cuCtxSetCurrent(d.context); r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuCtxSetCurrent"));
+  }
+  if (CUresult r = api.cuCtxGetDevice(&d.device); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuCtxGetDevice"));
+  struct {
+    int *out;
+    int attribute;
+  } queries[] = {{&d.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR},
+                 {&d.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR},
+                 {&d.smemOptin, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN},
+                 {&d.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT}};
+  for (auto &q : queries)
+    if (CUresult r = api.cuDeviceGetAttribute(q.out, q.attribute, d.device); r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuDeviceGetAttribute"));
+  char name[256] = {};
+  if (api.cuDeviceGetName(name, sizeof name - 1, d.device) == CUDA_SUCCESS)
+    d.name = name;
+  return FAGEN_OK;
+}
+
+/// Among the kernels that serve the problem, the best one that runs on this device: a
+/// nondeterministic backward over a deterministic one (faster, and the call did not ask for
+/// bitwise repeatability, or only deterministic kernels serve it), then the best arch match,
+/// then the narrowest tuned seqlen range.
+fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidates,
+                          const Device &d, int &chosen) {
+  std::set<std::string> archs;
+  std::tuple<int, int, int64_t> best;
+  const KernelRecord *tooBig = nullptr;
+  chosen = -1;
+  for (int i : candidates) {
+    const KernelRecord &k = bundle.kernels[i];
+    archs.insert(k.arch);
+    if (!archRunsOn(k.arch, d.major, d.minor))
+      continue;
+    if (k.smemBytes > d.smemOptin) {
+      tooBig = &k;
+      continue;
+    }
+    std::tuple<int, int, int64_t> rank{!k.deterministic, archRank(k.arch, d.major, d.minor),
+                                       -(k.seqlenMax - k.seqlenMin)};
+    if (chosen < 0 || rank > best) {
+      best = rank;
+      chosen = i;
+    }
+  }
+  if (chosen >= 0)
+    return FAGEN_OK;
+  std::string gpu = "this GPU (" + (d.name.empty() ? "device " + str(d.device) : d.name) +
+                    ") is " + d.arch();
+  std::string suggestion = d.arch() + (d.major >= 9 ? " (or " + d.arch() + "a)" : "");
+  if (tooBig != nullptr)
+    return fail(FAGEN_ERROR_NO_KERNEL_FOR_GPU,
+                "kernel " + tooBig->name + " needs " + str(tooBig->smemBytes) +
+                    " bytes of shared memory per block; " + gpu + " and allows " +
+                    str(d.smemOptin) + ": rebuild with --arch " + suggestion +
+                    " so that the planner fits the tiles to this GPU");
+  std::string have;
+  for (const std::string &a : archs)
+    have += (have.empty() ? "" : ", ") + a;
+  return fail(FAGEN_ERROR_NO_KERNEL_FOR_GPU,
+              "bundle has kernels for " + have + " for this call; " + gpu +
+                  ": rebuild with --arch " + suggestion);
+}
+
+/// The entry points of a kernel's cubin: a backward is three (docs/bundle-format.md).
+enum class Part { kMain = 0, kPre = 1, kPost = 2 };
+
+const char *partSuffix(Part part) {
+  return part == Part::kPre ? "_pre" : part == Part::kPost ? "_post" : "";
+}
+
+/// One entry point of the kernel in the current context, loading its module on first use.
+fagen_status loadFunction(const DriverApi &api, fagen_bundle &b, const Device &d, int index,
+                          Part part, CUfunction &function) {
+  std::lock_guard<std::mutex> lock(b.mutex);
+  if (auto it = b.functions.find({d.context, index, int(part)}); it != b.functions.end()) {
+    function = it->second;
+    return FAGEN_OK;
+  }
+  const KernelRecord &k = b.bundle.kernels[index];
+  CUmodule &module = b.modules[{d.context, k.cubinSection}];
+  if (module == nullptr) {
+    CUresult r = api.cuModuleLoadData(&module, b.bundle.cubins[k.cubinSection].data());
+    if (r != CUDA_SUCCESS) {
+      module = nullptr;
+      b.modules.erase({d.context, k.cubinSection});
+      std::string what = cudaErrorText(api, r, "cuModuleLoadData") + " for kernel " + k.name +
+                         " (" + k.arch + ")";
+      if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
+        return fail(FAGEN_ERROR_NO_KERNEL_FOR_GPU,
+                    what + ": this GPU is " + d.arch() + "; rebuild with --arch " + d.arch());
+      return fail(FAGEN_ERROR_CUDA, what);
+    }
+  }
+  std::string symbol = k.name + partSuffix(part);
+  if (CUresult r = api.cuModuleGetFunction(&function, module, symbol.c_str()); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_BUNDLE_INVALID,
+                cudaErrorText(api, r, "cuModuleGetFunction") + ": cubin section " +
+                    str(k.cubinSection + 1) + " has no kernel named " + symbol +
+                    " as the manifest says: rebuild the bundle");
+  if (part == Part::kMain) {
+    if (CUresult r = api.cuFuncSetAttribute(
+            function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, k.smemBytes);
+        r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuFuncSetAttribute") +
+                                        " (max dynamic shared memory " + str(k.smemBytes) +
+                                        ") for kernel " + k.name);
+  }
+  b.functions[{d.context, index, int(part)}] = function;
+  return FAGEN_OK;
+}
+
+void copyStrides(const int64_t from[3], int64_t &batch, int64_t &head, int64_t &row) {
+  batch = from[0];
+  head = from[1];
+  row = from[2];
+}
+
+/// The forward parameter block of a validated problem, pointers left null (run fills them).
+void fillForwardParams(const fagen_fwd_problem &p, fagen_fwd_params &fp) {
+  std::memset(&fp, 0, sizeof fp);
+  copyStrides(p.q_strides, fp.q_batch_stride, fp.q_head_stride, fp.q_row_stride);
+  copyStrides(p.k_strides, fp.k_batch_stride, fp.k_head_stride, fp.k_row_stride);
+  copyStrides(p.v_strides, fp.v_batch_stride, fp.v_head_stride, fp.v_row_stride);
+  copyStrides(p.o_strides, fp.o_batch_stride, fp.o_head_stride, fp.o_row_stride);
+  // LSE: [batch, heads_q, seqlen_q] contiguous; varlen [heads_q, total_q].
+  fp.lse_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * p.seqlen_q;
+  fp.lse_head_stride = p.varlen ? p.total_q : p.seqlen_q;
+  fp.batch = p.batch;
+  fp.heads_q = p.heads_q;
+  fp.heads_kv = p.heads_kv;
+  fp.seqlen_q = p.seqlen_q;
+  fp.seqlen_k = p.seqlen_k;
+  fp.group_size = p.heads_q / p.heads_kv;
+  double scale = p.softmax_scale != 0.0f ? p.softmax_scale : 1.0 / std::sqrt(double(p.head_dim_qk));
+  fp.softmax_scale = float(scale);
+  fp.scale_log2 = float(scale * 1.4426950408889634); // log2(e)
+  if (raw(p.mask) == FAGEN_MASK_WINDOW) {
+    fp.window_left = p.window_left;
+    fp.window_right = p.window_right;
+  }
+  if (raw(p.score_mod) == FAGEN_SCORE_MOD_SOFTCAP)
+    fp.softcap = p.softcap;
+  if (p.dropout_p > 0) { // quantized to 1/256 by the keep rule (philox.h)
+    fp.dropout_p = p.dropout_p;
+    fp.dropout_threshold = fagen::dropout_threshold(p.dropout_p);
+    fp.dropout_rescale = fagen::dropout_rescale(fp.dropout_threshold);
+  }
+}
+
+/// The run-time arguments kernel k reads (FAGEN_RUN_ARG_*).
+uint32_t runArgsOf(const KernelRecord &k) {
+  return (k.scoreMod == "alibi" ? FAGEN_RUN_ARG_ALIBI_SLOPES : 0u) |
+         (k.sparsity == "runtime" ? FAGEN_RUN_ARG_BLOCK_MASK : 0u) |
+         (k.varlen ? FAGEN_RUN_ARG_CU_SEQLENS : 0u) | (k.dropout ? FAGEN_RUN_ARG_DROPOUT_SEED : 0u);
+}
+
+fagen_status checkPlanArguments(const char *function, const fagen_bundle *bundle,
+                                const fagen_fwd_problem *problem, fagen_plan *plan,
+                                fagen_pass pass, int32_t deterministic) {
+  if (bundle == nullptr || problem == nullptr || plan == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": " +
+                    (bundle == nullptr ? "bundle" : problem == nullptr ? "problem" : "plan") +
+                    " is null");
+  std::memset(plan, 0, sizeof *plan);
+  if (deterministic != 0 && deterministic != 1)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": deterministic (" +
+                                                  str(deterministic) + ") must be 0 or 1");
+  std::string error;
+  if (!validateProblem(*problem, error) ||
+      (pass == FAGEN_PASS_BACKWARD && !validateGradientStrides(*problem, error)))
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + error);
+  return FAGEN_OK;
+}
+
+/// The kernels of the call's variant that take its shape. On none, the most specific reason.
+/// The kernels of `b` that serve the call; `shapeReason` gets why the first kernel of the
+/// call's variant that cannot take this shape was left out ("" if none was).
+fagen_status findCandidates(const Bundle &b, const fagen_fwd_problem &p, const VariantKey &call,
+                            std::vector<int> &candidates, std::string &shapeReason) {
+  const KernelRecord *otherParams = nullptr, *outOfRange = nullptr;
+  std::set<std::string> staticLayouts;
+  for (size_t i = 0; i < b.kernels.size(); ++i) {
+    const KernelRecord &k = b.kernels[i];
+    if (!sameVariant(k, call))
+      continue;
+    if (std::string why = shapeProblem(k, p); !why.empty()) {
+      shapeReason = shapeReason.empty() ? why : shapeReason;
+      continue;
+    }
+    if (!inSeqlenRange(k, p)) {
+      outOfRange = outOfRange ? outOfRange : &k;
+      continue;
+    }
+    if (k.paramsVersion != expectedParamsVersion(k)) {
+      otherParams = otherParams ? otherParams : &k;
+      continue;
+    }
+    if (k.sparsity == "static")
+      staticLayouts.insert(k.sparseHash);
+    candidates.push_back(int(i));
+  }
+  if (staticLayouts.size() > 1) {
+    std::string list;
+    for (const std::string &h : staticLayouts)
+      list += (list.empty() ? "" : ", ") + h;
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                "the bundle has " + str(int64_t(staticLayouts.size())) +
+                    " static block layouts for " + call.text() + " (sparse_hash " + list +
+                    "): set the problem's sparse_hash to the layout the call means");
+  }
+  if (!candidates.empty())
+    return FAGEN_OK;
+  if (!shapeReason.empty())
+    return fail(FAGEN_ERROR_NOT_SUPPORTED, shapeReason);
+  if (otherParams != nullptr)
+    return paramsVersionMismatch(*otherParams);
+  if (outOfRange != nullptr)
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                "the kernels for " + call.text() + " are tuned for max(seqlen_q, seqlen_k) in " +
+                    "ranges without " + str(std::max(p.seqlen_q, p.seqlen_k)) + " (e.g. " +
+                    outOfRange->name + ": " + str(outOfRange->seqlenMin) + ".." +
+                    str(outOfRange->seqlenMax) + "): rebuild with the default kernel as well");
+  return fail(FAGEN_ERROR_NOT_SUPPORTED, notServedMessage(b, call));
+}
+
+/// Why pinned kernel k cannot take the call; FAGEN_OK if it can.
+fagen_status checkPinnedKernel(const Bundle &b, const char *function, const fagen_fwd_problem &p,
+                               const VariantKey &call, int kernelIndex) {
+  if (kernelIndex < 0 || size_t(kernelIndex) >= b.kernels.size())
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": kernel_index " + str(kernelIndex) +
+                    " is out of range [0, " + str(int64_t(b.kernels.size())) + ")");
+  const KernelRecord &k = b.kernels[kernelIndex];
+  if (!inSeqlenRange(k, p))
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                "kernel " + k.name + " is tuned for max(seqlen_q, seqlen_k) in " +
+                    str(k.seqlenMin) + ".." + str(k.seqlenMax) + "; the call has " +
+                    str(std::max(p.seqlen_q, p.seqlen_k)) +
+                    ": plan without pinning a kernel, or pick one whose range holds the call");
+  if (!sameVariant(k, call))
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                "kernel " + k.name + " is a " + k.pass + " kernel for " + keyOf(k).text() +
+                    "; the call is a " + (call.pass == "bwd" ? "backward" : "forward") +
+                    " for " + call.text());
+  if (std::string why = shapeProblem(k, p); !why.empty())
+    return fail(FAGEN_ERROR_NOT_SUPPORTED, why);
+  if (k.paramsVersion != expectedParamsVersion(k))
+    return paramsVersionMismatch(k);
+  return FAGEN_OK;
+}
+
+void setGrid(int32_t out[3], int64_t x, int32_t y, int32_t z) {
+  out[0] = int32_t(x);
+  out[1] = y;
+  out[2] = z;
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/// The backward's parameter block and workspace (bwd_params.h) for kernel k.
+void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_plan &plan) {
+  fagen_bwd_params bp;
+  std::memset(&bp, 0, sizeof bp);
+  fillForwardParams(p, bp.fwd);
+  copyStrides(p.do_strides, bp.do_batch_stride, bp.do_head_stride, bp.do_row_stride);
+  copyStrides(p.dq_strides, bp.dq_batch_stride, bp.dq_head_stride, bp.dq_row_stride);
+  copyStrides(p.dk_strides, bp.dk_batch_stride, bp.dk_head_stride, bp.dk_row_stride);
+  copyStrides(p.dv_strides, bp.dv_batch_stride, bp.dv_head_stride, bp.dv_row_stride);
+  const int64_t rowsQ = p.varlen ? p.total_q : int64_t(p.batch) * p.seqlen_q;
+  const int64_t rowsPerHead = p.varlen ? p.total_q : p.seqlen_q;
+  const int32_t mBlocks = int32_t(ceilDiv(p.seqlen_q, k.blockM));
+  // dq_accum [batch, heads_q, whole query tiles, head_dim_qk] and D like the LSE; varlen: the
+  // batch index is folded into the packed row.
+  const int64_t dqRowsPerHead = fagen_bwd_dq_rows(p.varlen, p.seqlen_q, p.total_q, k.blockM);
+  bp.dq_accum_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * dqRowsPerHead * p.head_dim_qk;
+  bp.dq_accum_head_stride = dqRowsPerHead * p.head_dim_qk;
+  bp.d_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * p.seqlen_q;
+  bp.d_head_stride = rowsPerHead;
+  bp.semaphore_batch_stride = int64_t(p.heads_q) * mBlocks;
+  bp.semaphore_head_stride = mBlocks;
+  bp.m_blocks = mBlocks;
+  std::memcpy(plan.params, &bp, sizeof bp);
+
+  const int64_t dqRows = p.varlen ? p.total_q : int64_t(p.batch) * dqRowsPerHead;
+  const int32_t dqSlots =
+      fagen_bwd_dq_slots(k.deterministic ? 1 : 0, k.mask == "none" && k.sparsity == "none");
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(rowsQ, dqRows, p.heads_q, p.head_dim_qk,
+                                                     p.batch, mBlocks, k.deterministic ? 1 : 0,
+                                                     dqSlots);
+  plan.workspace_bytes = size_t(w.total_bytes);
+  plan.workspace_offsets[0] = w.dq_accum_offset;
+  plan.workspace_offsets[1] = w.d_offset;
+  plan.workspace_offsets[2] = w.semaphore_offset;
+  setGrid(plan.grid, ceilDiv(p.seqlen_k, k.blockN), p.heads_kv, p.batch);
+  setGrid(plan.pre_post_grid, mBlocks, p.heads_q, p.batch);
+  setGrid(plan.pre_post_block, k.prePostThreads, 1, 1);
+}
+
+/// Picks the best of `candidates` (kernels that serve the problem) for the current device,
+/// loads it and fills the plan.
+fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &problem,
+                       fagen_pass pass, const std::vector<int> &candidates, fagen_plan &plan) {
+  std::string error;
+  const DriverApi *api = getDriver(error);
+  if (api == nullptr)
+    return fail(FAGEN_ERROR_NO_DRIVER, error);
+  Device device;
+  if (fagen_status s = currentDevice(*api, device); s != FAGEN_OK)
+    return s;
+  int chosen = -1;
+  if (fagen_status s = chooseKernel(bundle.bundle, candidates, device, chosen); s != FAGEN_OK)
+    return s;
+  // The cache is the one mutable part of a loaded bundle; the mutex makes this thread-safe.
+  auto &mutableBundle = const_cast<fagen_bundle &>(bundle);
+  CUfunction functions[3] = {};
+  for (Part part : {Part::kMain, Part::kPre, Part::kPost}) {
+    if (part != Part::kMain && pass != FAGEN_PASS_BACKWARD)
+      break;
+    if (fagen_status s = loadFunction(*api, mutableBundle, device, chosen, part,
+                                      functions[int(part)]);
+        s != FAGEN_OK)
+      return s;
+  }
+
+  const KernelRecord &k = bundle.bundle.kernels[chosen];
+  if (takesTmaMaps(k) && api->cuTensorMapEncodeTiled == nullptr)
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                "kernel " + k.name + " loads through TMA, and the CUDA driver (" + api->path +
+                    ") has no cuTensorMapEncodeTiled: install a driver for CUDA 12.0 or newer, "
+                    "or build the bundle for sm_90 instead of sm_90a");
+  if (takesTmaMaps(k) && pass == FAGEN_PASS_FORWARD)
+    if (std::string why = wsSizeProblem(k, problem, device.sms); !why.empty())
+      return fail(FAGEN_ERROR_NOT_SUPPORTED, why);
+  plan.bundle = &bundle;
+  plan.kernel_index = chosen;
+  plan.pass = pass;
+  setGrid(plan.block, k.threads, 1, 1);
+  plan.smem_bytes = k.smemBytes;
+  plan.run_args = runArgsOf(k);
+  plan.function = functions[0];
+  plan.pre_function = functions[1];
+  plan.post_function = functions[2];
+  if (pass == FAGEN_PASS_BACKWARD) {
+    fillBackwardPlan(problem, k, plan);
+    return FAGEN_OK;
+  }
+  const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;
+  // sm90ws: a 1-D grid over the work tiles (templates/sm90/fwd_ws_kernel.cuh), the size of a
+  // call with a workspace (runForward launches one CTA per tile when a call has none).
+  if (takesTmaMaps(k))
+    setGrid(plan.grid, wsGridSize(k, tiles, device.sms, true), 1, 1);
+  else
+    setGrid(plan.grid, ceilDiv(problem.seqlen_q, k.blockM), problem.heads_q, problem.batch);
+  fagen_fwd_params params;
+  fillForwardParams(problem, params);
+  if (k.tileCounter)
+    params.work_tiles = int32_t(tiles); // < 2^30 (wsSizeProblem)
+  std::memcpy(plan.params, &params, sizeof params);
+  const PlanVarlenRows rows = {problem.varlen ? problem.total_q : 0,
+                               problem.varlen ? problem.total_k : 0};
+  std::memcpy(plan.params + kPlanVarlenRowsOffset, &rows, sizeof rows);
+  plan.workspace_bytes = k.tileCounter ? kFwdWorkspaceBytes : 0;
+  return FAGEN_OK;
+}
+
+/// Plans the best kernel for the call, or (pinned) kernel `kernelIndex`.
+fagen_status planCall(const char *function, const fagen_bundle *bundle,
+                      const fagen_fwd_problem *problem, fagen_pass pass, int32_t deterministic,
+                      bool pinned, int kernelIndex, fagen_plan *plan) {
+  if (fagen_status s =
+          checkPlanArguments(function, bundle, problem, plan, pass, deterministic);
+      s != FAGEN_OK)
+    return s;
+  VariantKey call = callKey(*problem, pass, deterministic != 0);
+  std::vector<int> candidates;
+  if (pinned) {
+    if (fagen_status s = checkPinnedKernel(bundle->bundle, function, *problem, call, kernelIndex);
+        s != FAGEN_OK)
+      return s;
+    candidates.push_back(kernelIndex);
+    return planAmong(*bundle, *problem, pass, candidates, *plan);
+  }
+  std::string leftOut;
+  if (fagen_status s = findCandidates(bundle->bundle, *problem, call, candidates, leftOut);
+      s != FAGEN_OK)
+    return s;
+  // A kernel that cannot take the shape matters most when the others do not run here.
+  fagen_status s = planAmong(*bundle, *problem, pass, candidates, *plan);
+  if (s == FAGEN_ERROR_NO_KERNEL_FOR_GPU && !leftOut.empty())
+    return fail(FAGEN_ERROR_NOT_SUPPORTED, leftOut + "; and " + lastError);
+  return s;
+}
+
+} // namespace fagen::rt

@@ -1,0 +1,281 @@
+//===- TunerMeasure.cpp - `fagen tune`: time candidates on rotating inputs ===//
+
+#include "tuner/TunerInternal.h"
+
+namespace fagen {
+namespace tuner {
+
+/// The p-quantile (0..1) of sorted values, interpolating between neighbours.
+double quantile(const std::vector<double> &sorted, double p) {
+  if (sorted.empty())
+    return 0;
+  double pos = p * double(sorted.size() - 1);
+  size_t lo = size_t(std::floor(pos)), hi = size_t(std::ceil(pos));
+  return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
+}
+
+/// Pseudo-random values of roughly unit variance (the sum of four uniforms), in the dtype.
+std::vector<uint16_t> randomValues(size_t n, reference::ElementType type, uint64_t seed) {
+  std::vector<uint16_t> out(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t r = next();
+    float sum = 0;
+    for (int j = 0; j < 4; ++j)
+      sum += float((r >> (16 * j)) & 0xFFFF) / 65535.0f;
+    out[i] = reference::fromFloat((sum - 2.0f) * 1.7320508f, type);
+  }
+  return out;
+}
+
+
+int Tuner::setUpTiming() {
+  FlushBytes = std::max(kMinFlushBytes, size_t(Device.l2Bytes) * 4);
+  // The flush buffer, then kWorkspaceBytes for the forward workspace of kernels with a tile
+  // counter (timed as callers with a workspace run them).
+  if (CUresult r = Api.cuMemAlloc(&FlushBuffer, FlushBytes + kWorkspaceBytes);
+      r != CUDA_SUCCESS) {
+    FlushBuffer = 0;
+    llvm::errs() << "fagen tune: " << cudaErrorText(Api, r, "cuMemAlloc")
+                 << " (L2 flush buffer of " << (FlushBytes >> 20) << " MB)\n";
+    return kExitRejected;
+  }
+  Events.resize(2 * size_t(Opt.runs));
+  for (CUevent &e : Events)
+    if (CUresult r = Api.cuEventCreate(&e, CU_EVENT_DEFAULT); r != CUDA_SUCCESS) {
+      e = nullptr;
+      Events.erase(std::remove(Events.begin(), Events.end(), nullptr), Events.end());
+      llvm::errs() << "fagen tune: " << cudaErrorText(Api, r, "cuEventCreate") << "\n";
+      return kExitRejected;
+    }
+  return kExitOk;
+}
+
+#define FAGEN_TUNE_CU(call)                                                                        \
+  do {                                                                                             \
+    CUresult rc_ = (call);                                                                         \
+    if (rc_ != CUDA_SUCCESS) {                                                                     \
+      out.kind = TimingOutcome::CudaError;                                                         \
+      out.message = cudaErrorText(Api, rc_, #call);                                                \
+      return out;                                                                                  \
+    }                                                                                              \
+  } while (0)
+
+TimingOutcome Tuner::timeCandidate(const fagen_bundle *bundle, int index,
+                                   const fagen_fwd_problem &problem,
+                                   const std::vector<InputSet> &sets) {
+  TimingOutcome out;
+  fagen_plan plan;
+  if (fagen_status st = fagen_plan_forward_kernel(bundle, &problem, index, &plan);
+      st != FAGEN_OK) {
+    out.kind = TimingOutcome::LaunchFailed;
+    out.message = std::string("plan: ") + fagen_status_name(st) + ": " + fagen_last_error();
+    return out;
+  }
+  // Everything goes to the legacy default stream (null): the flush, the events and the
+  // launches are ordered, and the host never waits inside the loop, so the GPU always has the
+  // next launch queued when an event fires. The flush lies outside each start/stop pair.
+  CUstream stream = nullptr;
+  auto launch = [&](unsigned i) {
+    const InputSet &s = sets[i % sets.size()];
+    return fagen_run_forward_with_workspace(
+        &plan, reinterpret_cast<const void *>(s.q), reinterpret_cast<const void *>(s.k),
+        reinterpret_cast<const void *>(s.v), reinterpret_cast<void *>(s.o),
+        reinterpret_cast<float *>(s.lse), workspace(plan), nullptr, stream);
+  };
+  // Warm-up: Opt.warmup launches, more if they take under Opt.warmupMs (one launch timed to
+  // size them; at most 1000).
+  unsigned warmup = Opt.warmup;
+  if (Opt.warmupMs > 0 && Opt.runs > 0) {
+    FAGEN_TUNE_CU(Api.cuEventRecord(Events[0], stream));
+    if (fagen_status st = launch(0); st != FAGEN_OK) {
+      out.kind = TimingOutcome::LaunchFailed;
+      out.message = std::string("run: ") + fagen_status_name(st) + ": " + fagen_last_error();
+      FAGEN_TUNE_CU(Api.cuCtxSynchronize());
+      return out;
+    }
+    FAGEN_TUNE_CU(Api.cuEventRecord(Events[1], stream));
+    FAGEN_TUNE_CU(Api.cuEventSynchronize(Events[1]));
+    float once = 0;
+    FAGEN_TUNE_CU(Api.cuEventElapsedTime(&once, Events[0], Events[1]));
+    if (once > 0)
+      warmup = unsigned(std::min(1000.0, std::max(double(warmup), Opt.warmupMs / once)));
+  }
+  unsigned total = warmup + Opt.runs;
+  for (unsigned i = 0; i < total; ++i) {
+    FAGEN_TUNE_CU(Api.cuMemsetD8(FlushBuffer, static_cast<unsigned char>(i), FlushBytes));
+    bool timed = i >= warmup;
+    unsigned run = i - warmup;
+    if (timed)
+      FAGEN_TUNE_CU(Api.cuEventRecord(Events[2 * run], stream));
+    if (fagen_status st = launch(i); st != FAGEN_OK) {
+      out.kind = TimingOutcome::LaunchFailed;
+      out.message = std::string("run: ") + fagen_status_name(st) + ": " + fagen_last_error();
+      // Drain what was queued; a sticky error shows here.
+      FAGEN_TUNE_CU(Api.cuCtxSynchronize());
+      return out;
+    }
+    if (timed)
+      FAGEN_TUNE_CU(Api.cuEventRecord(Events[2 * run + 1], stream));
+  }
+  FAGEN_TUNE_CU(Api.cuEventSynchronize(Events[2 * size_t(Opt.runs) - 1]));
+  FAGEN_TUNE_CU(Api.cuCtxSynchronize());
+  std::vector<double> ms;
+  for (unsigned run = 0; run < Opt.runs; ++run) {
+    float t = 0;
+    FAGEN_TUNE_CU(Api.cuEventElapsedTime(&t, Events[2 * run], Events[2 * run + 1]));
+    ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  out.timings.medianMs = quantile(ms, 0.5);
+  out.timings.p10Ms = quantile(ms, 0.1);
+  out.timings.p90Ms = quantile(ms, 0.9);
+  out.timings.runs = int(Opt.runs);
+  return out;
+}
+
+
+/// Allocates and fills the rotating input sets of bucket b of `w`: at least kMinInputSets, and
+/// together at least 4x the L2, so that a launch does not find its inputs in the L2. Returns
+/// the failed CUDA call's text, or "".
+std::string Tuner::makeInputSets(const Workload &w, size_t b, DeviceMemory &memory,
+                                 std::vector<InputSet> &sets) {
+  const ShapeBucket &bucket = w.buckets[b];
+  const auto type =
+      w.base.dtype == "bf16" ? reference::ElementType::BF16 : reference::ElementType::F16;
+  const size_t nQ = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimQK;
+  const size_t nK = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimQK;
+  const size_t nV = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimV;
+  const size_t nO = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimV;
+  const size_t nL = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ;
+  const size_t setBytes = 2 * (nQ + nK + nV + nO) + 4 * nL;
+  unsigned setCount = unsigned(std::min<size_t>(
+      kMaxInputSets,
+      std::max<size_t>(kMinInputSets, (size_t(Device.l2Bytes) * 4 + setBytes - 1) / setBytes)));
+
+  sets.resize(setCount);
+  std::vector<uint16_t> host = randomValues(std::max({nQ, nK, nV}), type, b + 1);
+  std::string cudaError;
+  for (InputSet &s : sets) {
+    for (auto [ptr, bytes] : {std::pair<CUdeviceptr *, size_t>{&s.q, nQ * 2},
+                              {&s.k, nK * 2},
+                              {&s.v, nV * 2},
+                              {&s.o, nO * 2},
+                              {&s.lse, nL * 4}})
+      if (cudaError.empty())
+        if (CUresult r = memory.alloc(*ptr, bytes); r != CUDA_SUCCESS)
+          cudaError = cudaErrorText(Api, r, "cuMemAlloc") +
+                      llvm::formatv(" ({0} MB of inputs for bucket {1})",
+                                    (setBytes * setCount) >> 20, bucket.name)
+                          .str();
+    if (cudaError.empty())
+      for (auto [ptr, n] : {std::pair<CUdeviceptr, size_t>{s.q, nQ}, {s.k, nK}, {s.v, nV}})
+        if (CUresult r = Api.cuMemcpyHtoD(ptr, host.data(), n * 2);
+            r != CUDA_SUCCESS && cudaError.empty())
+          cudaError = cudaErrorText(Api, r, "cuMemcpyHtoD");
+  }
+  if (cudaError.empty())
+    if (CUresult r = Api.cuCtxSynchronize(); r != CUDA_SUCCESS)
+      cudaError = cudaErrorText(Api, r, "cuCtxSynchronize");
+  return cudaError;
+}
+
+/// Records candidate i's timing on bucket b and prints its progress line. A CUDA error ends the
+/// run: the context is unusable, so the candidate's remaining buckets are recorded too, so that
+/// a resumed run does not fault on it again.
+int Tuner::recordTiming(const StageRun &s, size_t i, size_t b, TimingOutcome t, double flops) {
+  const Job &job = s.jobs[i];
+  const Workload &w = s.workloads[job.workload];
+  const std::string &bucket = w.buckets[b].name, &kernel = job.candidate.plan.name;
+  std::vector<TuningRecord> out;
+  TuningRecord r = makeRecord(w, b, job, RecordStatus::Ok);
+  setPtxas(r, *s.compiled[i]);
+  r.numerics = s.numerics[i];
+  std::string status;
+  if (t.kind == TimingOutcome::Measured) {
+    t.timings.tflops = flops / (t.timings.medianMs * 1e-3) / 1e12;
+    r.timings = t.timings;
+    status = timingStatus(bucket, kernel, t.timings);
+    out.push_back(std::move(r));
+  } else {
+    r.status = t.kind == TimingOutcome::LaunchFailed ? RecordStatus::LaunchFailed
+                                                     : RecordStatus::CudaError;
+    r.detail = t.message;
+    status = bucket + " " + kernel + ": " + statusName(r.status);
+    out.push_back(std::move(r));
+    if (t.kind == TimingOutcome::CudaError)
+      for (size_t later : job.buckets)
+        if (later > b) {
+          TuningRecord rest = makeRecord(w, later, job, RecordStatus::CudaError);
+          rest.detail = "not measured: the context failed on bucket " + bucket;
+          out.push_back(std::move(rest));
+        }
+  }
+  if (!record(std::move(out)))
+    return kExitToolchain;
+  Log.step(status);
+  if (t.kind != TimingOutcome::CudaError)
+    return kExitOk;
+  Log.note(cudaErrorNote("timing", kernel, t.message, Db.path()));
+  return kExitRejected;
+}
+
+/// Times the candidates `here` (of workload wi) on bucket b, all on one set of input buffers.
+int Tuner::timeBucket(const StageRun &s, size_t wi, size_t b, const std::vector<size_t> &here) {
+  const Workload &w = s.workloads[wi];
+  const ShapeBucket &bucket = w.buckets[b];
+  const bool causal = w.base.mask == "causal";
+  const CheckShape shape{bucket.batch, bucket.headsQ, bucket.headsKV, bucket.seqlenQ,
+                         bucket.seqlenK, /*bhsd=*/false};
+  const fagen_fwd_problem problem =
+      forwardProblem(w.base.dtype, w.base.headDimQK, w.base.headDimV, causal, shape);
+
+  DeviceMemory memory(Api);
+  std::vector<InputSet> sets;
+  if (std::string cudaError = makeInputSets(w, b, memory, sets); !cudaError.empty()) {
+    Log.note("fagen tune: " + cudaError);
+    return kExitRejected;
+  }
+  const double flops = forwardFlops(bucket, w.base.headDimQK, causal);
+  for (size_t i : here) {
+    TimingOutcome t =
+        timeCandidate(s.loaded, s.indexOf(s.jobs[i].candidate.plan.name), problem, sets);
+    if (int rc = recordTiming(s, i, b, std::move(t), flops))
+      return rc;
+  }
+  return kExitOk;
+}
+
+/// Times the candidates that passed, bucket by bucket: one set of input buffers per bucket,
+/// every candidate of the bucket on it.
+int Tuner::timeCandidates(const StageRun &s, const std::vector<size_t> &passing) {
+  unsigned total = 0;
+  for (size_t i : passing)
+    total += unsigned(s.jobs[i].buckets.size());
+  Log.begin(s.name + ": timing", total);
+  for (size_t wi = 0; wi < s.workloads.size(); ++wi) {
+    for (size_t b = 0; b < s.workloads[wi].buckets.size(); ++b) {
+      std::vector<size_t> here;
+      for (size_t i : passing) {
+        const std::vector<size_t> &buckets = s.jobs[i].buckets;
+        if (s.jobs[i].workload == wi &&
+            std::find(buckets.begin(), buckets.end(), b) != buckets.end())
+          here.push_back(i);
+      }
+      if (here.empty())
+        continue;
+      if (int rc = timeBucket(s, wi, b, here))
+        return rc;
+    }
+  }
+  return kExitOk;
+}
+
+} // namespace tuner
+} // namespace fagen
