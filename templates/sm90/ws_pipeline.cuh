@@ -1,0 +1,44 @@
+// fagen sm90: the warp-specialized forward's shared memory: the Q tile and the ring of K and V
+// slots, and the mbarriers that hand each slot between the producer and the consumers.
+#ifndef FAGEN_TEMPLATES_SM90_WS_PIPELINE_CUH
+#define FAGEN_TEMPLATES_SM90_WS_PIPELINE_CUH
+
+#include "common/types.cuh"
+
+namespace fagen {
+namespace sm90 {
+
+/// The CTA's shared memory: tiles (sm90/tile_ops.cuh layout) and mbarriers. K/V tiles are
+/// numbered across the CTA's work tiles (i), so slots and phases continue from one to the next.
+template <class Config> struct WsSmem {
+  u32 q, k, v, o, bars; // Q (kBlockM, d); K, V (kStages, kBlockN, d); O (kTmaStoreO); mbarriers
+  __device__ explicit WsSmem(u32 base) {
+    q = (base + 1023) & ~1023u;
+    k = q + Config::kSmemQBytes;
+    v = k + Config::kStages * Config::kSmemKTileBytes;
+    o = q + Config::kOOffset;
+    bars = q + Config::kBarrierOffset;
+  }
+  // K/V tile numbers are never negative: unsigned % and / are a mask and a shift (kStages 2, 4).
+  __device__ static u32 stage(int i) { return u32(i) % Config::kStages; }
+  __device__ static int round(int i) { return int(u32(i) / Config::kStages); }
+  __device__ u32 k_slot(int i) const { return k + stage(i) * Config::kSmemKTileBytes; }
+  __device__ u32 v_slot(int i) const { return v + stage(i) * Config::kSmemVTileBytes; }
+  __device__ u32 q_full() const { return bars; }
+  __device__ u32 q_empty() const { return bars + 8; }
+  __device__ u32 k_full(int i) const { return bars + 8 * (2 + stage(i)); }
+  __device__ u32 v_full(int i) const { return k_full(i) + 8 * Config::kStages; }
+  __device__ u32 k_empty(int i) const { return v_full(i) + 8 * Config::kStages; }
+  __device__ u32 v_empty(int i) const { return k_empty(i) + 8 * Config::kStages; }
+  __device__ u32 tile_ring() const { return q + Config::kTileRingOffset; }
+  /// Parity of the phase in which the slot of round r fills (the consumers' wait) and of the
+  /// phase that frees it (the producer's; 1 on round 0, which returns at once on a fresh
+  /// barrier). Round of K/V tile i: i / kStages; of the Q buffer: the work tile's ordinal.
+  __device__ static u32 full_parity(int round) { return round & 1; }
+  __device__ static u32 empty_parity(int round) { return (round & 1) ^ 1; }
+};
+
+} // namespace sm90
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM90_WS_PIPELINE_CUH
