@@ -47,14 +47,7 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
     prefetch_tensor_map(maps.v);
     if constexpr (Config::kTmaStoreO)
       prefetch_tensor_map(maps.o);
-    mbarrier_init(sm.q_full(), 1);
-    mbarrier_init(sm.q_empty(), 4 * kConsumers); // one arrival per consumer warp
-    for (int s = 0; s < Config::kStages; ++s) {
-      mbarrier_init(sm.k_full(s), 1);
-      mbarrier_init(sm.v_full(s), 1);
-      mbarrier_init(sm.k_empty(s), 4 * kConsumers);
-      mbarrier_init(sm.v_empty(s), 4 * kConsumers);
-    }
+    sm.init_barriers();
     if constexpr (Config::kTileCounter)
       WsTileRing<Config>(sm.tile_ring()).init();
     fence_mbarrier_init();
@@ -73,62 +66,34 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
       __syncthreads();
     }
   }
+  // The producer warpgroup: one thread issues every load.
   if (threadIdx.x < 128) {
     setmaxnreg_dec<Config::kProducerRegs>();
     if (threadIdx.x == 0)
       ws_produce<Config>(sm, maps, params);
     return;
   }
+  // The consumer warpgroups: 64 rows of each work tile apiece.
   setmaxnreg_inc<Config::kConsumerRegs>();
   const int consumer = threadIdx.x / 128 - 1;
   // The ping-pong's turn starts at consumer 0; it comes back to it after the last turn.
   if (Config::kPingPong && consumer == kConsumers - 1)
     named_barrier_arrive<256>(1);
-  if constexpr (Config::kTileCounter) {
-    const WsTileRing<Config> ring(sm.tile_ring());
-    for (int r = 0;; ++r) {
-      const WsWork w = ring.take(r);
-      if (w.m_block < 0)
-        break;
-      const AttentionShape shape = ws_span<Config>(params, w.batch).shape;
-      if (!ws_has_rows<Config>(w.m_block, shape))
-        continue;
-      const WsKeyTiles<Config> tiles =
-          WsKeyTiles<Config>::template make<true>(params, w.m_block, w.head, w.batch, shape);
-      if (tiles.count == 0) { // rows that see no key: O = 0, LSE = -inf
-        const int64_t row0 = int64_t(w.m_block) * Config::kBlockM + 64 * consumer;
-        sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
-            ws_o_rows<Config>(params, w.batch, w.head, row0), params.o_row_stride,
-            ws_lse_rows<Config>(params, w.batch, w.head, row0),
-            int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
-        continue;
-      }
-      ws_consume_tile<Config>(sm, params, maps, w.m_block, w.head, w.batch, shape, tiles, w.kv,
-                              w.work);
+  WsConsumerTiles<Config> deal(params, sm.tile_ring());
+  for (; deal.fetch(); deal.advance()) {
+    const WsWork w = deal.work();
+    const AttentionShape shape = ws_span<Config>(params, w.batch).shape;
+    if (!ws_has_rows<Config>(w.m_block, shape))
+      continue;
+    const WsKeyTiles<Config> tiles =
+        WsKeyTiles<Config>::template make<true>(params, w.m_block, w.head, w.batch, shape);
+    if (tiles.count == 0) { // rows that see no key: O = 0, LSE = -inf
+      ws_store_empty_rows<Config>(params, w.m_block, w.head, w.batch, shape, consumer);
+      continue;
     }
-  } else {
-    const WsTileScheduler<Config> sched(params);
-    int kv = 0;
-    for (int r = 0, work = 0, t; (t = sched.nth(r)) < sched.total; ++r) {
-      int m_block, head, batch;
-      sched.tile(t, m_block, head, batch);
-      const AttentionShape shape = ws_span<Config>(params, batch).shape;
-      if (!ws_has_rows<Config>(m_block, shape))
-        continue;
-      const WsKeyTiles<Config> tiles =
-          WsKeyTiles<Config>::template make<true>(params, m_block, head, batch, shape);
-      if (tiles.count == 0) { // rows that see no key: O = 0, LSE = -inf
-        const int64_t row0 = int64_t(m_block) * Config::kBlockM + 64 * consumer;
-        sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
-            ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride,
-            ws_lse_rows<Config>(params, batch, head, row0),
-            int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
-        continue;
-      }
-      ws_consume_tile<Config>(sm, params, maps, m_block, head, batch, shape, tiles, kv, work);
-      kv += tiles.count;
-      ++work;
-    }
+    ws_consume_tile<Config>(sm, params, maps, w.m_block, w.head, w.batch, shape, tiles, w.kv,
+                            w.work);
+    deal.consumed(tiles.count);
   }
   if (Config::kPingPong && consumer == 0)
     named_barrier_sync<256>(1); // the last consumer's last turn

@@ -15,6 +15,18 @@
 namespace fagen {
 namespace sm90 {
 
+/// A work tile whose rows see no key: consumer `consumer`'s 64 rows get O = 0, LSE = -inf.
+template <class Config>
+__device__ __forceinline__ void ws_store_empty_rows(const fagen_fwd_params &params, int m_block,
+                                                    int head, int batch,
+                                                    const AttentionShape &shape, int consumer) {
+  const int64_t row0 = int64_t(m_block) * Config::kBlockM + 64 * consumer;
+  sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
+      ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride,
+      ws_lse_rows<Config>(params, batch, head, row0),
+      int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
+}
+
 /// Named barriers: 1 + c, consumer c's ping-pong turn; kWsEpilogueBarrier + c, the warpgroup
 /// of consumer c around its kTmaStoreO epilogue.
 constexpr int kWsEpilogueBarrier = 4;

@@ -153,6 +153,46 @@ template <class Config> struct WsTileRing {
   }
 };
 
+/// The consumers' walk over a CTA's work tiles, one interface for both deals (as
+/// FlashAttention-3's tile schedulers): `fetch()` finds the next round's tile (false: no more
+/// work), `work()` is that tile, `consumed(n)` follows a tile that took n K/V tiles, and
+/// `advance()` moves on to the next round. The static deal: every consumer walks
+/// WsTileScheduler itself and counts the CTA's K/V and work tiles. (Members in this order:
+/// ptxas's register allocation follows the PTX's numbering, and this one gives main's.)
+template <class Config, bool kTileCounter = Config::kTileCounter> struct WsConsumerTiles {
+  const WsTileScheduler<Config> sched;
+  int kv = 0, r = 0, ordinal = 0, t;
+  __device__ WsConsumerTiles(const fagen_fwd_params &params, u32 /*tile_ring*/) : sched(params) {}
+  __device__ bool fetch() { return (t = sched.nth(r)) < sched.total; }
+  __device__ void advance() { ++r; }
+  __device__ WsWork work() const {
+    WsWork w;
+    sched.tile(t, w.m_block, w.head, w.batch);
+    w.kv = kv;
+    w.work = ordinal;
+    return w;
+  }
+  __device__ void consumed(int kv_tiles) {
+    kv += kv_tiles;
+    ++ordinal;
+  }
+};
+/// The tile counter's deal: the producer's entries of the tile ring, which carry the K/V and
+/// work counts.
+template <class Config> struct WsConsumerTiles<Config, true> {
+  const WsTileRing<Config> ring;
+  int r = 0;
+  WsWork w;
+  __device__ WsConsumerTiles(const fagen_fwd_params &, u32 tile_ring) : ring(tile_ring) {}
+  __device__ void advance() { ++r; }
+  __device__ bool fetch() {
+    w = ring.take(r);
+    return w.m_block >= 0;
+  }
+  __device__ WsWork work() const { return w; }
+  __device__ void consumed(int) {}
+};
+
 } // namespace sm90
 } // namespace fagen
 
