@@ -74,7 +74,7 @@ template <class Options> struct BwdConfig : VariantParts<typename Options::Varia
   /// key tiles, query tiles first first, last key tile dispatched first (under windows a key
   /// tile's query range moves with it).
   /// Measured over the descending order: hd 128 causal 1.08-1.09x, hd 64 1.03-1.04x, hd 256
-  /// 1.06x (H200, docs/perf/sm80-bwd.md item 19). Varlen kernels keep the descending
+  /// 1.06x (H200, docs/perf/sm80-bwd.md). Varlen kernels keep the descending
   /// order (the ascending one spilled 108 bytes at hd 128 causal, nvcc 13.0, sm_90).
   static constexpr bool kDqAscending =
       kDeterministic && Variant::Mask::kCausal && !Variant::kVarlen;
@@ -124,7 +124,7 @@ template <class Options> struct BwdConfig : VariantParts<typename Options::Varia
   // In fragment order, the non-causal kernels at head dims >= 128 (deterministic ones at 256
   // only) add dQ four floats at a time (red.v4: 512 contiguous bytes a warp-wide instruction,
   // half the reductions of red.v2). Measured (H200, two A/B pairs in one process each,
-  // docs/perf/sm80-bwd.md item 26): hd 256 non-causal +2-4 % (deterministic -0.1-+1.7 %), hd 128
+  // docs/perf/sm80-bwd.md): hd 256 non-causal +2-4 % (deterministic -0.1-+1.7 %), hd 128
   // non-causal +1.5-3.5 %; elsewhere it lost or tied (hd 64 causal -2-3 %, hd 128
   // deterministic -1-2.5 %, causal hd 128/256 and hd 64 non-causal within 1 %), so those keep
   // red.v2. (Scalar reds at hd 256: -16-21 %.)

@@ -37,7 +37,7 @@ template <int kExp2EmuPercent, int kExp2PolyDegree> struct Exp2EmuChecks {
 ///
 /// kRefillAfterIssue: each key step issues its cp.async refill after its wgmmas instead of
 /// before them, so the tensor cores do not wait for 16-20 cp.async a thread. Default at hd 256
-/// only: +2-7 % there, neutral to -6 % at hd 128 (H200, 2026-11-30, docs/perf/sm90-fwd.md run 3).
+/// only: +2-7 % there, neutral to -6 % at hd 128 (H200, 2026-11-30, docs/perf/sm90-fwd.md).
 ///
 /// Options: a struct (the generated kernel's KernelOptions) that derives from FwdOptions and
 /// sets Element, Variant, kHeadDim, kBlockM, kBlockN and kStages (and any of FwdOptions'
@@ -134,7 +134,7 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
 /// kStagedEpilogue: each warp writes its O rows through its own (dead) rows of the Q tile and
 /// out with 16-byte stores (O no wider than Q); the Q tile is then handed back to the producer
 /// after the epilogue instead of after the last S, which delays a persistent kernel's next Q.
-/// A tuning choice (H200, docs/perf/sm90-fwd.md run 13): +2-9 % at seqlen 2k for hd 128 causal
+/// A tuning choice (H200, docs/perf/sm90-fwd.md): +2-9 % at seqlen 2k for hd 128 causal
 /// and hd 256, -2..-6 % at 16k causal, -4..-7 % for the persistent hd 64 kernels.
 /// kTileCounter: the kernel can take its work tiles from a global counter
 /// (fagen_fwd_params::tile_counter, zeroed before the launch; null: the static deal of
@@ -152,7 +152,7 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
 /// not divide into whole rounds and every tile is full (WsTileScheduler::has_spare_tile), the
 /// CTAs that get one tile fewer start half a tile late, so that their tile boundaries (each a
 /// burst of Q loads and O stores from every SM at once) fall between the others'; they had a
-/// whole tile to spare. (H200, docs/perf/sm90-fwd.md run 72: hd 256 2k, where 32 of 132 CTAs
+/// whole tile to spare. (H200, docs/perf/sm90-fwd.md: hd 256 2k, where 32 of 132 CTAs
 /// start late, a tile's cost beyond its steps 2.74 -> 2.47 steps in one trace, 0.5-1.2 % less
 /// time back to back.) tests/gpu/ws_trace.cu turns it off to trace without it.
 ///
@@ -194,7 +194,7 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
   /// max moves recomputes its S. Not in the 192-row hd 64 kernels with dropout or a score mod:
   /// with the recompute ptxas spilled 8-160 bytes there (nvcc 13.0; dropout, ALiBi), and the
   /// planner's spill fallback would then take 128-row tiles, measured 1.11-1.15x slower with
-  /// dropout (docs/perf/sm90-fwd.md run 34).
+  /// dropout (H200, docs/perf/sm90-fwd.md).
   static constexpr bool kKeptMax =
       kRescaleTau > 0 && !(kBlockM == 192 && kHeadDimV <= 64 &&
                            (Variant::Dropout::kEnabled ||
@@ -202,8 +202,9 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
   static constexpr bool kTileCounter = Options::kTileCounter;
   static constexpr bool kTmaStoreO = Options::kTmaStoreO;
   static constexpr bool kStaggerSlack =
-      Options::kStaggerSlack && !kTileCounter && std::is_same<typename Variant::Mask, NoMask>::value &&
-      !Variant::kVarlen && !Variant::Sparsity::kSparse;
+      Options::kStaggerSlack && !kTileCounter &&
+      std::is_same<typename Variant::Mask, NoMask>::value && !Variant::kVarlen &&
+      !Variant::Sparsity::kSparse;
 
   static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);

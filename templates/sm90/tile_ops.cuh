@@ -194,7 +194,7 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 /// would move its max: the caller recomputes its S (gemm_qk_warp) and takes softmax_exp. (The
 /// max's reduction, a chain of FMNMX and two shuffles a row, sat in front of every
 /// exponential; off that path the hd 128 main loop ran 3-5 % faster on the H200,
-/// docs/perf/sm90-fwd.md run 37.)
+/// docs/perf/sm90-fwd.md.)
 /// kBoundBySum (every exponential from ex2.approx, which gives +inf from 2^128 on, and kTau >=
 /// 6): no tile max in the common case. A thread's partial row sum bounds each of its P (all
 /// >= 0), so sums <= 2^(kTau - 1) in every lane of the warp bound every P of its rows by
@@ -204,7 +204,7 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 /// 2^((tile max - running max) * scale_log2), so the max moved iff that exceeds 2^kTau (NaN P
 /// are skipped by the max, as the tile max skipped NaN logits). A row whose max creeps up
 /// within kTau thus keeps the fast path instead of recomputing S in every step
-/// (docs/perf/sm90-fwd.md run 43). Not with exp2_poly columns: past 2^128 they wrap instead of
+/// (H200, docs/perf/sm90-fwd.md). Not with exp2_poly columns: past 2^128 they wrap instead of
 /// saturating.
 template <int kEmuColumns, int kPolyDegree, int kTau, int kColTiles>
 __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
@@ -260,7 +260,7 @@ __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
 /// Ends the basic block after the softmax of a step. ptxas places a wgmma wait at the start of
 /// its basic block: in one block with the softmax, the wait for the previous P V went above
 /// the exponentials, and the softmax no longer overlapped P V (SASS of the sm90ws kernels,
-/// docs/perf/sm90-fwd.md run 8). The branch reads the row sums, so it comes after every
+/// nvcc 13.0). The branch reads the row sums, so it comes after every
 /// exponential; it is never taken (sums of exponentials are >= 0, or NaN).
 __device__ __forceinline__ void end_block_after(const float (&row_sum)[2]) {
   if (row_sum[0] + row_sum[1] < -1.f)

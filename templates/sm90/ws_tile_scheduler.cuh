@@ -18,12 +18,12 @@ namespace sm90 {
 /// cuDNN reads the minimum); with 16 MB groups (the last one sized as WsTileScheduler says)
 /// 1.01-1.15x, and under the H200's power limit, where DRAM traffic costs clock, they take
 /// 1.3-2.2 % less time at hd 64 / 128 2k-4k, 0.8-1.6 % at hd 256 2k-4k, 0-0.9 % at 16k
-/// (docs/perf/sm90-fwd.md run 73).
+/// (H200, docs/perf/sm90-fwd.md).
 /// (Bytes per query head: with GQA a group's distinct K/V is group_size times smaller.)
 constexpr int64_t kWsCausalGroupBytes = int64_t(16) << 20;
 /// How many bytes of K/V the last causal group may hold where it takes more pairs than a group
 /// (WsTileScheduler): 32 MB, the old groups' size. hd 256's last groups of two tiles a CTA are
-/// 48 MB: they read up to 2.9x the old kernel's bytes from DRAM and ran 1-3 % slower (run 73).
+/// 48 MB: they read up to 2.9x the old kernel's bytes from DRAM and ran 1-3 % slower (H200).
 constexpr int64_t kWsCausalTailGroupBytes = int64_t(32) << 20;
 
 /// Work tiles: (m_block, head, batch) for tile t of ceil(seqlen_q / kBlockM) * heads_q * batch,
@@ -35,15 +35,15 @@ constexpr int64_t kWsCausalTailGroupBytes = int64_t(32) << 20;
 /// in a small group the heaviest tile is longer than a CTA's share of the group's work, and
 /// after the last group nothing comes to fill the other SMs (bench/diag/causal_deal_sim.py, the
 /// counter's deal simulated: hd 128 16k, 192-row tiles, 2-pair groups end 3.6 % after the mean,
-/// with a 4-pair last group 1.4 %; measured, 16 MB groups without it: +0.8 %, run 73).
+/// with a 4-pair last group 1.4 %; measured on the H200, 16 MB groups without it: +0.8 %).
 /// Every other mask (varlen and sparse kernels too): pair by pair, a pair's tiles on
 /// consecutive t (in an order rotated per pair, below), so that the CTAs reading one pair's
 /// K/V at once are neighbours, whose reads the L2 merges more often (ncu's read sectors; the
 /// request coalescer, as we read it).
-/// Run 18's groups of pairs whose K/V fit 8 MB put a pair's tiles on every 4th CTA at hd 256,
-/// seqlen 2k: the L2 served 54 M read sectors to cuDNN's 34 M (35 M pair by pair), the SM
-/// clock, held down by the power limit, ran at 1485 MHz instead of 1575, and the hd 256 kernel
-/// 2-5 % slower at 2k-4k (H200, docs/perf/sm90-fwd.md run 52).
+/// Groups of pairs whose K/V fit 8 MB, tried before, put a pair's tiles on every 4th CTA at
+/// hd 256, seqlen 2k: the L2 served 54 M read sectors to cuDNN's 34 M (35 M pair by pair),
+/// the SM clock, held down by the power limit, ran at 1485 MHz instead of 1575, and the hd 256
+/// kernel 2-5 % slower at 2k-4k (H200, docs/perf/sm90-fwd.md).
 /// CTA b takes tile b of each round of gridDim.x tiles; for causal, every other round runs
 /// backwards (b takes gridDim.x - 1 - b), so that the CTA with the heaviest tile of one round
 /// gets the lightest of the next and no CTA accumulates the heaviest of every round.
@@ -75,7 +75,7 @@ template <class Config> struct WsTileScheduler {
   /// gridDim.x, CTAs from total % gridDim.x on get one tile fewer than the others in nth's
   /// deal (forwards), and with every tile full (seqlen_q a multiple of kBlockM) all tiles cost
   /// the same, so such a CTA can start up to a tile late without ending last. (A last, short
-  /// tile costs less than a full one, run 39; where one exists the spare is not known.)
+  /// tile costs less than a full one, H200; where one exists the spare is not known.)
   __device__ bool has_spare_tile(const fagen_fwd_params &p) const {
     const int rem = total % int(gridDim.x);
     return !Config::Mask::kWorkGrowsWithRow && rem != 0 && total > int(gridDim.x) &&
@@ -94,8 +94,7 @@ template <class Config> struct WsTileScheduler {
       // bh % num_m, so it falls on a different CTA of the static deal for each pair. In
       // m_block order every pair's last tile went to one of a few CTAs (hd 128 2k, 192-row
       // tiles: 11 tiles a pair, so 12 of 132), and 80 of the 88 CTAs that take one tile more
-      // than the others had only full ones (H200: +2 % at hd 128 2k, docs/perf/sm90-fwd.md
-      // run 58).
+      // than the others had only full ones (H200: +2 % at hd 128 2k, docs/perf/sm90-fwd.md).
       const int m = t % num_m + (num_m - 1 - bh % num_m); // (t - bh * num_m spilled 4 bytes
       m_block = m >= num_m ? m - num_m : m;                // at hd 64 192 x 128, nvcc 13.0)
     }
