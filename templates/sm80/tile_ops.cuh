@@ -413,13 +413,6 @@ __device__ __forceinline__ void store_o_cols(Element *gmem, int64_t row_stride, 
       });
 }
 
-/// Writes the warp's (16 * kRowTiles, kHeadDim) output rows (store_o_cols without padding).
-template <class Element, int kHeadDim, int kRowTiles>
-__device__ __forceinline__ void store_o(Element *gmem, int64_t row_stride, int rows_valid,
-                                        u32 smem, const float (&o)[kRowTiles][kHeadDim / 8][4]) {
-  store_o_cols<Element, kHeadDim, kHeadDim>(gmem, row_stride, rows_valid, smem, o);
-}
-
 /// Output of query rows that see no key: O = 0, LSE = -inf, by kThreads threads numbered tid;
 /// rows_valid <= kRows.
 template <int kRows, int kHeadDim, int kThreads, class Element>

@@ -9,27 +9,12 @@
 #include "sm90/tile_ops.cuh"
 #include "sm90/tma.cuh"
 #include "sm90/ws_block_info.cuh"
+#include "sm90/ws_epilogue.cuh"
 #include "sm90/ws_pipeline.cuh"
 #include "sm90/ws_trace.cuh"
 
 namespace fagen {
 namespace sm90 {
-
-/// A work tile whose rows see no key: consumer `consumer`'s 64 rows get O = 0, LSE = -inf.
-template <class Config>
-__device__ __forceinline__ void ws_store_empty_rows(const fagen_fwd_params &params, int m_block,
-                                                    int head, int batch,
-                                                    const AttentionShape &shape, int consumer) {
-  const int64_t row0 = int64_t(m_block) * Config::kBlockM + 64 * consumer;
-  sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
-      ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride,
-      ws_lse_rows<Config>(params, batch, head, row0),
-      int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
-}
-
-/// Named barriers: 1 + c, consumer c's ping-pong turn; kWsEpilogueBarrier + c, the warpgroup
-/// of consumer c around its kTmaStoreO epilogue.
-constexpr int kWsEpilogueBarrier = 4;
 
 /// One consumer warpgroup's 64 rows of a work tile: O and LSE (fwd_kernel.cuh's step order).
 /// kv: the CTA's K/V tiles before this work tile; work: its ordinal (the Q buffer's round).
@@ -133,11 +118,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   };
   auto mask_s = [&](float(&acc_s)[kColTiles][4], int n_block) {
     float(&s3)[1][kColTiles][4] = reinterpret_cast<float(&)[1][kColTiles][4]>(acc_s);
-    if constexpr (!ScoreMod::kIdentity)
-      apply_score_mod(s3, score_mod, m_block * kBlockM + first_row, n_block * kBlockN);
-    if ((n_block + 1) * kBlockN > shape.seqlen_k ||
-        Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape))
-      apply_mask<Mask>(s3, m_block * kBlockM + first_row, n_block * kBlockN, shape);
+    apply_logit_hooks<Mask, kBlockM, kBlockN>(s3, score_mod, m_block, first_row, n_block, shape);
   };
   auto mask_and_exp = [&](float(&rescale)[2], float(&acc_s)[kColTiles][4], int n_block) {
     mask_s(acc_s, n_block);
@@ -260,45 +241,8 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   float row_lse[2];
   float(&o3)[1][kDimV / 8][4] = reinterpret_cast<float(&)[1][kDimV / 8][4]>(acc_o);
   softmax.finalize(o3, scale_log2, row_lse, Dropout::kEnabled ? params.dropout_rescale : 1.f);
-  const int64_t row0 = int64_t(m_block) * kBlockM + first_row;
-  if (lane % 4 == 0) {
-    float *lse = ws_lse_rows<Config>(params, batch, head, row0);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = 8 * h + lane / 4;
-      if (row < rows_left)
-        lse[row] = row_lse[h];
-    }
-  }
-  if constexpr (Config::kStagedEpilogue) {
-    store_o_rows_staged<Element, kDimV, Config::kHeadDimV, kBlockM>(
-        ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride, rows_left, sm.q,
-        first_row, acc_o);
-    fence_proxy_async_smem(); // TMA writes the next Q over these rows
-    __syncwarp();
-    release(sm.q_empty());
-  } else if constexpr (Config::kTmaStoreO) {
-    // The warpgroup's 64 rows of the O tile, once its previous store has read them (the
-    // storing thread waits; the barrier tells the others), then one TMA store per 64 columns
-    // from its thread 0 (rows past seqlen_q are not written: the map's bounds).
-    const int wg_thread = sm80::thread_index_rematerialized() % 128;
-    if (wg_thread == 0)
-      bulk_wait_group_read<0>();
-    named_barrier_sync<128>(kWsEpilogueBarrier + consumer);
-    stage_o_rows<Element, kDimV, kDimV, kBlockM>(sm.o, first_row, wg_thread % 32, acc_o);
-    fence_proxy_async_smem();
-    named_barrier_sync<128>(kWsEpilogueBarrier + consumer);
-    if (wg_thread == 0) {
-#pragma unroll
-      for (int b = 0; b < kDimV / 64; ++b)
-        tma_store_4d(maps.o, sm.o + b * kBlockM * 128 + consumer * 64 * 128, 64 * b,
-                     m_block * kBlockM + 64 * consumer, head, batch);
-      bulk_commit_group();
-    }
-  } else {
-    store_o_rows<Element, kDimV, Config::kHeadDimV>(ws_o_rows<Config>(params, batch, head, row0),
-                                                    params.o_row_stride, rows_left, acc_o);
-  }
+  ws_epilogue<Config>(sm, params, maps, acc_o, row_lse, m_block, head, batch, consumer, first_row,
+                      rows_left, lane);
   FAGEN_WS_TRACE_AT(work, 6);
 }
 
