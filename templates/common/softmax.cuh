@@ -88,21 +88,12 @@ __device__ __forceinline__ void apply_score_mod(float (&s)[kRowTiles][kColTiles]
                                fragment_col(col0, lane, j, e));
 }
 
-/// Whether key tile n_block of query tile m_block ((kBlockM, kBlockN) tiles) needs the mask:
-/// it reaches past seqlen_k, or the mask hides some of it.
-template <class Mask, int kBlockM, int kBlockN>
-__device__ __forceinline__ bool tile_needs_mask(int m_block, int n_block,
-                                                const AttentionShape &shape) {
-  return (n_block + 1) * kBlockN > shape.seqlen_k ||
-         Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape);
-}
-
 /// The variant's hooks on this warp's logits of key tile n_block of query tile m_block (the
 /// forward kernels' one sequence): the score mod (natural-log logits), then the mask where the
 /// tile needs it. first_row: the warp's first row in the query tile (its fragment origin is
-/// row m_block * kBlockM + first_row, as apply_mask's row0). The condition and the row are
-/// spelled here, not through tile_needs_mask or a row0 argument: so ptxas gets the code of the
-/// kernels that spelled them inline (nvcc 13.0 hoists and orders them otherwise).
+/// row m_block * kBlockM + first_row, as apply_mask's row0). The mask's condition and the row
+/// are spelled out here, not through a helper or a row0 argument: so nvcc 13.0 emits the code
+/// of the kernels that spelled them inline (through either it hoisted and reordered them).
 template <class Mask, int kBlockM, int kBlockN, class ScoreMod, int kRowTiles, int kColTiles>
 __device__ __forceinline__ void apply_logit_hooks(float (&s)[kRowTiles][kColTiles][4],
                                                   const ScoreMod &score_mod, int m_block,

@@ -177,7 +177,8 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
       sm.k + wn * G::kTileCols * Config::kRowQK);
 
   const ScoreMod mod(params.fwd, st.batch, st.head, st.shape);
-  const bool masked = tile_needs_mask<Mask, kBlockM, kBlockN>(st.m_block, st.n_block, st.shape);
+  const bool masked = (st.n_block + 1) * kBlockN > st.shape.seqlen_k ||
+                      Mask::template needs_mask<kBlockM, kBlockN>(st.m_block, st.n_block, st.shape);
   float dlogit[kRowTiles][kColTiles][4]; // unused (and removed) for the identity score mod
   float dp[kRowTiles][kColTiles][4] = {}; // (tile rows, tile cols): dP, then dS
   if constexpr (ScoreMod::kIdentity) {

@@ -34,7 +34,7 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
                                               const fagen_fwd_tma_maps &maps) {
   constexpr int kConsumers = Config::kConsumers;
   extern __shared__ __align__(1024) unsigned char smem[];
-  const WsSmem<Config> sm(sm80::smem_addr(smem));
+  const WsSmem<Config> sm(smem_addr(smem));
   FAGEN_WS_TRACE_AT(0, 7);
 #ifdef FAGEN_WS_TRACE
   u32 smid;

@@ -43,13 +43,13 @@ template <class Config> struct WsKeyTiles {
       ++n;
     return n;
   }
-  /// Whole warps (the consumers): 32 tiles a step (sm80::next_visible_tile).
+  /// Whole warps (the consumers): 32 tiles a step (next_visible_tile).
   template <bool kWarp>
   __device__ static int next(const Sparsity &sp, int m_block, int n, int n_end) {
     if constexpr (!Sparsity::kSparse)
       return n;
     else if constexpr (kWarp)
-      return sm80::next_visible_tile<kBlockM, kBlockN>(sp, m_block, n, n_end);
+      return next_visible_tile<kBlockM, kBlockN>(sp, m_block, n, n_end);
     else
       return next_scalar(sp, m_block, n, n_end);
   }

@@ -113,7 +113,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   u32 keep_bits[ceil_div(kColTiles, 8)];
   auto draw_keep_bits = [&](int n_block) {
     if constexpr (Dropout::kEnabled)
-      sm80::dropout_keep_bits<1, kColTiles>(keep_bits, Dropout(params, batch, head),
+      dropout_keep_bits<1, kColTiles>(keep_bits, Dropout(params, batch, head),
                                             m_block * kBlockM + first_row, n_block * kBlockN);
   };
   auto mask_s = [&](float(&acc_s)[kColTiles][4], int n_block) {
@@ -130,7 +130,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   auto make_p = [&](const float(&acc_s)[kColTiles][4]) {
     convert_p<Element>(p, acc_s);
     if constexpr (Dropout::kEnabled)
-      sm80::apply_dropout_packed(reinterpret_cast<u32(&)[1][kBlockN / 16][4]>(p), keep_bits);
+      apply_dropout_packed(reinterpret_cast<u32(&)[1][kBlockN / 16][4]>(p), keep_bits);
   };
   // S_i landed: its K slot is free, and after the warpgroup's last one so is Q (unless the
   // epilogue stages O in it).

@@ -21,7 +21,7 @@ __device__ __forceinline__ void ws_store_empty_rows(const fagen_fwd_params &para
                                                     int head, int batch,
                                                     const AttentionShape &shape, int consumer) {
   const int64_t row0 = int64_t(m_block) * Config::kBlockM + 64 * consumer;
-  sm80::store_empty_rows<64, Config::kHeadDimV, 128>(
+  store_empty_rows<64, Config::kHeadDimV, 128>(
       ws_o_rows<Config>(params, batch, head, row0), params.o_row_stride,
       ws_lse_rows<Config>(params, batch, head, row0),
       int(min(int64_t(64), shape.seqlen_q - row0)), threadIdx.x % 128);
@@ -68,7 +68,7 @@ __device__ __forceinline__ void ws_epilogue(const WsSmem<Config> &sm,
     // The warpgroup's 64 rows of the O tile, once its previous store has read them (the
     // storing thread waits; the barrier tells the others), then one TMA store per 64 columns
     // from its thread 0 (rows past seqlen_q are not written: the map's bounds).
-    const int wg_thread = sm80::thread_index_rematerialized() % 128;
+    const int wg_thread = thread_index_rematerialized() % 128;
     if (wg_thread == 0)
       bulk_wait_group_read<0>();
     named_barrier_sync<128>(kWsEpilogueBarrier + consumer);
