@@ -44,37 +44,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   // and keeps the wgmma descriptors built from it in uniform registers (from threadIdx, it
   // moved each one from a vector register with R2UR before every wgmma).
   const u32 q_warpgroup = __shfl_sync(0xffffffffu, sm.q + consumer * 64 * 128, 0);
-  // Ping-pong: consumer c issues its wgmmas after barrier 1 + c, then passes the turn on.
-  auto my_turn = [&] {
-    if constexpr (Config::kPingPong)
-      named_barrier_sync<256>(1 + consumer);
-  };
-  auto next_turn = [&] {
-    if constexpr (Config::kPingPong)
-      named_barrier_arrive<256>(1 + (consumer + 1) % kConsumers);
-  };
-  auto release = [&](u32 bar) {
-    if (lane == 0)
-      mbarrier_arrive(bar);
-  };
-  auto wait_k = [&](int i) { mbarrier_wait(sm.k_full(kv + i), sm.full_parity(sm.round(kv + i))); };
-  auto wait_v = [&](int i) { mbarrier_wait(sm.v_full(kv + i), sm.full_parity(sm.round(kv + i))); };
-  // A step without MMAs: K_k and V_v (each if >= 0) handed back once filled, so that the
-  // arrival counts for that fill's round, then a ping-pong turn passed on, so that the other
-  // warpgroups have the tensor cores. The ping-pong needs n_tiles + 1 turns of every
-  // warpgroup a tile, and the K/V ring each slot's arrival once per fill.
-  auto pass_step = [&](int k, int v) {
-    if (k >= 0) {
-      wait_k(k);
-      release(sm.k_empty(kv + k));
-    }
-    if (v >= 0) {
-      wait_v(v);
-      release(sm.v_empty(kv + v));
-    }
-    my_turn();
-    next_turn();
-  };
+  const WsConsumerRing<Config> ring{sm, kv, consumer, lane};
 
   // (A vote: ptxas then sees a warp-uniform branch and keeps the slot addresses after it in
   // uniform registers; on the thread index alone it moved them with R2UR before each wgmma.)
@@ -84,9 +54,9 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     // of a live warpgroup's steps (K_i with V_{i-1}), and passes its turns on (the tile takes
     // about the other warpgroups' share of its time). It writes no FAGEN_WS_TRACE events.
     mbarrier_wait(sm.q_full(), sm.full_parity(work));
-    release(sm.q_empty());
+    ring.release(sm.q_empty());
     for (int i = 0; i <= n_tiles; ++i)
-      pass_step(i < n_tiles ? i : -1, i - 1);
+      ring.pass_step(i < n_tiles ? i : -1, i - 1);
     return;
   }
 
@@ -136,9 +106,9 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   // epilogue stages O in it).
   auto s_done = [&](float(&acc_s)[kColTiles][4], int i) {
     fence_operands(acc_s);
-    release(sm.k_empty(kv + i));
+    ring.release(sm.k_empty(kv + i));
     if (!Config::kStagedEpilogue && i == n_live - 1)
-      release(sm.q_empty());
+      ring.release(sm.q_empty());
   };
   // Steps after the first (kKeptMax): the exponentials from the kept running max
   // (softmax_exp_kept_max). A warp where a row's max moves instead computes its rows of S_i
@@ -166,7 +136,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   auto pv_done = [&](int i) {
     fence_operands(acc_o);
     fence_operands(p);
-    release(sm.v_empty(kv + i - 1));
+    ring.release(sm.v_empty(kv + i - 1));
   };
   // Step i (0 <= i <= n_live): S_i = Q K_i^T (i < n_live) and O += P_{i-1} V_{i-1} (i > 0),
   // K_i being key tile n_block. The first and last steps are peeled: with commits under a
@@ -177,12 +147,12 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   FAGEN_WS_TRACE_AT(work, 1);
   {
     float acc_s[kColTiles][4]; // (64, kBlockN) per warpgroup
-    wait_k(0);
-    my_turn();
+    ring.wait_k(0);
+    ring.my_turn();
     wgmma_fence();
     gemm_qk_issue<Element, kDimQK, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv));
     wgmma_commit();
-    next_turn();
+    ring.next_turn();
     draw_keep_bits(n_block);
     wgmma_wait<0>();
     FAGEN_WS_TRACE_AT(work, 2);
@@ -194,15 +164,15 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   FAGEN_WS_TRACE_AT(work, 3);
   for (int i = 1; i < n_live; ++i) {
     float acc_s[kColTiles][4];
-    wait_k(i);
-    wait_v(i - 1);
-    my_turn();
+    ring.wait_k(i);
+    ring.wait_v(i - 1);
+    ring.my_turn();
     wgmma_fence();
     gemm_qk_issue<Element, kDimQK, kBlockM, kBlockN>(acc_s, q_warpgroup, sm.k_slot(kv + i));
     wgmma_commit();
     gemm_pv_issue<Element, kDimV, kBlockN>(acc_o, p, sm.v_slot(kv + i - 1));
     wgmma_commit();
-    next_turn();
+    ring.next_turn();
     n_block = KeyTiles::template after<true>(params, head, batch, m_block, n_block, tiles.n_end);
     draw_keep_bits(n_block);
     // S_i is the older group: its softmax runs while P_{i-1} V_{i-1} is still in flight.
@@ -223,19 +193,19 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
     make_p(acc_s);
   }
   FAGEN_WS_TRACE_AT(work, 4);
-  wait_v(n_live - 1);
-  my_turn();
+  ring.wait_v(n_live - 1);
+  ring.my_turn();
   wgmma_fence();
   gemm_pv_issue<Element, kDimV, kBlockN>(acc_o, p, sm.v_slot(kv + n_live - 1));
   wgmma_commit();
-  next_turn();
+  ring.next_turn();
   wgmma_wait<0>();
   pv_done(n_live);
   // Dead steps: K_i and V_i handed back, a turn passed for each. Every warpgroup takes
   // n_tiles + 1 turns a tile, as the ping-pong needs: 1 + (n_live - 1) + 1 live,
   // n_tiles - n_live dead.
   for (int i = n_live; i < n_tiles; ++i)
-    pass_step(i, i);
+    ring.pass_step(i, i);
   FAGEN_WS_TRACE_AT(work, 5);
 
   float row_lse[2];

@@ -51,6 +51,49 @@ template <class Config> struct WsSmem {
   __device__ static u32 empty_parity(int round) { return (round & 1) ^ 1; }
 };
 
+/// A consumer warpgroup's side of the ring during one work tile: it waits for K_i and V_i (i:
+/// the tile's key step; kv: the CTA's K/V tiles before the tile), hands slots back (one arrival
+/// per warp, from lane 0), and takes its ping-pong turns: consumer c issues its wgmmas after
+/// named barrier 1 + c, then passes the turn on.
+template <class Config> struct WsConsumerRing {
+  const WsSmem<Config> &sm;
+  int kv, consumer, lane;
+  __device__ void my_turn() const {
+    if constexpr (Config::kPingPong)
+      named_barrier_sync<256>(1 + consumer);
+  }
+  __device__ void next_turn() const {
+    if constexpr (Config::kPingPong)
+      named_barrier_arrive<256>(1 + (consumer + 1) % Config::kConsumers);
+  }
+  __device__ void release(u32 bar) const {
+    if (lane == 0)
+      mbarrier_arrive(bar);
+  }
+  __device__ void wait_k(int i) const {
+    mbarrier_wait(sm.k_full(kv + i), sm.full_parity(sm.round(kv + i)));
+  }
+  __device__ void wait_v(int i) const {
+    mbarrier_wait(sm.v_full(kv + i), sm.full_parity(sm.round(kv + i)));
+  }
+  /// A step without MMAs: K_k and V_v (each if >= 0) handed back once filled, so that the
+  /// arrival counts for that fill's round, then a ping-pong turn passed on, so that the other
+  /// warpgroups have the tensor cores. The ping-pong needs n_tiles + 1 turns of every
+  /// warpgroup a tile, and the K/V ring each slot's arrival once per fill.
+  __device__ void pass_step(int k, int v) const {
+    if (k >= 0) {
+      wait_k(k);
+      release(sm.k_empty(kv + k));
+    }
+    if (v >= 0) {
+      wait_v(v);
+      release(sm.v_empty(kv + v));
+    }
+    my_turn();
+    next_turn();
+  }
+};
+
 } // namespace sm90
 } // namespace fagen
 
