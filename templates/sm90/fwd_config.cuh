@@ -139,7 +139,7 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
 /// kTileCounter: the kernel can take its work tiles from a global counter
 /// (fagen_fwd_params::tile_counter, zeroed before the launch; null: the static deal of
 /// WsTileScheduler), which the producer reads and hands to the consumers through a two-entry
-/// ring in shared memory (fwd_ws_kernel.cuh's WsTileRing). For uneven work tiles (causal,
+/// ring in shared memory (ws_tile_scheduler.cuh's WsTileRing). For uneven work tiles (causal,
 /// windows, varlen; not block sparsity, whose producer then spills): one CTA per SM that takes
 /// the next tile, heaviest first, when it frees up.
 /// kTmaStoreO: each consumer warpgroup writes its 64 rows of O into an O tile of its own in
@@ -189,7 +189,7 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
   /// grows, 1..8 only when it grows by more than that many powers of two.
   static constexpr int kRescaleTau = Options::kRescaleTau;
   static_assert(kRescaleTau >= 0 && kRescaleTau <= 8, "kRescaleTau must be in 0..8");
-  /// Steps after the first start the exponentials from the kept running max (fwd_ws_kernel.cuh,
+  /// Steps after the first start the exponentials from the kept running max (ws_consumer.cuh,
   /// softmax_exp_kept_max; the kRescaleTau rule keeps a row's max in most steps), a warp whose
   /// max moves recomputes its S. Not in the 192-row hd 64 kernels with dropout or a score mod:
   /// with the recompute ptxas spilled 8-160 bytes there (nvcc 13.0; dropout, ALiBi), and the

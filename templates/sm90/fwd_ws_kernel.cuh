@@ -7,6 +7,17 @@
 // finish the current one. Variants (common/variants.cuh) as the sm80 template: masks and score
 // mods on S, dropout on P, skipped sparse blocks (no loads, no MMA), varlen sequences of packed
 // tensors (TMA rows from cu_seqlens).
+//
+// This file only wires the pieces together (FlashAttention-3's hopper/ split):
+//   sm90/ws_tile_scheduler.cuh  which work tiles a CTA takes (static deal, tile counter + ring)
+//   sm90/ws_block_info.cuh      a work tile's rows, key tiles and output rows
+//   sm90/ws_pipeline.cuh        shared memory: the Q tile, the K/V slot ring and its mbarriers
+//   sm90/ws_producer.cuh        the producer's TMA loads
+//   sm90/ws_consumer.cuh        a consumer warpgroup's main loop (wgmma + online softmax)
+//   sm90/ws_epilogue.cuh        O and LSE out (direct, staged through Q, or a TMA store)
+//   sm90/ws_trace.cuh           the dev trace (-DFAGEN_WS_TRACE)
+// with the softmax of sm90/tile_ops.cuh and common/softmax.cuh, the variant hooks of
+// common/variants.cuh (applied by common/softmax.cuh's apply_logit_hooks), common/dropout.cuh.
 #ifndef FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
 
