@@ -1,8 +1,9 @@
 //===- Emit.cpp - KernelPlan -> CUDA source ------------------------------===//
 //
 // One file shape for every plan: a header comment with the plan, the template include, static
-// block-layout data where the variant has one, the variant type, the config type, static_asserts
-// that planner and template agree, and the entry point(s). Spellings follow
+// block-layout data where the variant has one, the variant type, the options struct (the plan's
+// fields as constants) and the config type over it, static_asserts that planner and template
+// agree, and the entry point(s). Spellings follow
 // docs/design/variants-and-backward.md.
 //
 //===----------------------------------------------------------------------===//
