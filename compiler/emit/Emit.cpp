@@ -1,8 +1,9 @@
 //===- Emit.cpp - KernelPlan -> CUDA source ------------------------------===//
 //
 // One file shape for every plan: a header comment with the plan, the template include, static
-// block-layout data where the variant has one, the variant type, the config type, static_asserts
-// that planner and template agree, and the entry point(s). Spellings follow
+// block-layout data where the variant has one, the variant type, the options struct (the plan's
+// fields as constants) and the config type over it, static_asserts that planner and template
+// agree, and the entry point(s). Spellings follow
 // docs/design/variants-and-backward.md.
 //
 //===----------------------------------------------------------------------===//
@@ -110,61 +111,69 @@ std::string planComment(const KernelPlan &p) {
                    .str();
 }
 
-/// The config type of a forward plan.
-std::string forwardConfig(const KernelPlan &p) {
-  bool emu = p.exp2EmuPercent != 0;
-  if (p.templ == "sm90" || p.templ == "sm90ws") {
-    // The wgmma templates: no warps parameter (sm90: no rescale threshold either); sm90 one
-    // head dim, the warp-specialized one two, with its consumer warpgroups taking turns
-    // (ping-pong).
-    bool ws = p.templ == "sm90ws";
-    // Template parameters past the defaults, positional: spelled up to the last that differs.
-    bool staged = ws && p.stagedEpilogue, tau = ws && p.rescaleTau != 0;
-    bool counter = ws && p.tileCounter, tmaO = ws && p.tmaStoreO;
-    std::string extra;
-    if (emu || staged || tau || counter || tmaO)
-      extra = llvm::formatv(",\n    /*kExp2EmuPercent=*/{0}, /*kExp2PolyDegree=*/{1}",
-                            p.exp2EmuPercent, p.exp2PolyDegree);
-    if (staged || tau || counter || tmaO)
-      extra += staged ? ", /*kStagedEpilogue=*/true" : ", /*kStagedEpilogue=*/false";
-    if (tau || counter || tmaO)
-      extra += llvm::formatv(", /*kRescaleTau=*/{0}", p.rescaleTau).str();
-    if (counter || tmaO)
-      extra += counter ? ",\n    /*kTileCounter=*/true" : ",\n    /*kTileCounter=*/false";
-    if (tmaO)
-      extra += ", /*kTmaStoreO=*/true";
-    if (ws)
-      return llvm::formatv("using Config = fagen::sm90::WsFwdConfig<{0}, /*kHeadDimQK=*/{1}, "
-                           "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, "
-                           "/*kStages=*/{5}, KernelVariant, /*kPingPong=*/true{6}>;\n",
-                           elementType(p.dtype), p.headDimQK, p.headDimV, p.blockM, p.blockN,
-                           p.stages, extra);
-    return llvm::formatv("using Config = fagen::sm90::FwdConfig<{0}, /*kHeadDim=*/{1}, "
-                         "/*kBlockM=*/{2},\n    /*kBlockN=*/{3}, /*kStages=*/{4}, "
-                         "KernelVariant{5}>;\n",
-                         elementType(p.dtype), p.headDimQK, p.blockM, p.blockN, p.stages, extra);
-  }
-  // The FlashAttention-4 parameters, spelled only where they differ from the defaults.
-  std::string extra =
-      p.rescaleTau != 0 || emu
-          ? llvm::formatv(",\n    /*kRescaleTau=*/{0}, /*kExp2EmuPercent=*/{1}, "
-                          "/*kExp2PolyDegree=*/{2}",
-                          p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree)
-                .str()
-          : "";
-  return llvm::formatv("using Config = fagen::sm80::FwdConfig<{0}, /*kHeadDimQK=*/{1}, "
-                       "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, /*kWarps=*/{5}, "
-                       "/*kStages=*/{6}, KernelVariant{7}>;\n",
-                       elementType(p.dtype), p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps,
-                       p.stages, extra);
+const char *boolText(bool b) { return b ? "true" : "false"; }
+
+/// `struct KernelOptions : BASE { ... };  using Config = CONFIG<KernelOptions>;`: the plan's
+/// choices as constants (`fields`, one declaration a line), the template's defaults for the rest.
+std::string optionsDecl(const char *base, const std::string &dtype, const std::string &fields,
+                        const char *config) {
+  return llvm::formatv("struct KernelOptions : {0} {{\n  using Element = {1};\n  using Variant = "
+                       "KernelVariant;\n{2}};\nusing Config = {3}<KernelOptions>;\n",
+                       base, elementType(dtype), fields, config);
 }
 
+/// The config of a forward plan: every plan field the template reads.
+std::string forwardConfig(const KernelPlan &p) {
+  if (p.templ == "sm90ws")
+    return optionsDecl(
+        "fagen::sm90::WsFwdOptions", p.dtype,
+        llvm::formatv("  static constexpr int kHeadDimQK = {0}, kHeadDimV = {1};\n"
+                      "  static constexpr int kBlockM = {2}, kBlockN = {3}, kStages = {4};\n"
+                      "  static constexpr bool kPingPong = true;\n"
+                      "  static constexpr int kRescaleTau = {5}, kExp2EmuPercent = {6}, "
+                      "kExp2PolyDegree = {7};\n"
+                      "  static constexpr bool kStagedEpilogue = {8}, kTileCounter = {9}, "
+                      "kTmaStoreO = {10};\n",
+                      p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.rescaleTau,
+                      p.exp2EmuPercent, p.exp2PolyDegree, boolText(p.stagedEpilogue),
+                      boolText(p.tileCounter), boolText(p.tmaStoreO))
+            .str(),
+        "fagen::sm90::WsFwdConfig");
+  if (p.templ == "sm90")
+    return optionsDecl(
+        "fagen::sm90::FwdOptions", p.dtype,
+        llvm::formatv("  static constexpr int kHeadDim = {0};\n"
+                      "  static constexpr int kBlockM = {1}, kBlockN = {2}, kStages = {3};\n"
+                      "  static constexpr int kExp2EmuPercent = {4}, kExp2PolyDegree = {5};\n",
+                      p.headDimQK, p.blockM, p.blockN, p.stages, p.exp2EmuPercent,
+                      p.exp2PolyDegree)
+            .str(),
+        "fagen::sm90::FwdConfig");
+  return optionsDecl(
+      "fagen::sm80::FwdOptions", p.dtype,
+      llvm::formatv("  static constexpr int kHeadDimQK = {0}, kHeadDimV = {1};\n"
+                    "  static constexpr int kBlockM = {2}, kBlockN = {3}, kWarps = {4}, "
+                    "kStages = {5};\n"
+                    "  static constexpr int kRescaleTau = {6}, kExp2EmuPercent = {7}, "
+                    "kExp2PolyDegree = {8};\n",
+                    p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps, p.stages, p.rescaleTau,
+                    p.exp2EmuPercent, p.exp2PolyDegree)
+          .str(),
+      "fagen::sm80::FwdConfig");
+}
+
+/// The config of a backward plan.
 std::string backwardConfig(const KernelPlan &p) {
-  return llvm::formatv("using Config = fagen::sm80::BwdConfig<{0}, /*kHeadDimQK=*/{1}, "
-                       "/*kHeadDimV=*/{2},\n    /*kBlockM=*/{3}, /*kBlockN=*/{4}, /*kWarps=*/{5}, "
-                       "/*kStages=*/{6}, KernelVariant,\n    /*kDeterministic=*/{7}>;\n",
-                       elementType(p.dtype), p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps,
-                       p.stages, p.deterministic ? "true" : "false");
+  return optionsDecl(
+      "fagen::sm80::BwdOptions", p.dtype,
+      llvm::formatv("  static constexpr int kHeadDimQK = {0}, kHeadDimV = {1};\n"
+                    "  static constexpr int kBlockM = {2}, kBlockN = {3}, kWarps = {4}, "
+                    "kStages = {5};\n"
+                    "  static constexpr bool kDeterministic = {6};\n",
+                    p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps, p.stages,
+                    boolText(p.deterministic))
+          .str(),
+      "fagen::sm80::BwdConfig");
 }
 
 std::string agreement(const KernelPlan &p) {
@@ -189,7 +198,7 @@ std::string agreement(const KernelPlan &p) {
 }
 
 /// One entry point: `extern "C" __global__` NAME(params) calling `function<Config>(params)`;
-/// a TMA kernel also takes its tensor maps (common/tma_params.h).
+/// a TMA kernel also takes its tensor maps (abi/tma_params.h).
 std::string entryPoint(const std::string &bounds, const std::string &name,
                        const std::string &params, const std::string &function,
                        bool tmaMaps = false) {

@@ -88,24 +88,22 @@ __device__ __forceinline__ void apply_score_mod(float (&s)[kRowTiles][kColTiles]
                                fragment_col(col0, lane, j, e));
 }
 
-/// Zeroes the probabilities that dropout drops (the kept ones are scaled by 1 / (1 - p) later,
-/// with the output: finalize's o_scale). One Philox call per 16-row tile and pair of columns
-/// gives the 2x2 patch this thread holds (common/philox.h). row0 % 16 == 0 (the patch rule
-/// needs each fragment row r with r % 16 < 8 at lane / 4); (row0, col0) as apply_mask.
-template <class Dropout, int kRowTiles, int kColTiles>
-__device__ __forceinline__ void apply_dropout(float (&p)[kRowTiles][kColTiles][4],
-                                              const Dropout &dropout, int row0, int col0) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int t = 0; t < kRowTiles; ++t)
-#pragma unroll
-    for (int j = 0; j < kColTiles; ++j) {
-      const unsigned keep =
-          dropout.keep4(row0 + 16 * t + lane / 4, col0 + 8 * j + 2 * (lane % 4));
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        p[t][j][e] = keep >> e & 1u ? p[t][j][e] : 0.f;
-    }
+/// The variant's hooks on this warp's logits of key tile n_block of query tile m_block (the
+/// forward kernels' one sequence): the score mod (natural-log logits), then the mask where the
+/// tile needs it. first_row: the warp's first row in the query tile (its fragment origin is
+/// row m_block * kBlockM + first_row, as apply_mask's row0). The mask's condition and the row
+/// are spelled out here, not through a helper or a row0 argument: so nvcc 13.0 emits the code
+/// of the kernels that spelled them inline (through either it hoisted and reordered them).
+template <class Mask, int kBlockM, int kBlockN, class ScoreMod, int kRowTiles, int kColTiles>
+__device__ __forceinline__ void apply_logit_hooks(float (&s)[kRowTiles][kColTiles][4],
+                                                  const ScoreMod &score_mod, int m_block,
+                                                  int first_row, int n_block,
+                                                  const AttentionShape &shape) {
+  if constexpr (!ScoreMod::kIdentity)
+    apply_score_mod(s, score_mod, m_block * kBlockM + first_row, n_block * kBlockN);
+  if ((n_block + 1) * kBlockN > shape.seqlen_k ||
+      Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape))
+    apply_mask<Mask>(s, m_block * kBlockM + first_row, n_block * kBlockN, shape);
 }
 
 /// Running max and sum per row for kRowTiles 16-row tiles. The max is kept in raw logit

@@ -19,7 +19,7 @@ namespace fagen {
 /// backward's causal order, whose longest-first deal wants many pairs to a group.
 constexpr int64_t kTileGroupL2Bytes = int64_t(32) << 20;
 // (The sm90ws forward's causal groups hold 16 MB of K/V and its other tiles take no groups:
-// WsTileScheduler, sm90/fwd_ws_kernel.cuh, says why.)
+// WsTileScheduler, sm90/ws_tile_scheduler.cuh, says why.)
 
 /// Work item `t` of `tiles` tiles x `pairs` pairs, walked in groups of `group` pairs (the last
 /// group may have fewer): within a group, tile 0 of every pair, then tile 1, and so on. Sets

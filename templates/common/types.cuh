@@ -8,6 +8,8 @@
 
 namespace fagen {
 
+typedef unsigned int u32;
+
 /// IEEE binary16.
 struct alignas(2) half_t {
   unsigned short bits;

@@ -50,17 +50,21 @@ template <int kRows, int kCols, int kWarps> struct WarpGrid {
 /// kStages: Q/dO tile buffers (1, or 2 to load the next query tile during this one).
 /// kDeterministic: dQ accumulated in a fixed key-tile order per (batch, head, query tile),
 /// ordered by dq_semaphore, so that dQ is bitwise repeatable (kDqAscending says which order).
-template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
-          int kWarps_, int kStages_, class Variant_, bool kDeterministic_>
-struct BwdConfig : VariantParts<Variant_> {
-  using Element = Element_;
-  static constexpr int kHeadDimQK = kHeadDimQK_;
-  static constexpr int kHeadDimV = kHeadDimV_;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kWarps = kWarps_;
-  static constexpr int kStages = kStages_;
-  static constexpr bool kDeterministic = kDeterministic_;
+///
+/// Options: a struct (the generated kernel's KernelOptions) that derives from BwdOptions and
+/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps, kStages and
+/// kDeterministic.
+struct BwdOptions {}; // no defaults: every option is the plan's
+template <class Options> struct BwdConfig : VariantParts<typename Options::Variant> {
+  using Variant = typename Options::Variant;
+  using Element = typename Options::Element;
+  static constexpr int kHeadDimQK = Options::kHeadDimQK;
+  static constexpr int kHeadDimV = Options::kHeadDimV;
+  static constexpr int kBlockM = Options::kBlockM;
+  static constexpr int kBlockN = Options::kBlockN;
+  static constexpr int kWarps = Options::kWarps;
+  static constexpr int kStages = Options::kStages;
+  static constexpr bool kDeterministic = Options::kDeterministic;
   /// The deterministic order of the dQ additions. Causal masks: ascending key tiles, each CTA
   /// walking its query tiles last first, and the grid longest first as the default causal
   /// kernels' (BwdTile): key tile 0, the longest, never waits, and key tile n waits only for
@@ -70,10 +74,10 @@ struct BwdConfig : VariantParts<Variant_> {
   /// key tiles, query tiles first first, last key tile dispatched first (under windows a key
   /// tile's query range moves with it).
   /// Measured over the descending order: hd 128 causal 1.08-1.09x, hd 64 1.03-1.04x, hd 256
-  /// 1.06x (H200, docs/perf/sm80-bwd.md item 19). Varlen kernels keep the descending
+  /// 1.06x (H200, docs/perf/sm80-bwd.md). Varlen kernels keep the descending
   /// order (the ascending one spilled 108 bytes at hd 128 causal, nvcc 13.0, sm_90).
   static constexpr bool kDqAscending =
-      kDeterministic_ && VariantParts<Variant_>::Mask::kCausal && !Variant_::kVarlen;
+      kDeterministic && Variant::Mask::kCausal && !Variant::kVarlen;
   /// Deterministic kernels without a mask or block sparsity (every key tile adds to every
   /// query tile): dQ goes into fagen_bwd_dq_slots() copies of dq_accum (bwd_params.h), key
   /// tile n into copy n % kDqSlots after that copy's later key tiles only, so a head's CTAs
@@ -81,10 +85,10 @@ struct BwdConfig : VariantParts<Variant_> {
   /// its dQ instead of adding it (kDqStoreFirst), so _pre zeroes no dq_accum, and _post sums
   /// the copies in order. Measured: docs/perf/sm80-bwd.md items 29-30.
   static constexpr bool kUnmaskedDense =
-      std::is_same<typename VariantParts<Variant_>::Mask, NoMask>::value &&
-      !VariantParts<Variant_>::Sparsity::kSparse;
-  static constexpr int kDqSlots = fagen_bwd_dq_slots(kDeterministic_, kUnmaskedDense);
-  static constexpr bool kDqStoreFirst = kDeterministic_ && kUnmaskedDense;
+      std::is_same<typename Variant::Mask, NoMask>::value &&
+      !Variant::Sparsity::kSparse;
+  static constexpr int kDqSlots = fagen_bwd_dq_slots(kDeterministic, kUnmaskedDense);
+  static constexpr bool kDqStoreFirst = kDeterministic && kUnmaskedDense;
 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocksPerSm = 1;
@@ -120,20 +124,20 @@ struct BwdConfig : VariantParts<Variant_> {
   // In fragment order, the non-causal kernels at head dims >= 128 (deterministic ones at 256
   // only) add dQ four floats at a time (red.v4: 512 contiguous bytes a warp-wide instruction,
   // half the reductions of red.v2). Measured (H200, two A/B pairs in one process each,
-  // docs/perf/sm80-bwd.md item 26): hd 256 non-causal +2-4 % (deterministic -0.1-+1.7 %), hd 128
+  // docs/perf/sm80-bwd.md): hd 256 non-causal +2-4 % (deterministic -0.1-+1.7 %), hd 128
   // non-causal +1.5-3.5 %; elsewhere it lost or tied (hd 64 causal -2-3 %, hd 128
   // deterministic -1-2.5 %, causal hd 128/256 and hd 64 non-causal within 1 %), so those keep
   // red.v2. (Scalar reds at hd 256: -16-21 %.)
   static constexpr bool kDqRedV4 = kDqAccumFragmentOrder && kHeadDimQK >= 128 &&
-                                   !VariantParts<Variant_>::Mask::kCausal &&
-                                   (!kDeterministic_ || kHeadDimQK >= 256);
+                                   !Variant::Mask::kCausal &&
+                                   (!kDeterministic || kHeadDimQK >= 256);
   /// Whether the query tile's dq_accum block is in fragment order. Without varlen every tile
   /// is: the runtime gives each head whole query tiles (bwd_params.h), so a partial tile's
   /// block ends inside its own head, and the choice is made at compile time (one reduction
   /// loop with immediate offsets, no per-address select; rows past the sequence add into the
   /// padding, which _post never reads). Varlen rows are packed: partial tiles stay row-major.
   static __device__ __forceinline__ bool dq_fragment_order(bool full_tile) {
-    return kDqAccumFragmentOrder && (!Variant_::kVarlen || full_tile);
+    return kDqAccumFragmentOrder && (!Variant::kVarlen || full_tile);
   }
   static constexpr int kTileDK = kHeadDimQKPad / GridKV::kWarpsCols; // dK columns per warp
   static constexpr int kTileDV = kHeadDimVPad / GridKV::kWarpsCols;  // dV columns per warp
@@ -153,7 +157,7 @@ struct BwdConfig : VariantParts<Variant_> {
   // Varlen kernels keep padded rows below 192: their partial query tiles choose between two
   // dq_accum orders per address, and with the swizzle's lane offsets hd 128 spilled (causal 116
   // bytes, 32 padded; non-causal 24, 0 padded; nvcc 13.0, sm_90).
-  static constexpr int kSwizzleFrom = Variant_::kVarlen ? 192 : 64;
+  static constexpr int kSwizzleFrom = Variant::kVarlen ? 192 : 64;
   using RowQK = SmemRow<kHeadDimQKPad, kSwizzleFrom>;
   using RowV = SmemRow<kHeadDimVPad, kSwizzleFrom>;
   static constexpr bool kSwizzleQK = RowQK::kSwizzled;
@@ -194,7 +198,7 @@ struct BwdConfig : VariantParts<Variant_> {
                 "sides are multiples of 16");
   static_assert(kDqChunkCols % 16 == 0 && GridQ::kTileCols % kDqChunkCols == 0,
                 "the dQ warp tile must split into chunks of a multiple of 16 columns");
-  static_assert(SparseTilesCheck<typename Variant_::Sparsity, kBlockM, kBlockN>::kOk, "");
+  static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
 };
 
 } // namespace sm80

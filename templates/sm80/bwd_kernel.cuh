@@ -493,11 +493,11 @@ __device__ __forceinline__ void store_dk_dv(const fagen_bwd_params &params, int 
 /// puts each (kv head, batch) pair's key tiles in ascending order.
 /// Causal: longest first (key tile n sees about seqlen_q - n * kBlockN query rows), within
 /// groups of (kv head, batch) pairs whose Q, dO and fp32 dq_accum rows fit in kTileGroupL2Bytes
-/// (32 MB; the sm90ws forward's causal groups hold 16 MB of K/V since its run 73): the tail of
-/// the grid is then the short tiles of the last group rather than a mix of every length. A
-/// list-scheduling model of the FA3 protocol's grids on 132 SMs puts the busy share at
+/// (32 MB; the sm90ws forward's causal groups hold 16 MB of K/V, kWsCausalGroupBytes): the
+/// tail of the grid is then the short tiles of the last group rather than a mix of every
+/// length. A list-scheduling model of the FA3 protocol's grids on 132 SMs puts the busy share at
 /// 0.93-0.97 in block order and 0.99-1.00 in this order at 2k-8k (16k: 0.99+ either way);
-/// measured +3-8 % at 2k-8k (H200, docs/perf/sm80-bwd.md item 11).
+/// measured +3-8 % at 2k-8k (H200, docs/perf/sm80-bwd.md).
 /// Otherwise block order.
 template <class Config> struct BwdTile {
   int n_block, kv_head, batch;

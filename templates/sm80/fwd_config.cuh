@@ -27,20 +27,28 @@ namespace sm80 {
 ///                   round(kBlockN / 4 * percent / 100) of each row's kBlockN / 4 columns.
 ///  kExp2PolyDegree  degree of that polynomial (common/exp2_poly.h); only meaningful when
 ///                   kExp2EmuPercent > 0. Degrees 1 and 2 fail the tolerance rule (harness).
-template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
-          int kWarps_, int kStages_, class Variant_, int kRescaleTau_ = 0,
-          int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3>
-struct FwdConfig : VariantParts<Variant_> {
-  using Element = Element_;
-  static constexpr int kHeadDimQK = kHeadDimQK_;
-  static constexpr int kHeadDimV = kHeadDimV_;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kWarps = kWarps_;
-  static constexpr int kStages = kStages_;
-  static constexpr int kRescaleTau = kRescaleTau_;
-  static constexpr int kExp2EmuPercent = kExp2EmuPercent_;
-  static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
+///
+/// Options: a struct (the generated kernel's KernelOptions) that derives from FwdOptions and
+/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps and kStages (and any
+/// of FwdOptions' defaults).
+struct FwdOptions {
+  static constexpr int kRescaleTau = 0;
+  static constexpr int kExp2EmuPercent = 0;
+  static constexpr int kExp2PolyDegree = 3;
+};
+
+template <class Options> struct FwdConfig : VariantParts<typename Options::Variant> {
+  using Variant = typename Options::Variant;
+  using Element = typename Options::Element;
+  static constexpr int kHeadDimQK = Options::kHeadDimQK;
+  static constexpr int kHeadDimV = Options::kHeadDimV;
+  static constexpr int kBlockM = Options::kBlockM;
+  static constexpr int kBlockN = Options::kBlockN;
+  static constexpr int kWarps = Options::kWarps;
+  static constexpr int kStages = Options::kStages;
+  static constexpr int kRescaleTau = Options::kRescaleTau;
+  static constexpr int kExp2EmuPercent = Options::kExp2EmuPercent;
+  static constexpr int kExp2PolyDegree = Options::kExp2PolyDegree;
 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocksPerSm = 1;
@@ -86,7 +94,7 @@ struct FwdConfig : VariantParts<Variant_> {
   static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
                 "kExp2EmuPercent must be in [0, 50]");
   static_assert(kExp2PolyDegree >= 1 && kExp2PolyDegree <= 5, "kExp2PolyDegree must be in [1, 5]");
-  static_assert(SparseTilesCheck<typename Variant_::Sparsity, kBlockM, kBlockN>::kOk, "");
+  static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
 };
 
 } // namespace sm80

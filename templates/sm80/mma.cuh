@@ -1,4 +1,6 @@
-// fagen sm80: the PTX atoms of the portable template (valid on sm_80, sm_90, sm_100).
+// fagen sm80: the PTX atoms of the portable template that need sm_80 (mma.sync, ldmatrix,
+// cp.async, the bf16 / f16 packs; valid on sm_80, sm_90, sm_100). Those of every arch are in
+// common/ptx.cuh.
 //
 // The only file of templates/sm80 with inline PTX. Destination first; shared-memory addresses
 // are 32-bit shared-window addresses (smem_addr()).
@@ -7,43 +9,11 @@
 
 #include <stdint.h>
 
+#include "common/ptx.cuh"
 #include "common/types.cuh"
 
 namespace fagen {
 namespace sm80 {
-
-typedef unsigned int u32;
-
-__device__ __forceinline__ u32 smem_addr(const void *ptr) {
-  return static_cast<u32>(__cvta_generic_to_shared(ptr));
-}
-
-/// threadIdx.x, read so that the compiler cannot hoist it (or what is computed from it) out of
-/// a loop: per-thread addressing is then recomputed where used (a few integer ops) instead of
-/// being kept live through the main loop, where the accumulators need the registers.
-__device__ __forceinline__ int thread_index_rematerialized() {
-  int tid;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
-  return tid;
-}
-
-/// blockIdx, read likewise: the epilogue recomputes its output addresses instead of keeping
-/// them (or the block coordinates) live through the main loop.
-__device__ __forceinline__ uint3 block_index_rematerialized() {
-  uint3 b;
-  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(b.x));
-  asm volatile("mov.u32 %0, %%ctaid.y;\n" : "=r"(b.y));
-  asm volatile("mov.u32 %0, %%ctaid.z;\n" : "=r"(b.z));
-  return b;
-}
-
-/// x, passed through an opaque move so that the compiler cannot hoist what is computed from it
-/// out of a loop (dropout's Philox round keys, derived from the seed, would otherwise stay live
-/// through the main loop).
-__device__ __forceinline__ uint64_t value_rematerialized(uint64_t x) {
-  asm volatile("mov.b64 %0, %0;\n" : "+l"(x));
-  return x;
-}
 
 // --- tensor cores: D(16x8, f32) += A(16x16, row) * B(16x8, col) ----------------------------
 // Fragments (g = lane / 4, q = lane % 4): A a0 (g, 2q..2q+1) a1 (g+8, 2q..) a2 (g, 2q+8..)
@@ -90,22 +60,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32 (&d)[4], u32 addr) {
                : "r"(addr));
 }
 
-__device__ __forceinline__ void st_shared_b32(u32 addr, u32 value) {
-  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(value));
-}
-
-__device__ __forceinline__ void ld_shared_v4(u32 (&d)[4], u32 addr) {
-  asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-               : "r"(addr));
-}
-
-__device__ __forceinline__ void st_global_v4(void *ptr, const u32 (&v)[4]) {
-  asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(ptr), "r"(v[0]), "r"(v[1]),
-               "r"(v[2]), "r"(v[3])
-               : "memory");
-}
-
 // --- global -> shared, asynchronous ----------------------------------------------------------
 /// Copies 16 bytes, or writes 16 zero bytes and reads nothing when !valid (src-size 0).
 __device__ __forceinline__ void cp_async_16(u32 dst, const void *src, bool valid) {
@@ -122,15 +76,6 @@ __device__ __forceinline__ void cp_async_commit() {
 /// Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-// --- integer ------------------------------------------------------------------------------
-/// Byte permute (prmt.b32, default mode): byte i of the result is byte (kSel >> 4 i) & 7 of
-/// {b, a} (a: bytes 0-3), or, when bit 3 of that nibble is set, that byte's bit 7 replicated.
-template <u32 kSel> __device__ __forceinline__ u32 prmt(u32 a, u32 b) {
-  u32 d;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "n"(kSel));
-  return d;
 }
 
 // --- conversions ---------------------------------------------------------------------------

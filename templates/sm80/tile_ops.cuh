@@ -10,6 +10,9 @@
 
 #include <stdint.h>
 
+#include "common/dropout.cuh"
+#include "common/epilogue.cuh"
+#include "common/key_tiles.cuh"
 #include "common/philox.h"
 #include "sm80/mma.cuh"
 
@@ -117,27 +120,6 @@ __device__ __forceinline__ void load_tile_padded_async(u32 smem, const Element *
                     SmemRow<kColsPad>::kSwizzled>(smem, gmem, row_stride, rows_valid);
 }
 
-/// The first key tile in [n, n_end) whose block the sparsity layout computes for query tile
-/// m_block, or n_end; n itself without a layout (DenseBlocks). Warp-cooperative (every lane of
-/// the warp calls it with the same arguments): 32 tiles tested per load round.
-template <int kBlockM, int kBlockN, class Sparsity>
-__device__ __forceinline__ int next_visible_tile(const Sparsity &sparsity, int m_block, int n,
-                                                 int n_end) {
-  if constexpr (!Sparsity::kSparse) {
-    return n;
-  } else {
-    const int lane = threadIdx.x % 32;
-    for (; n < n_end; n += 32) {
-      const bool visible =
-          n + lane < n_end && sparsity.template visible<kBlockM, kBlockN>(m_block, n + lane);
-      const unsigned ballot = __ballot_sync(0xffffffffu, visible);
-      if (ballot)
-        return n + __ffs(ballot) - 1;
-    }
-    return n_end;
-  }
-}
-
 /// s (16 * kRowTiles, 8 * kColTiles) = q (16 * kRowTiles, kHeadDim) *
 ///                                    k (8 * kColTiles, kHeadDim)^T.
 /// q_smem: the warp's first Q row; k_smem: the key tile's first row.
@@ -200,137 +182,6 @@ __device__ __forceinline__ void convert_p(u32 (&p)[kRowTiles][kColTiles / 2][4],
       p[t][k][2] = pack2<Element>(s[t][2 * k + 1][0], s[t][2 * k + 1][1]);
       p[t][k][3] = pack2<Element>(s[t][2 * k + 1][2], s[t][2 * k + 1][3]);
     }
-}
-
-/// Bit 7 of each byte of the result: whether that byte of r is >= the byte of the threshold
-/// (t_low7 = threshold & 0x7f in every byte, t_not = ~threshold in every byte); other bits are
-/// garbage. SWAR: (r | 0x80) - (t & 0x7f) borrows nothing across bytes, and its bit 7 is the
-/// borrow into bit 7; the borrow out of a byte of r - t is then a majority. 3 instructions for 4
-/// bytes (__vcmpgeu4 and the bit gathering that followed it took ~30 on sm_90).
-__device__ __forceinline__ u32 bytes_ge_msb(u32 r, u32 t_low7, u32 t_not) {
-  const u32 low = (r | 0x80808080u) - t_low7;
-  return (r & t_not) | (low & (r | t_not)); // majority(r, ~t, low): one LOP3
-}
-
-/// A dropout threshold repeated in each byte, in the two forms bytes_ge_msb takes.
-struct ByteThreshold {
-  u32 low7, inv;
-  __device__ __forceinline__ explicit ByteThreshold(u32 threshold)
-      : low7(threshold * 0x01010101u & 0x7f7f7f7fu), inv(~(threshold * 0x01010101u)) {}
-};
-
-/// Dropout's keep flags of one Philox patch (philox.h) whose first element is (row, col): bit 7
-/// of each byte of the patch's words x, y, z, w, set where that element is kept.
-template <class Dropout>
-__device__ __forceinline__ void patch_keep_flags(u32 (&flags)[4], const Dropout &dropout,
-                                                 ByteThreshold t, int row, int col) {
-  const Philox4 r = dropout_patch(dropout.seed, dropout.offset, dropout.bh, row, col);
-  flags[0] = bytes_ge_msb(r.x, t.low7, t.inv), flags[1] = bytes_ge_msb(r.y, t.low7, t.inv);
-  flags[2] = bytes_ge_msb(r.z, t.low7, t.inv), flags[3] = bytes_ge_msb(r.w, t.low7, t.inv);
-}
-
-/// 0xffffffff where bit 7 of byte `b` of `flags` is set, else 0: prmt's sign replication (one
-/// PRMT once `b` is a constant, as in unrolled loops).
-__device__ __forceinline__ u32 byte_sign_mask(u32 flags, int b) {
-  switch (b) {
-  case 0: return prmt<0x8888u>(flags, 0);
-  case 1: return prmt<0x9999u>(flags, 0);
-  case 2: return prmt<0xaaaau>(flags, 0);
-  default: return prmt<0xbbbbu>(flags, 0);
-  }
-}
-
-/// (a & mask) | (b & ~mask): one LOP3.
-__device__ __forceinline__ u32 bit_mux(u32 a, u32 b, u32 mask) { return (a & mask) | (b & ~mask); }
-
-/// Dropout's keep flags of this thread's (16 * kRowTiles, 8 * kColTiles) fragment elements.
-/// kColTiles % 4 == 0: one Philox call per 16-row tile and four 8-column tiles (philox.h's
-/// patch): call c = t * kColTiles / 4 + g keeps its 16 flags in register c / 2, bits 7 - 4 (c
-/// even) or 3 - 0 (c odd) of each byte b: the flags of byte b of the patch's words x, y, z, w in
-/// that order (apply_dropout_packed turns them into masks with prmt). Otherwise element (t, j,
-/// e) is bit 4 * (t * kColTiles + j) + e (one draw per 8-column tile). Called where its Philox
-/// rounds find registers (fwd_kernel: before QK^T, or during the previous tile's P @ V when O is
-/// small). row0 % 16 == 0; (row0, col0) as apply_mask.
-template <int kRowTiles, int kColTiles, class Dropout>
-__device__ __forceinline__ void dropout_keep_bits(u32 (&bits)[ceil_div(kRowTiles * kColTiles, 8)],
-                                                  const Dropout &dropout, int row0, int col0) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int w = 0; w < ceil_div(kRowTiles * kColTiles, 8); ++w)
-    bits[w] = 0;
-  if constexpr (kColTiles % 4 == 0) {
-    const ByteThreshold threshold(dropout.threshold);
-#pragma unroll
-    for (int t = 0; t < kRowTiles; ++t)
-#pragma unroll
-      for (int g = 0; g < kColTiles / 4; ++g) {
-        const int c = t * (kColTiles / 4) + g;
-        const int row = row0 + 16 * t + lane / 4, col = col0 + 32 * g + 2 * (lane % 4);
-        u32 f[4];
-        patch_keep_flags(f, dropout, threshold, row, col);
-        const u32 kx = f[0], ky = f[1], kz = f[2], kw = f[3];
-        if (c % 2 == 0)
-          bits[c / 2] = bit_mux(bit_mux(kx, ky >> 1, 0x80808080u),
-                                bit_mux(kz >> 2, kw >> 3, 0x20202020u), 0xc0c0c0c0u);
-        else
-          bits[c / 2] = bit_mux(bits[c / 2],
-                                bit_mux(bit_mux(kx >> 4, ky >> 5, 0x08080808u),
-                                        bit_mux(kz >> 6, kw >> 7, 0x02020202u), 0x0c0c0c0cu),
-                                0xf0f0f0f0u);
-      }
-  } else {
-#pragma unroll
-    for (int t = 0; t < kRowTiles; ++t)
-#pragma unroll
-      for (int j = 0; j < kColTiles; ++j) {
-        const int i = t * kColTiles + j;
-        const int row = row0 + 16 * t + lane / 4, col = col0 + 8 * j + 2 * (lane % 4);
-        bits[i / 8] |= dropout.keep4(row, col) << 4 * (i % 8);
-      }
-  }
-}
-
-/// Zeroes the probabilities that dropout drops (keep flags from dropout_keep_bits), on P as
-/// convert_p packs it: p[t][k][0] = tile 2k, elements 0-1, [1] = tile 2k, 2-3, [2] and [3] =
-/// tile 2k + 1; the low half of each register is the even column. The kept values are scaled
-/// by 1 / (1 - p) later, with O.
-template <int kRowTiles, int kKTiles>
-__device__ __forceinline__ void
-apply_dropout_packed(u32 (&p)[kRowTiles][kKTiles][4],
-                     const u32 (&bits)[ceil_div(kRowTiles * 2 * kKTiles, 8)]) {
-  if constexpr (kKTiles % 2 == 0) {
-    // Call c's flags of word x / y / z / w at bit 7 of each byte after a left shift by
-    // 4 (c % 2) + 0 / 1 / 2 / 3; prmt replicates byte 0 / 1 (2 / 3) of the word's flags into
-    // the low / high half of the mask of an 8-column tile's even (odd) tile of the pair.
-#pragma unroll
-    for (int t = 0; t < kRowTiles; ++t)
-#pragma unroll
-      for (int g = 0; g < kKTiles / 2; ++g) {
-        const int c = t * (kKTiles / 2) + g, s = 4 * (c % 2);
-        const u32 fx = bits[c / 2] << s, fy = bits[c / 2] << (s + 1);
-        const u32 fz = bits[c / 2] << (s + 2), fw = bits[c / 2] << (s + 3);
-        p[t][2 * g][0] &= prmt<0x9988>(fx, 0);     // 8-column tile 4g, row lane / 4
-        p[t][2 * g][2] &= prmt<0xbbaa>(fx, 0);     // tile 4g + 1
-        p[t][2 * g][1] &= prmt<0x9988>(fz, 0);     // tile 4g, row lane / 4 + 8
-        p[t][2 * g][3] &= prmt<0xbbaa>(fz, 0);
-        p[t][2 * g + 1][0] &= prmt<0x9988>(fy, 0); // tile 4g + 2
-        p[t][2 * g + 1][2] &= prmt<0xbbaa>(fy, 0); // tile 4g + 3
-        p[t][2 * g + 1][1] &= prmt<0x9988>(fw, 0);
-        p[t][2 * g + 1][3] &= prmt<0xbbaa>(fw, 0);
-      }
-  } else {
-#pragma unroll
-    for (int t = 0; t < kRowTiles; ++t)
-#pragma unroll
-      for (int j = 0; j < 2 * kKTiles; ++j) {
-        const int i = t * 2 * kKTiles + j;
-        const u32 keep = bits[i / 8] >> 4 * (i % 8);
-        const u32 upper = (keep & 1u ? 0x0000ffffu : 0u) | (keep & 2u ? 0xffff0000u : 0u);
-        const u32 lower = (keep & 4u ? 0x0000ffffu : 0u) | (keep & 8u ? 0xffff0000u : 0u);
-        p[t][j / 2][2 * (j % 2)] &= upper;
-        p[t][j / 2][2 * (j % 2) + 1] &= lower;
-      }
-  }
 }
 
 /// o (16 * kRowTiles, kHeadDim) += p (16 * kRowTiles, 16 * kKTiles) * v (16 * kKTiles, kHeadDim).
@@ -411,29 +262,6 @@ __device__ __forceinline__ void store_o_cols(Element *gmem, int64_t row_stride, 
       [smem](int row, int chunk) {
         return Row::kSwizzled ? smem + Row::offset(row, chunk) : smem + row * kRow + chunk * 16;
       });
-}
-
-/// Writes the warp's (16 * kRowTiles, kHeadDim) output rows (store_o_cols without padding).
-template <class Element, int kHeadDim, int kRowTiles>
-__device__ __forceinline__ void store_o(Element *gmem, int64_t row_stride, int rows_valid,
-                                        u32 smem, const float (&o)[kRowTiles][kHeadDim / 8][4]) {
-  store_o_cols<Element, kHeadDim, kHeadDim>(gmem, row_stride, rows_valid, smem, o);
-}
-
-/// Output of query rows that see no key: O = 0, LSE = -inf, by kThreads threads numbered tid;
-/// rows_valid <= kRows.
-template <int kRows, int kHeadDim, int kThreads, class Element>
-__device__ __forceinline__ void store_empty_rows(Element *o, int64_t row_stride, float *lse,
-                                                 int rows_valid, int tid = threadIdx.x) {
-  constexpr int kChunksPerRow = kHeadDim / 8;
-  const u32 zero[4] = {0u, 0u, 0u, 0u};
-  for (int c = tid; c < kRows * kChunksPerRow; c += kThreads) {
-    const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
-    if (row < rows_valid)
-      st_global_v4(o + row * row_stride + chunk * 8, zero);
-  }
-  for (int row = tid; row < rows_valid; row += kThreads)
-    lse[row] = -__int_as_float(0x7f800000);
 }
 
 } // namespace sm80

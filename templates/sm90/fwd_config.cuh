@@ -37,19 +37,35 @@ template <int kExp2EmuPercent, int kExp2PolyDegree> struct Exp2EmuChecks {
 ///
 /// kRefillAfterIssue: each key step issues its cp.async refill after its wgmmas instead of
 /// before them, so the tensor cores do not wait for 16-20 cp.async a thread. Default at hd 256
-/// only: +2-7 % there, neutral to -6 % at hd 128 (H200, 2026-11-30, docs/perf/sm90-fwd.md run 3).
-template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, class Variant_,
-          int kExp2EmuPercent_ = 0, int kExp2PolyDegree_ = 3,
-          bool kRefillAfterIssue_ = (kHeadDim_ == 256)>
-struct FwdConfig : VariantParts<Variant_> {
-  using Element = Element_;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = kStages_;
-  static constexpr int kExp2EmuPercent = kExp2EmuPercent_;
-  static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
-  static constexpr bool kRefillAfterIssue = kRefillAfterIssue_;
+/// only: +2-7 % there, neutral to -6 % at hd 128 (H200, 2026-11-30, docs/perf/sm90-fwd.md).
+///
+/// Options: a struct (the generated kernel's KernelOptions) that derives from FwdOptions and
+/// sets Element, Variant, kHeadDim, kBlockM, kBlockN and kStages (and any of FwdOptions'
+/// defaults; kRefillAfterIssue, where it sets none, is kHeadDim == 256).
+struct FwdOptions {
+  static constexpr int kExp2EmuPercent = 0;
+  static constexpr int kExp2PolyDegree = 3;
+};
+
+/// Options::kRefillAfterIssue where the options set it, else the measured default.
+template <class Options, class = void> struct RefillAfterIssue {
+  static constexpr bool value = Options::kHeadDim == 256;
+};
+template <class Options>
+struct RefillAfterIssue<Options, std::void_t<decltype(Options::kRefillAfterIssue)>> {
+  static constexpr bool value = Options::kRefillAfterIssue;
+};
+
+template <class Options> struct FwdConfig : VariantParts<typename Options::Variant> {
+  using Variant = typename Options::Variant;
+  using Element = typename Options::Element;
+  static constexpr int kHeadDim = Options::kHeadDim;
+  static constexpr int kBlockM = Options::kBlockM;
+  static constexpr int kBlockN = Options::kBlockN;
+  static constexpr int kStages = Options::kStages;
+  static constexpr int kExp2EmuPercent = Options::kExp2EmuPercent;
+  static constexpr int kExp2PolyDegree = Options::kExp2PolyDegree;
+  static constexpr bool kRefillAfterIssue = RefillAfterIssue<Options>::value;
   static constexpr int kExp2EmuColumns = (kBlockN / 4 * kExp2EmuPercent + 50) / 100;
 
   static constexpr int kWarpgroups = kBlockM / 64;
@@ -70,12 +86,12 @@ struct FwdConfig : VariantParts<Variant_> {
       (kBlockM + 2 * kStages * kBlockN) * kHeadDim * 2 + kSmemAlignBytes;
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
-  static_assert((std::is_same<typename Variant_::Mask, NoMask>::value ||
-                 std::is_same<typename Variant_::Mask, CausalMask>::value) &&
-                    std::is_same<typename Variant_::ScoreMod, NoScoreMod>::value &&
-                    std::is_same<typename Variant_::Dropout, NoDropout>::value &&
-                    std::is_same<typename Variant_::Sparsity, DenseBlocks>::value &&
-                    !Variant_::kVarlen,
+  static_assert((std::is_same<typename Variant::Mask, NoMask>::value ||
+                 std::is_same<typename Variant::Mask, CausalMask>::value) &&
+                    std::is_same<typename Variant::ScoreMod, NoScoreMod>::value &&
+                    std::is_same<typename Variant::Dropout, NoDropout>::value &&
+                    std::is_same<typename Variant::Sparsity, DenseBlocks>::value &&
+                    !Variant::kVarlen,
                 "the sm90 template serves only dense Variant<NoMask> and Variant<CausalMask> (no "
                 "score mod, dropout, block sparsity or varlen): use the sm80 template");
   static_assert(kHeadDim == 64 || kHeadDim == 128 || kHeadDim == 256,
@@ -118,12 +134,12 @@ struct FwdConfig : VariantParts<Variant_> {
 /// kStagedEpilogue: each warp writes its O rows through its own (dead) rows of the Q tile and
 /// out with 16-byte stores (O no wider than Q); the Q tile is then handed back to the producer
 /// after the epilogue instead of after the last S, which delays a persistent kernel's next Q.
-/// A tuning choice (H200, docs/perf/sm90-fwd.md run 13): +2-9 % at seqlen 2k for hd 128 causal
+/// A tuning choice (H200, docs/perf/sm90-fwd.md): +2-9 % at seqlen 2k for hd 128 causal
 /// and hd 256, -2..-6 % at 16k causal, -4..-7 % for the persistent hd 64 kernels.
 /// kTileCounter: the kernel can take its work tiles from a global counter
 /// (fagen_fwd_params::tile_counter, zeroed before the launch; null: the static deal of
 /// WsTileScheduler), which the producer reads and hands to the consumers through a two-entry
-/// ring in shared memory (fwd_ws_kernel.cuh's WsTileRing). For uneven work tiles (causal,
+/// ring in shared memory (ws_tile_scheduler.cuh's WsTileRing). For uneven work tiles (causal,
 /// windows, varlen; not block sparsity, whose producer then spills): one CTA per SM that takes
 /// the next tile, heaviest first, when it frees up.
 /// kTmaStoreO: each consumer warpgroup writes its 64 rows of O into an O tile of its own in
@@ -136,53 +152,66 @@ struct FwdConfig : VariantParts<Variant_> {
 /// not divide into whole rounds and every tile is full (WsTileScheduler::has_spare_tile), the
 /// CTAs that get one tile fewer start half a tile late, so that their tile boundaries (each a
 /// burst of Q loads and O stores from every SM at once) fall between the others'; they had a
-/// whole tile to spare. (H200, docs/perf/sm90-fwd.md run 72: hd 256 2k, where 32 of 132 CTAs
+/// whole tile to spare. (H200, docs/perf/sm90-fwd.md: hd 256 2k, where 32 of 132 CTAs
 /// start late, a tile's cost beyond its steps 2.74 -> 2.47 steps in one trace, 0.5-1.2 % less
 /// time back to back.) tests/gpu/ws_trace.cu turns it off to trace without it.
-template <class Element_, int kHeadDimQK_, int kHeadDimV_, int kBlockM_, int kBlockN_,
-          int kStages_, class Variant_, bool kPingPong_, int kExp2EmuPercent_ = 0,
-          int kExp2PolyDegree_ = 3, bool kStagedEpilogue_ = false, int kRescaleTau_ = 0,
-          bool kTileCounter_ = false, bool kTmaStoreO_ = false, bool kStaggerSlack_ = true>
-struct WsFwdConfig : VariantParts<Variant_> {
-  using Element = Element_;
-  static constexpr int kHeadDimQK = kHeadDimQK_;
-  static constexpr int kHeadDimV = kHeadDimV_;
+///
+/// Options: a struct (the generated kernel's KernelOptions) that derives from WsFwdOptions and
+/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN and kStages (and any of
+/// WsFwdOptions' defaults).
+struct WsFwdOptions {
+  static constexpr bool kPingPong = true;
+  static constexpr int kExp2EmuPercent = 0;
+  static constexpr int kExp2PolyDegree = 3;
+  static constexpr bool kStagedEpilogue = false;
+  static constexpr int kRescaleTau = 0;
+  static constexpr bool kTileCounter = false;
+  static constexpr bool kTmaStoreO = false;
+  static constexpr bool kStaggerSlack = true;
+};
+
+template <class Options> struct WsFwdConfig : VariantParts<typename Options::Variant> {
+  using Variant = typename Options::Variant;
+  using Element = typename Options::Element;
+  static constexpr int kHeadDimQK = Options::kHeadDimQK;
+  static constexpr int kHeadDimV = Options::kHeadDimV;
   static constexpr int kDimQK = (kHeadDimQK + 63) / 64 * 64; // as the MMAs see them
   static constexpr int kDimV = (kHeadDimV + 63) / 64 * 64;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kStages = kStages_;
-  static constexpr bool kPingPong = kPingPong_;
-  static constexpr int kExp2EmuPercent = kExp2EmuPercent_;
-  static constexpr int kExp2PolyDegree = kExp2PolyDegree_;
+  static constexpr int kBlockM = Options::kBlockM;
+  static constexpr int kBlockN = Options::kBlockN;
+  static constexpr int kStages = Options::kStages;
+  static constexpr bool kPingPong = Options::kPingPong;
+  static constexpr int kExp2EmuPercent = Options::kExp2EmuPercent;
+  static constexpr int kExp2PolyDegree = Options::kExp2PolyDegree;
   static constexpr int kExp2EmuColumns = (kBlockN / 4 * kExp2EmuPercent + 50) / 100;
-  static constexpr bool kStagedEpilogue = kStagedEpilogue_;
+  static constexpr bool kStagedEpilogue = Options::kStagedEpilogue;
   /// FlashAttention-4's rescale threshold (softmax_exp): 0 rescales O whenever a row max
   /// grows, 1..8 only when it grows by more than that many powers of two.
-  static constexpr int kRescaleTau = kRescaleTau_;
+  static constexpr int kRescaleTau = Options::kRescaleTau;
   static_assert(kRescaleTau >= 0 && kRescaleTau <= 8, "kRescaleTau must be in 0..8");
-  /// Steps after the first start the exponentials from the kept running max (fwd_ws_kernel.cuh,
+  /// Steps after the first start the exponentials from the kept running max (ws_consumer.cuh,
   /// softmax_exp_kept_max; the kRescaleTau rule keeps a row's max in most steps), a warp whose
   /// max moves recomputes its S. Not in the 192-row hd 64 kernels with dropout or a score mod:
   /// with the recompute ptxas spilled 8-160 bytes there (nvcc 13.0; dropout, ALiBi), and the
   /// planner's spill fallback would then take 128-row tiles, measured 1.11-1.15x slower with
-  /// dropout (docs/perf/sm90-fwd.md run 34).
+  /// dropout (H200, docs/perf/sm90-fwd.md).
   static constexpr bool kKeptMax =
-      kRescaleTau_ > 0 && !(kBlockM_ == 192 && kHeadDimV_ <= 64 &&
-                            (Variant_::Dropout::kEnabled ||
-                             !std::is_same<typename Variant_::ScoreMod, NoScoreMod>::value));
-  static constexpr bool kTileCounter = kTileCounter_;
-  static constexpr bool kTmaStoreO = kTmaStoreO_;
+      kRescaleTau > 0 && !(kBlockM == 192 && kHeadDimV <= 64 &&
+                           (Variant::Dropout::kEnabled ||
+                            !std::is_same<typename Variant::ScoreMod, NoScoreMod>::value));
+  static constexpr bool kTileCounter = Options::kTileCounter;
+  static constexpr bool kTmaStoreO = Options::kTmaStoreO;
   static constexpr bool kStaggerSlack =
-      kStaggerSlack_ && !kTileCounter_ && std::is_same<typename Variant_::Mask, NoMask>::value &&
-      !Variant_::kVarlen && !Variant_::Sparsity::kSparse;
+      Options::kStaggerSlack && !kTileCounter &&
+      std::is_same<typename Variant::Mask, NoMask>::value && !Variant::kVarlen &&
+      !Variant::Sparsity::kSparse;
 
   static constexpr int kConsumers = kBlockM / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kMinBlocksPerSm = 1;
   // Registers a thread (common/ws_registers.h, which the planner's budget reads too).
-  static constexpr int kProducerRegs = ws_producer_registers(kConsumers, Variant_::kVarlen);
-  static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, Variant_::kVarlen);
+  static constexpr int kProducerRegs = ws_producer_registers(kConsumers, Variant::kVarlen);
+  static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, Variant::kVarlen);
   // setmaxnreg only moves registers within what the CTA got at launch: kThreads x the
   // per-thread count of a 64 K register file (rounded down to 8). Asking for more makes
   // setmaxnreg.inc wait forever (an experiment with 64 + 2 x 224 over 384 x 168 hung on the H200).
@@ -228,19 +257,19 @@ struct WsFwdConfig : VariantParts<Variant_> {
                 "kStages, kBlockN or kBlockM");
   // Registers per consumer thread: S (kBlockN / 2) + O (kDimV / 2) + P (kBlockN / 4), at most
   // its share less 32.
-  static constexpr int kAccumulatorRegs = ws_accumulator_registers(kConsumers, Variant_::kVarlen);
+  static constexpr int kAccumulatorRegs = ws_accumulator_registers(kConsumers, Variant::kVarlen);
   static_assert(kBlockN / 2 + kDimV / 2 + kBlockN / 4 <= kAccumulatorRegs,
                 "S + O + P accumulators need more registers than a consumer thread has for them: "
                 "lower kBlockN (or kBlockM: three consumer warpgroups have 160 registers a "
                 "thread)");
   static_assert(kOOffset % 1024 == 0, "the O tile must start on a 128-byte swizzle atom");
-  static_assert(!(kTmaStoreO && (kStagedEpilogue || Variant_::kVarlen)),
+  static_assert(!(kTmaStoreO && (kStagedEpilogue || Variant::kVarlen)),
                 "kTmaStoreO is an epilogue of its own (not with kStagedEpilogue), and not for "
                 "varlen: TMA would store a tile's rows past its sequence into the next one");
   static_assert(!kStagedEpilogue || kDimV <= kDimQK,
                 "kStagedEpilogue writes O through the Q tile: kHeadDimV must not be wider (in "
                 "64-column blocks) than kHeadDimQK");
-  static_assert(SparseTilesCheck<typename Variant_::Sparsity, kBlockM, kBlockN>::kOk, "");
+  static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
 };
 
 } // namespace sm90

@@ -27,7 +27,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   constexpr int kThreads = Config::kThreads;
 
   extern __shared__ __align__(1024) unsigned char smem[];
-  const u32 smem_base = sm80::smem_addr(smem);
+  const u32 smem_base = smem_addr(smem);
   const u32 q_smem = (smem_base + 1023) & ~1023u;                  // (kBlockM, kHeadDim)
   const u32 k_smem = q_smem + Config::kSmemQBytes;                   // (kStages, kBlockN, kHeadDim)
   const u32 v_smem = k_smem + kStages * Config::kSmemKvTileBytes;    // (kStages, kBlockN, kHeadDim)
@@ -44,12 +44,12 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const int rows_q = min(kBlockM, shape.seqlen_q - row_begin);
 
   auto o_rows = [&]() {
-    const uint3 block = sm80::block_index_rematerialized();
+    const uint3 block = block_index_rematerialized();
     return static_cast<Element *>(params.o) + block.z * params.o_batch_stride +
            block.y * params.o_head_stride + m_block_of(block) * kBlockM * params.o_row_stride;
   };
   auto lse_rows = [&]() {
-    const uint3 block = sm80::block_index_rematerialized();
+    const uint3 block = block_index_rematerialized();
     return params.lse + block.z * params.lse_batch_stride + block.y * params.lse_head_stride +
            m_block_of(block) * kBlockM;
   };
@@ -57,7 +57,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const int n_begin = Mask::template n_block_begin<kBlockM, kBlockN>(m_block, shape);
   const int n_end = Mask::template n_block_end<kBlockM, kBlockN>(m_block, shape);
   if (n_begin >= n_end) {
-    sm80::store_empty_rows<kBlockM, kHeadDim, kThreads>(o_rows(), params.o_row_stride, lse_rows(),
+    store_empty_rows<kBlockM, kHeadDim, kThreads>(o_rows(), params.o_row_stride, lse_rows(),
                                                         rows_q);
     return;
   }

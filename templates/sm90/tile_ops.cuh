@@ -38,7 +38,7 @@ __device__ __forceinline__ void load_tile_sw128(u32 smem, const Element *gmem, i
   static_assert(kRowsPerRound % 8 == 0,
                 "a round must cover whole swizzle atoms (8 rows): more threads or a smaller "
                 "kHeadDim");
-  const int tid = sm80::thread_index_rematerialized();
+  const int tid = thread_index_rematerialized();
   const int row0 = tid / kChunksPerRow, chunk = tid % kChunksPerRow;
   const Element *src = gmem + row0 * row_stride + chunk * 8;
   // kRowsPerRound is a multiple of 8, so the swizzle of a thread's chunk is the same every round.
@@ -93,7 +93,7 @@ __device__ __forceinline__ void gemm_pv_issue(float (&o)[kHeadDim / 8][4],
 template <class Element, int kHeadDim, int kRowsQ, int kBlockN>
 __device__ __forceinline__ void gemm_qk_warp(float (&s)[kBlockN / 8][4], u32 q_smem, u32 k_smem) {
   static_assert(kBlockN % 16 == 0, "pairs of 8-key groups a ldmatrix");
-  const int tid = sm80::thread_index_rematerialized(), warp = tid / 32 % 4, lane = tid % 32;
+  const int tid = thread_index_rematerialized(), warp = tid / 32 % 4, lane = tid % 32;
   zero_fill(s);
   const int a_row = 16 * warp + lane % 16; // ldmatrix: lane l addresses row l % 8 of matrix l / 8
   const int m = lane / 8;
@@ -194,7 +194,7 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 /// would move its max: the caller recomputes its S (gemm_qk_warp) and takes softmax_exp. (The
 /// max's reduction, a chain of FMNMX and two shuffles a row, sat in front of every
 /// exponential; off that path the hd 128 main loop ran 3-5 % faster on the H200,
-/// docs/perf/sm90-fwd.md run 37.)
+/// docs/perf/sm90-fwd.md.)
 /// kBoundBySum (every exponential from ex2.approx, which gives +inf from 2^128 on, and kTau >=
 /// 6): no tile max in the common case. A thread's partial row sum bounds each of its P (all
 /// >= 0), so sums <= 2^(kTau - 1) in every lane of the warp bound every P of its rows by
@@ -204,7 +204,7 @@ __device__ __forceinline__ bool softmax_exp(float (&rescale)[2], OnlineSoftmax<1
 /// 2^((tile max - running max) * scale_log2), so the max moved iff that exceeds 2^kTau (NaN P
 /// are skipped by the max, as the tile max skipped NaN logits). A row whose max creeps up
 /// within kTau thus keeps the fast path instead of recomputing S in every step
-/// (docs/perf/sm90-fwd.md run 43). Not with exp2_poly columns: past 2^128 they wrap instead of
+/// (H200, docs/perf/sm90-fwd.md). Not with exp2_poly columns: past 2^128 they wrap instead of
 /// saturating.
 template <int kEmuColumns, int kPolyDegree, int kTau, int kColTiles>
 __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
@@ -260,7 +260,7 @@ __device__ __forceinline__ bool softmax_exp_kept_max(OnlineSoftmax<1> &softmax,
 /// Ends the basic block after the softmax of a step. ptxas places a wgmma wait at the start of
 /// its basic block: in one block with the softmax, the wait for the previous P V went above
 /// the exponentials, and the softmax no longer overlapped P V (SASS of the sm90ws kernels,
-/// docs/perf/sm90-fwd.md run 8). The branch reads the row sums, so it comes after every
+/// nvcc 13.0). The branch reads the row sums, so it comes after every
 /// exponential; it is never taken (sums of exponentials are >= 0, or NaN).
 __device__ __forceinline__ void end_block_after(const float (&row_sum)[2]) {
   if (row_sum[0] + row_sum[1] < -1.f)
@@ -320,7 +320,7 @@ __device__ __forceinline__ void store_o_rows(Element *gmem, int64_t row_stride, 
         exchange(w, 1);
         // w[j] is now lane j's word q: columns 8 (4g + q) + 2j, + 1.
         if (valid(h))
-          sm80::st_global_v4(rows[h] + 32 * g, w);
+          st_global_v4(rows[h] + 32 * g, w);
       }
     }
   };
@@ -346,7 +346,7 @@ __device__ __forceinline__ void stage_o_rows(u32 tile, int row0, int lane,
   for (int d = 0; d < kCols / 8; ++d)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
-      sm80::st_shared_b32((base ^ (d % 8) << 4) + (d / 8) * kTileRows * 128 + h * 8 * 128,
+      st_shared_b32((base ^ (d % 8) << 4) + (d / 8) * kTileRows * 128 + h * 8 * 128,
                           pack2<Element>(o[d][2 * h], o[d][2 * h + 1]));
 }
 
@@ -362,7 +362,7 @@ __device__ __forceinline__ void store_o_rows_staged(Element *gmem, int64_t row_s
                                                     const float (&o)[kDimV / 8][4]) {
   // The thread index read here, not hoisted: kept from before the main loop, the addresses
   // below took registers the accumulators need (hd 256 spilled 72-112 bytes).
-  const int lane = sm80::thread_index_rematerialized() % 32;
+  const int lane = thread_index_rematerialized() % 32;
   __syncwarp();
   stage_o_rows<Element, kDimV, kCols, kTileRows>(tile, row0, lane, o);
   __syncwarp();

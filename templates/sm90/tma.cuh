@@ -112,11 +112,6 @@ __device__ __forceinline__ void bulk_commit_group() {
 template <int kPending> __device__ __forceinline__ void bulk_wait_group_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
-/// Waits until the issuing thread's bulk groups but the newest kPending have completed (their
-/// global writes done).
-template <int kPending> __device__ __forceinline__ void bulk_wait_group() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
 
 // --- warpgroups --------------------------------------------------------------------------------
 /// Lowers (kDec) or raises the register limit of every thread of the executing warpgroup to

@@ -19,11 +19,9 @@
 namespace fagen {
 namespace sm90 {
 
-typedef unsigned int u32;
-
 /// Dense 16-bit multiply-adds an SM's tensor cores retire a cycle through wgmma (H100 / H200:
 /// 989 dense bf16 TFLOP/s over 132 SMs at 1.83 GHz; the H200 ran hd 256's main-loop step at
-/// 2028 a cycle, docs/perf/sm90-fwd.md run 71).
+/// 2028 a cycle, docs/perf/sm90-fwd.md).
 constexpr int kWgmmaMacsPerCycle = 2048;
 
 // --- shared-memory matrix descriptors (PTX ISA, "Matrix Descriptor Format") ------------------

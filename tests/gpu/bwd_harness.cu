@@ -15,6 +15,7 @@
 // out of fp32 sums as rounding noise of the size of the others (hd 256, Sk 1: dK 1.2e-5 with
 // dV up to 4.2, H200, 2026-11-30).
 #include "sm80/bwd_kernel.cuh"
+#include "config_options.cuh"
 
 #include <algorithm>
 #include <atomic>
@@ -100,7 +101,8 @@ struct Register {
 
 #define BWD_KERNEL(...) BWD_KERNEL_(__VA_ARGS__)
 #define BWD_KERNEL_(NAME, EL, TYPE, HQK, HV, BM, BN, W, S, VARIANT, DESC, DET)                      \
-  using cfg_##NAME = fagen::sm80::BwdConfig<fagen::EL, HQK, HV, BM, BN, W, S, VARIANT, DET>;       \
+  using cfg_##NAME =                                                                               \
+      fagen::sm80::BwdConfig<harness::Sm80Bwd<fagen::EL, HQK, HV, BM, BN, W, S, VARIANT, DET>>;    \
   static_assert(cfg_##NAME::kDqSlots == desc_dq_slots(DET, DESC), "description and template "      \
                 "disagree on the dq_accum copies");                                                \
   extern "C" __global__ void __launch_bounds__(cfg_##NAME::kPrePostThreads)                        \

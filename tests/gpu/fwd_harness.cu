@@ -7,6 +7,7 @@
 //               ending in '$' must end the name)
 //               [--seqlens 2048,16384] [--ratio-csv FILE] [--reduced]
 #include "sm80/fwd_kernel.cuh"
+#include "config_options.cuh"
 
 #include "harness_common.cuh"
 
@@ -16,8 +17,8 @@
 #define FAGEN_KERNEL_X(EL, ELNAME, TYPE, HD, BM, BN, W, S, MASK, MASKNAME, TAU, EMU, DEG, SUFFIX,   \
                        XFAIL)                                                                      \
   using cfg_##ELNAME##_##HD##_##BM##_##BN##_##W##_##S##_##MASKNAME##SUFFIX =                       \
-      fagen::sm80::FwdConfig<fagen::EL, HD, HD, BM, BN, W, S, fagen::Variant<fagen::MASK>, TAU,    \
-                             EMU, DEG>;                                                    \
+      fagen::sm80::FwdConfig<harness::Sm80Fwd<fagen::EL, HD, HD, BM, BN, W, S,                     \
+                                              fagen::Variant<fagen::MASK>, TAU, EMU, DEG>>;        \
   extern "C" __global__ void __launch_bounds__(                                                    \
       cfg_##ELNAME##_##HD##_##BM##_##BN##_##W##_##S##_##MASKNAME##SUFFIX::kThreads,                \
       cfg_##ELNAME##_##HD##_##BM##_##BN##_##W##_##S##_##MASKNAME##SUFFIX::kMinBlocksPerSm)         \
@@ -110,7 +111,8 @@ FA4(KBF16, 256, 64, 64, 4, 1, 8, 0, 3, _t8, false)
 // fagen_fwd_sm80_<ID> with Variant type VARIANT (a typedef: no commas in macro arguments) and
 // the harness's VariantInfo INFO (a name) for its reference.
 #define FAGEN_VARIANT(ID, EL, TYPE, HDQK, HDV, BM, BN, W, S, VARIANT, TAU, INFO)                    \
-  using cfg_##ID = fagen::sm80::FwdConfig<fagen::EL, HDQK, HDV, BM, BN, W, S, VARIANT, TAU>;       \
+  using cfg_##ID =                                                                                 \
+      fagen::sm80::FwdConfig<harness::Sm80Fwd<fagen::EL, HDQK, HDV, BM, BN, W, S, VARIANT, TAU>>;  \
   extern "C" __global__ void __launch_bounds__(cfg_##ID::kThreads, cfg_##ID::kMinBlocksPerSm)      \
       fagen_fwd_sm80_##ID(const __grid_constant__ fagen_fwd_params params) {                       \
     fagen::sm80::fwd_kernel<cfg_##ID>(params);                                                     \

@@ -9,6 +9,7 @@
 //                [--seqlens 2048,16384] [--ratio-csv FILE] [--reduced]
 #include "sm80/fwd_kernel.cuh"
 #include "sm90/fwd_kernel.cuh"
+#include "config_options.cuh"
 
 #include "harness_common.cuh"
 
@@ -18,8 +19,8 @@
 // (kRefillAfterIssue). No sm90 kernel is built to miss the tolerance rule (expect_fail false).
 #define FAGEN_KERNEL_X(EL, ELNAME, TYPE, HD, BM, BN, S, MASK, MASKNAME, EMU, DEG, REFILL, SUFFIX)   \
   using cfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX =                             \
-      fagen::sm90::FwdConfig<fagen::EL, HD, BM, BN, S, fagen::Variant<fagen::MASK>, EMU, DEG,      \
-                             REFILL>;                                                              \
+      fagen::sm90::FwdConfig<harness::Sm90Fwd<fagen::EL, HD, BM, BN, S, fagen::Variant<fagen::MASK>, \
+                                              EMU, DEG, REFILL>>;                                  \
   extern "C" __global__ void __launch_bounds__(                                                    \
       cfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX::kThreads,                      \
       cfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX::kMinBlocksPerSm)               \
@@ -55,7 +56,8 @@
 #define PORTABLE(...) PORTABLE_(__VA_ARGS__)
 #define PORTABLE_(EL, ELNAME, TYPE, HD, BM, BN, W, S, MASK, MASKNAME)                              \
   using cfg80_##ELNAME##_##HD##_##MASKNAME =                                                       \
-      fagen::sm80::FwdConfig<fagen::EL, HD, HD, BM, BN, W, S, fagen::Variant<fagen::MASK>>;        \
+      fagen::sm80::FwdConfig<                                                                      \
+          harness::Sm80Fwd<fagen::EL, HD, HD, BM, BN, W, S, fagen::Variant<fagen::MASK>>>;         \
   extern "C" __global__ void __launch_bounds__(cfg80_##ELNAME##_##HD##_##MASKNAME::kThreads,       \
                                                cfg80_##ELNAME##_##HD##_##MASKNAME::kMinBlocksPerSm) \
       fagen_fwd_sm80_##ELNAME##_hd##HD##_##MASKNAME##_m##BM##n##BN##w##W##s##S(                    \

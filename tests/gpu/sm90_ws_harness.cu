@@ -6,6 +6,7 @@
 // harness_common.cuh's. Build and run: tests/gpu/run_sm90.sh ws-build / ws.
 #include "sm90/fwd_kernel.cuh"
 #include "sm90/fwd_ws_kernel.cuh"
+#include "config_options.cuh"
 
 #include "harness_common.cuh"
 
@@ -13,7 +14,8 @@
 // twice: one CTA per work tile, and persistent (_pers: as many CTAs as SMs).
 #define WS_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, MASK, MASKNAME, PP, EMU, SUFFIX)                \
   using wcfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX =                            \
-      fagen::sm90::WsFwdConfig<fagen::EL, HD, HD, BM, BN, S, fagen::Variant<fagen::MASK>, PP, EMU>;\
+      fagen::sm90::WsFwdConfig<                                                                    \
+          harness::Sm90WsFwd<fagen::EL, HD, HD, BM, BN, S, fagen::Variant<fagen::MASK>, PP, EMU>>; \
   extern "C" __global__ void __launch_bounds__(                                                    \
       wcfg_##ELNAME##_##HD##_##BM##_##BN##_##S##_##MASKNAME##SUFFIX::kThreads, 1)                  \
       fagen_fwd_sm90ws_##ELNAME##_hd##HD##_##MASKNAME##_m##BM##n##BN##s##S##SUFFIX(                \
@@ -55,7 +57,8 @@
   WS_TMA_O_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, CausalMask, causal)
 #define WS_TMA_O_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, MASK, MASKNAME)                           \
   using ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME = fagen::sm90::WsFwdConfig<                \
-      fagen::EL, HD, HD, BM, BN, S, fagen::Variant<fagen::MASK>, true, 0, 3, false, 8, false, true>; \
+      harness::Sm90WsFwd<fagen::EL, HD, HD, BM, BN, S, fagen::Variant<fagen::MASK>, true, 0, 3,     \
+                         false, 8, false, true>>;                                                  \
   extern "C" __global__ void __launch_bounds__(                                                    \
       ocfg_##ELNAME##_##HD##_##BM##_##BN##_##MASKNAME::kThreads, 1)                                \
       fagen_fwd_sm90ws_##ELNAME##_hd##HD##_##MASKNAME##_m##BM##n##BN##s##S##_to(                   \
@@ -79,7 +82,7 @@
 // The cp.async kernel at the planner's sm_90a defaults, to time against.
 #define CP_KERNEL(EL, ELNAME, TYPE, HD, BM, BN, S, MASK, MASKNAME)                                 \
   using ccfg_##ELNAME##_##HD##_##MASKNAME =                                                        \
-      fagen::sm90::FwdConfig<fagen::EL, HD, BM, BN, S, fagen::Variant<fagen::MASK>>;               \
+      fagen::sm90::FwdConfig<harness::Sm90Fwd<fagen::EL, HD, BM, BN, S, fagen::Variant<fagen::MASK>>>; \
   extern "C" __global__ void __launch_bounds__(ccfg_##ELNAME##_##HD##_##MASKNAME::kThreads, 1)     \
       fagen_fwd_sm90_##ELNAME##_hd##HD##_##MASKNAME##_m##BM##n##BN##s##S(                          \
           const __grid_constant__ fagen_fwd_params params) {                                       \

@@ -15,6 +15,7 @@
 // Build: tests/gpu/run_sm90.sh trace-build (here); run on the H200 with .carry-ws carried.
 #define FAGEN_WS_TRACE
 #include "sm90/fwd_ws_kernel.cuh"
+#include "config_options.cuh"
 
 #include "harness_common.cuh"
 
@@ -27,9 +28,9 @@
 // registered twice: one CTA per tile, and _pers (one CTA per SM, the static deal).
 #define TRACE_KERNEL(HD, BM, BN, STAGED, SUFFIX, TMA_O, STG)                                       \
   using tcfg_##HD##_##BM##_##BN##SUFFIX =                                                          \
-      fagen::sm90::WsFwdConfig<fagen::bfloat16_t, HD, HD, BM, BN, 2,                               \
+      fagen::sm90::WsFwdConfig<harness::Sm90WsFwd<fagen::bfloat16_t, HD, HD, BM, BN, 2,            \
                                fagen::Variant<fagen::NoMask>, true, 0, 3, STAGED, 8, false, TMA_O, \
-                               STG>;                                                               \
+                               STG>>;                                                              \
   extern "C" __global__ void __launch_bounds__(tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads, 1)       \
       trace_hd##HD##_m##BM##n##BN##SUFFIX(const __grid_constant__ fagen_fwd_params params,         \
                                           const __grid_constant__ fagen_fwd_tma_maps maps) {       \

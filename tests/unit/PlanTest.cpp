@@ -537,12 +537,15 @@ TEST(Emit, SourceIsDeterministicAndSpellsThePlan) {
   ASSERT_EQ(p.size(), 1u);
   std::string a = emitKernelSource(p[0]), b = emitKernelSource(p[0]);
   EXPECT_EQ(a, b);
-  EXPECT_NE(a.find("fagen::sm80::FwdConfig<fagen::half_t, /*kHeadDimQK=*/96, /*kHeadDimV=*/96"),
+  EXPECT_NE(a.find("struct KernelOptions : fagen::sm80::FwdOptions {\n  using Element = "
+                   "fagen::half_t;\n  using Variant = KernelVariant;\n  static constexpr int "
+                   "kHeadDimQK = 96, kHeadDimV = 96;\n"),
             std::string::npos);
   EXPECT_NE(a.find("using KernelVariant = fagen::Variant<fagen::NoMask, fagen::NoScoreMod, "
                    "fagen::NoDropout,\n    fagen::DenseBlocks, /*kVarlen=*/false>;"),
             std::string::npos);
-  EXPECT_NE(a.find("KernelVariant,\n    /*kRescaleTau=*/8, /*kExp2EmuPercent=*/0, /*kExp2PolyDegree=*/3>"),
+  EXPECT_NE(a.find("  static constexpr int kRescaleTau = 8, kExp2EmuPercent = 0, kExp2PolyDegree = "
+                   "3;\n};\nusing Config = fagen::sm80::FwdConfig<KernelOptions>;\n"),
             std::string::npos);
   EXPECT_NE(a.find(p[0].name + "(const __grid_constant__ fagen_fwd_params params)"),
             std::string::npos);
