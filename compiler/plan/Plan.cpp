@@ -422,31 +422,6 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
   return p;
 }
 
-/// The variant's semantics, copied into a plan.
-void copyVariant(const VariantSpec &v, KernelPlan &p) {
-  p.dtype = v.dtype;
-  p.headDimQK = v.headDimQK;
-  p.headDimV = v.headDimV;
-  p.mask = v.mask;
-  p.maskAlign = v.mask == Mask::None ? MaskAlign::BottomRight : v.maskAlign;
-  p.scoreMod = v.scoreMod;
-  p.dropout = v.dropout;
-  p.varlen = v.varlen;
-  if (v.blockSparse && !v.blockSparse->isStatic()) {
-    p.sparsity = Sparsity::Runtime;
-    p.sparseBlock = v.blockSparse->block;
-  } else if (v.blockSparse) {
-    BlockTable table = blockTable(*v.blockSparse);
-    p.sparsity = Sparsity::Static;
-    p.sparseBlock = table.block;
-    p.sparseRows = table.rows;
-    p.sparseCols = table.cols;
-    p.sparseTable = std::move(table.table);
-    p.sparseHash = table.hash;
-  }
-  p.deterministic = p.pass == Pass::Backward && v.deterministic;
-}
-
 llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, Pass pass, const std::string &arch) {
   if (!validHeadDim(v.headDimQK) || !validHeadDim(v.headDimV))
     return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 8 in 32..256");
@@ -455,7 +430,14 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, Pass pass, const std::
   p.pass = pass;
   p.arch = arch;
   p.templ = "sm80";
-  copyVariant(v, p);
+  static_cast<Variant &>(p) = v.kernelVariant(pass);
+  if (p.sparsity == Sparsity::Static) {
+    BlockTable table = blockTable(*v.blockSparse);
+    p.sparseRows = table.rows;
+    p.sparseCols = table.cols;
+    p.sparseTable = std::move(table.table);
+    p.sparseHash = table.hash;
+  }
   int headDim = paddedHeadDim(std::max(v.headDimQK, v.headDimV));
   Tile t = pass == Pass::Backward ? defaultBwdTile(headDim) : defaultTile(headDim, arch);
   std::optional<Tile> fallback;

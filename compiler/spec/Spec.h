@@ -87,6 +87,10 @@ struct VariantSpec {
   std::map<std::string, SourceLoc> keyLocs;
   /// Location of `key`'s value, or of the variant when the key is absent.
   const SourceLoc &locOf(const std::string &key) const;
+  /// The kernel variant this spec variant asks for in `pass`: the alignment only with a mask,
+  /// the deterministic mode only in the backward, the block sparsity's kind and block (a
+  /// static layout's hash is the planner's, which builds its table).
+  Variant kernelVariant(Pass pass) const;
 };
 
 /// A parsed, validated spec.
