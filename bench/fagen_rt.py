@@ -28,6 +28,7 @@ ABI_VERSION = 2
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1}
 _MASKS = {"none": 0, "causal": 1, "window": 2}
 _ALIGNS = {"bottom_right": 0, "top_left": 1}
+_SCORE_MODS = {"none": 0, "softcap": 1, "alibi": 2}
 _SPARSITY = {"none": 0, "runtime": 1, "static": 2}
 RUN_ARG_ALIBI_SLOPES, RUN_ARG_BLOCK_MASK, RUN_ARG_CU_SEQLENS, RUN_ARG_DROPOUT_SEED = 1, 2, 4, 8
 
@@ -303,7 +304,7 @@ class Bundle:
         p.mask_align = _ALIGNS[mask_align]
         if p.mask == _MASKS["window"]:
             p.window_left, p.window_right = window
-        p.score_mod = 1 if softcap else 2 if alibi else 0
+        p.score_mod = _SCORE_MODS["softcap" if softcap else "alibi" if alibi else "none"]
         p.softcap, p.dropout_p = float(softcap), float(dropout_p)
         if block_sparse is not None:
             p.sparsity, p.sparse_block = _SPARSITY[block_sparse[0]], block_sparse[1]

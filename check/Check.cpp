@@ -86,13 +86,13 @@ struct Tally {
 /// The run-time arguments the check passes to kernel k's variant, for the reader; "" if dense.
 std::string variantNotes(const KernelRecord &k) {
   std::vector<std::string> notes;
-  if (k.mask == "window")
+  if (k.mask == Mask::Window)
     notes.push_back("window left 37 right 0 (bshd shapes), left -1 (unbounded) right 11 (bhsd, "
                     "Sq <= Sk), left 23 right -1 (bhsd, Sq > Sk)");
-  if (k.scoreMod == "softcap")
+  if (k.scoreMod == ScoreMod::Softcap)
     notes.push_back(llvm::formatv("softcap {0:f0}, Q scaled by {1:f0}", kCheckSoftcap,
                                   kCheckSoftcapQScale));
-  if (k.scoreMod == "alibi")
+  if (k.scoreMod == ScoreMod::Alibi)
     notes.push_back("alibi slopes 2^(-8 (h + 1) / Hq) x (1 + b / 2) (bhsd: one per head)");
   if (k.dropout)
     notes.push_back(llvm::formatv("dropout p {0:f2} ({1}/256)", kCheckDropoutP,
@@ -100,11 +100,11 @@ std::string variantNotes(const KernelRecord &k) {
   if (k.varlen)
     notes.push_back("varlen: B x Hq/Hkv Sq x Sk runs as B + 2 packed sequences up to Sq x Sk, "
                     "one of 1 query, one of 1 key");
-  if (k.sparsity == "runtime")
+  if (k.sparsity == Sparsity::Runtime)
     notes.push_back(llvm::formatv("runtime block mask of {0}: {1}% of the blocks computed, some "
                                   "block rows none",
                                   k.sparseBlock, kCheckBlockDensityPercent));
-  if (k.sparsity == "static")
+  if (k.sparsity == Sparsity::Static)
     notes.push_back(llvm::formatv("static layout {0}: {1} x {2} blocks of {3}, read from the "
                                   "cubin",
                                   k.sparseHash, k.sparseRows, k.sparseCols, k.sparseBlock));
@@ -174,7 +174,7 @@ bool checkCase(const CheckOptions &opt, const Session &session, int index,
   const bool goldenShape = !opt.goldenDir.empty() && si == (opt.quick ? 0u : 2u);
   bool ok = false;
   std::vector<float> golden;
-  if (k.pass == "bwd") {
+  if (k.pass == Pass::Backward) {
     BwdCaseOutcome outcome = checkBackwardCase(*session.api, session.bundle, index, k, s, seed,
                                                table);
     if (auto *cuda = std::get_if<CudaFailure>(&outcome)) {
@@ -221,7 +221,7 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
     return true;
   }
   std::vector<uint8_t> table;
-  if (k.sparsity == "static") {
+  if (k.sparsity == Sparsity::Static) {
     llvm::Expected<std::vector<uint8_t>> t =
         staticBlockTable(k, session.records.cubins[k.cubinSection]);
     if (!t) {

@@ -55,8 +55,8 @@ std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick);
 /// The forward problem of `shape` for a kernel of this dtype ("bf16" or "fp16"), head dims and
 /// mask, with the strides of dense tensors in the shape's layout and the default softmax scale.
 /// The tuner's timing launches dense kernels through it.
-fagen_fwd_problem forwardProblem(const std::string &dtype, int headDimQK, int headDimV,
-                                 bool causal, const CheckShape &shape);
+fagen_fwd_problem forwardProblem(DType dtype, int headDimQK, int headDimV, bool causal,
+                                 const CheckShape &shape);
 
 /// The packed sequences a varlen kernel runs a shape as: shape.batch + 2 sequences of uneven
 /// lengths, the longest seqlen_q x seqlen_k, one with a single query, one with a single key.

@@ -71,7 +71,7 @@ llvm::Expected<std::string> forwardOutputs(DeviceMemory &memory, const fagen_bun
       return "forward " + source + ": " + *run;
     return run;
   }
-  source = std::string("the float64 reference rounded to ") + k.dtype;
+  source = std::string("the float64 reference rounded to ") + toText(k.dtype);
   const ref::FwdProblem pb = referenceProblem(k, in);
   const ref::FwdResult exact = ref::forwardFloat64(pb);
   const CaseSizes n = caseSizes(in.problem);

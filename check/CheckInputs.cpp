@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "check/Check.h"
+#include "runtime/src/VariantAbi.h"
 
 #include "llvm/Support/FormatVariadic.h"
 
@@ -65,32 +66,21 @@ std::vector<uint16_t> randomTensor(size_t n, ref::ElementType type, std::mt19937
   return out;
 }
 
-fagen_mask maskOf(const KernelRecord &k) {
-  return k.mask == "window" ? FAGEN_MASK_WINDOW
-         : k.mask == "causal" ? FAGEN_MASK_CAUSAL
-                              : FAGEN_MASK_NONE;
-}
-
 /// The problem's variant fields for kernel `k` (shapes and strides are the caller's).
 void setVariant(const KernelRecord &k, const CheckShape &s, fagen_fwd_problem &p) {
   p.causal = 0;
-  p.mask = maskOf(k);
-  p.mask_align = k.maskAlign == "top_left" ? FAGEN_MASK_ALIGN_TOP_LEFT
-                                           : FAGEN_MASK_ALIGN_BOTTOM_RIGHT;
+  p.mask = toAbi(k.mask);
+  p.mask_align = toAbi(k.maskAlign);
   if (p.mask == FAGEN_MASK_WINDOW) {
     WindowSizes w = windowSizes(s);
     p.window_left = w.left;
     p.window_right = w.right;
   }
-  p.score_mod = k.scoreMod == "softcap" ? FAGEN_SCORE_MOD_SOFTCAP
-                : k.scoreMod == "alibi" ? FAGEN_SCORE_MOD_ALIBI
-                                        : FAGEN_SCORE_MOD_NONE;
+  p.score_mod = toAbi(k.scoreMod);
   if (p.score_mod == FAGEN_SCORE_MOD_SOFTCAP)
     p.softcap = kCheckSoftcap;
   p.dropout_p = k.dropout ? kCheckDropoutP : 0.0f;
-  p.sparsity = k.sparsity == "runtime"  ? FAGEN_SPARSITY_RUNTIME
-               : k.sparsity == "static" ? FAGEN_SPARSITY_STATIC
-                                        : FAGEN_SPARSITY_NONE;
+  p.sparsity = toAbi(k.sparsity);
   p.sparse_block = p.sparsity == FAGEN_SPARSITY_NONE ? 0 : k.sparseBlock;
   if (p.sparsity == FAGEN_SPARSITY_STATIC)
     p.sparse_hash = uint32_t(std::strtoul(k.sparseHash.c_str(), nullptr, 16));
@@ -170,14 +160,14 @@ void riseKeys(CaseInputs &in) {
 /// Draws the tensors: Q, K, V (and dO for a backward kernel) in that order from `seed`.
 void drawTensors(const KernelRecord &k, const CheckShape &s, unsigned seed, CaseInputs &in) {
   const CaseSizes n = caseSizes(in.problem);
-  const float qScale = k.scoreMod == "softcap" ? kCheckSoftcapQScale : 1.0f;
+  const float qScale = k.scoreMod == ScoreMod::Softcap ? kCheckSoftcapQScale : 1.0f;
   std::mt19937_64 rng(seed);
   in.q = randomTensor(n.q, in.type, rng, qScale);
   in.k = randomTensor(n.k, in.type, rng);
-  if (s.risingKeys && k.pass == "fwd" && !in.problem.varlen)
+  if (s.risingKeys && k.pass == Pass::Forward && !in.problem.varlen)
     riseKeys(in);
   in.v = randomTensor(n.v, in.type, rng);
-  if (k.pass == "bwd")
+  if (k.pass == Pass::Backward)
     in.dout = randomTensor(n.o, in.type, rng);
 }
 
@@ -195,7 +185,7 @@ std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, boo
 
 std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick) {
   std::vector<CheckShape> shapes = checkShapesFor(k.seqlenMin, k.seqlenMax, quick);
-  if (k.sparsity != "static")
+  if (k.sparsity != Sparsity::Static)
     return shapes;
   const int coverQ = k.sparseRows * k.sparseBlock, coverK = k.sparseCols * k.sparseBlock;
   std::vector<CheckShape> out;
@@ -209,8 +199,8 @@ std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick) {
   return out;
 }
 
-fagen_fwd_problem forwardProblem(const std::string &dtype, int headDimQK, int headDimV,
-                                 bool causal, const CheckShape &s) {
+fagen_fwd_problem forwardProblem(DType dtype, int headDimQK, int headDimV, bool causal,
+                                 const CheckShape &s) {
   fagen_fwd_problem problem{};
   problem.batch = s.batch;
   problem.heads_q = s.headsQ;
@@ -219,7 +209,7 @@ fagen_fwd_problem forwardProblem(const std::string &dtype, int headDimQK, int he
   problem.seqlen_k = s.seqlenK;
   problem.head_dim_qk = headDimQK;
   problem.head_dim_v = headDimV;
-  problem.dtype = dtype == "bf16" ? FAGEN_DTYPE_BF16 : FAGEN_DTYPE_FP16;
+  problem.dtype = toAbi(dtype);
   problem.causal = causal;
   problem.softmax_scale = 0; // 1/sqrt(head_dim_qk)
   if (s.bhsd)
@@ -261,14 +251,15 @@ CaseSizes caseSizes(const fagen_fwd_problem &p) {
 }
 
 bool isDenseKernel(const KernelRecord &k) {
-  return k.mask != "window" && (k.mask == "none" || k.maskAlign == "bottom_right") &&
-         k.scoreMod == "none" && !k.dropout && !k.varlen && k.sparsity == "none";
+  return k.mask != Mask::Window &&
+         (k.mask == Mask::None || k.maskAlign == MaskAlign::BottomRight) &&
+         k.scoreMod == ScoreMod::None && !k.dropout && !k.varlen && k.sparsity == Sparsity::None;
 }
 
 CaseInputs makeCaseInputs(const KernelRecord &k, const CheckShape &s, unsigned seed,
                           const std::vector<uint8_t> &staticTable) {
   CaseInputs in;
-  in.type = k.dtype == "bf16" ? ref::ElementType::BF16 : ref::ElementType::F16;
+  in.type = k.dtype == DType::BF16 ? ref::ElementType::BF16 : ref::ElementType::F16;
   in.problem = forwardProblem(k.dtype, k.headDimQK, k.headDimV, false, s);
   fagen_fwd_problem &p = in.problem;
   setVariant(k, s, p);
@@ -326,19 +317,12 @@ reference::FwdProblem referenceProblem(const KernelRecord &k, const CaseInputs &
   pb.HeadDim = p.head_dim_qk;
   pb.HeadDimV = p.head_dim_v;
   pb.Type = in.type;
-  pb.Mask = p.mask == FAGEN_MASK_WINDOW   ? ref::MaskKind::Window
-            : p.mask == FAGEN_MASK_CAUSAL ? ref::MaskKind::Causal
-                                          : ref::MaskKind::None;
-  pb.Align = p.mask_align == FAGEN_MASK_ALIGN_TOP_LEFT ? ref::MaskAlign::TopLeft
-                                                       : ref::MaskAlign::BottomRight;
-  pb.ScoreMod = p.score_mod == FAGEN_SCORE_MOD_SOFTCAP ? ref::ScoreModKind::Softcap
-                : p.score_mod == FAGEN_SCORE_MOD_ALIBI ? ref::ScoreModKind::Alibi
-                                                       : ref::ScoreModKind::None;
+  pb.Mask = static_cast<fagen::Mask>(p.mask); // runtime/src/VariantAbi.h: the same values
+  pb.Align = static_cast<fagen::MaskAlign>(p.mask_align);
+  pb.ScoreMod = static_cast<fagen::ScoreMod>(p.score_mod);
   pb.Dropout = k.dropout;
   pb.Varlen = p.varlen != 0;
-  pb.Sparsity = p.sparsity == FAGEN_SPARSITY_RUNTIME  ? ref::SparsityKind::Runtime
-                : p.sparsity == FAGEN_SPARSITY_STATIC ? ref::SparsityKind::Static
-                                                      : ref::SparsityKind::None;
+  pb.Sparsity = static_cast<fagen::Sparsity>(p.sparsity);
   pb.SparseBlock = p.sparse_block;
   pb.BlockTable = in.staticTable.empty() ? nullptr : in.staticTable.data();
   pb.BlockRows = k.sparseRows, pb.BlockCols = k.sparseCols;

@@ -173,9 +173,9 @@ size_t elementIndex(const CaseInputs &in, const int64_t strides[3], const NonFin
 
 CheckShape nonFiniteShape(const KernelRecord &k) {
   const CheckShape preferred{2, 4, 2, 127, 577, false};
-  const bool covered = k.sparsity != "static" ||
-                       (k.sparseRows * k.sparseBlock >= preferred.seqlenQ &&
-                        k.sparseCols * k.sparseBlock >= preferred.seqlenK);
+  const bool covered =
+      k.sparsity != Sparsity::Static || (k.sparseRows * k.sparseBlock >= preferred.seqlenQ &&
+                                         k.sparseCols * k.sparseBlock >= preferred.seqlenK);
   if (k.seqlenMin <= preferred.seqlenK && k.seqlenMax >= preferred.seqlenK && covered)
     return preferred;
   std::vector<CheckShape> shapes = checkShapesFor(k, false);
@@ -190,7 +190,7 @@ CheckShape nonFiniteShape(const KernelRecord &k) {
 std::vector<NonFiniteCase> nonFiniteCases(const KernelRecord &k, const CaseInputs &in) {
   const ref::FwdProblem pb = referenceProblem(k, in);
   const int dk = std::min(7, pb.HeadDim - 1), dv = std::min(3, pb.headDimV() - 1);
-  if (k.pass == "bwd")
+  if (k.pass == Pass::Backward)
     return {queryCase(pb, NonFiniteKind::NanInDOut, true, 4, dv)};
   return {keyCase(pb, NonFiniteKind::NanInK, dk), keyCase(pb, NonFiniteKind::NanInV, dv),
           queryCase(pb, NonFiniteKind::NanInQ, false, 2, std::min(5, pb.HeadDim - 1)),
@@ -503,9 +503,9 @@ int checkNonFiniteKernel(const DriverApi &api, const fagen_bundle *bundle, int i
     CaseInputs in = clean;
     injectNonFinite(in, c);
     std::vector<NamedCount> counts;
-    llvm::Expected<std::string> run =
-        k.pass == "bwd" ? backwardCase(api, bundle, index, k, in, c, counts)
-                        : forwardCase(api, bundle, index, k, in, c, counts);
+    llvm::Expected<std::string> run = k.pass == Pass::Backward
+                                          ? backwardCase(api, bundle, index, k, in, c, counts)
+                                          : forwardCase(api, bundle, index, k, in, c, counts);
     if (!run) {
       llvm::outs() << llvm::formatv("{0,-56} {1,-7} {2,-38} CUDA error: {3}\n", k.name, k.arch,
                                     caseText(c), llvm::toString(run.takeError()));

@@ -18,6 +18,7 @@
 #ifndef FAGEN_COMPILER_REFERENCE_H
 #define FAGEN_COMPILER_REFERENCE_H
 
+#include "core/Variant.h"
 #include "templates/abi/fwd_params.h"
 #include "templates/common/philox.h"
 
@@ -38,12 +39,6 @@ namespace reference {
 /// The inputs' element type. F64 reads the tensors as host doubles: the reference's own tests
 /// (finite differences) perturb inputs by less than an fp16 ulp.
 enum class ElementType { F16, BF16, F64 };
-/// Causal is the window (unbounded, 0); Window reads window_left / window_right from the params.
-enum class MaskKind { None, Causal, Window };
-/// Where a causal or window mask's diagonal sits when seqlen_q != seqlen_k.
-enum class MaskAlign { BottomRight, TopLeft };
-enum class ScoreModKind { None, Softcap, Alibi };
-enum class SparsityKind { None, Runtime, Static };
 
 //===----------------------------------------------------------------------===//
 // fp16 / bf16 <-> float, round to nearest even
@@ -133,13 +128,14 @@ struct FwdProblem {
   fagen_fwd_params Params;
   int HeadDim;          ///< head_dim_qk
   ElementType Type;
-  MaskKind Mask;
+  /// Causal is the window (unbounded, 0); Window reads window_left / window_right from Params.
+  fagen::Mask Mask;
   int HeadDimV = 0;     ///< 0: equal to HeadDim
   MaskAlign Align = MaskAlign::BottomRight;
-  ScoreModKind ScoreMod = ScoreModKind::None;
+  fagen::ScoreMod ScoreMod = fagen::ScoreMod::None;
   bool Dropout = false;
   bool Varlen = false;
-  SparsityKind Sparsity = SparsityKind::None;
+  fagen::Sparsity Sparsity = fagen::Sparsity::None;
   int SparseBlock = 0;                 ///< tokens per block (Runtime, Static)
   const uint8_t *BlockTable = nullptr; ///< Static: BlockRows x BlockCols, row-major, 1 = computed
   int BlockRows = 0, BlockCols = 0;
@@ -183,8 +179,8 @@ struct BwdResult {
 };
 
 /// Whether query Row may see key Col under a bottom-right causal mask (or no mask).
-inline bool isVisible(MaskKind Mask, int Row, int Col, int SeqlenQ, int SeqlenK) {
-  if (Mask == MaskKind::Causal)
+inline bool isVisible(fagen::Mask Mask, int Row, int Col, int SeqlenQ, int SeqlenK) {
+  if (Mask == fagen::Mask::Causal)
     return Col <= Row + SeqlenK - SeqlenQ;
   return true;
 }
@@ -272,20 +268,20 @@ inline StridedTensor tensorV(const fagen_fwd_params &P) {
 
 /// The mask: whether query I sees key J (indices within the sequence).
 inline bool maskVisible(const FwdProblem &Pb, int I, int J, int Sq, int Sk) {
-  if (Pb.Mask == MaskKind::None)
+  if (Pb.Mask == fagen::Mask::None)
     return true;
   const int Off = Pb.Align == MaskAlign::TopLeft ? 0 : Sk - Sq;
-  const int Left = Pb.Mask == MaskKind::Causal ? -1 : Pb.Params.window_left;
-  const int Right = Pb.Mask == MaskKind::Causal ? 0 : Pb.Params.window_right;
+  const int Left = Pb.Mask == fagen::Mask::Causal ? -1 : Pb.Params.window_left;
+  const int Right = Pb.Mask == fagen::Mask::Causal ? 0 : Pb.Params.window_right;
   return (Right < 0 || J <= I + Off + Right) && (Left < 0 || J >= I + Off - Left);
 }
 
 /// The block sparsity: whether block (I / block, J / block) of (B, H) is computed.
 inline bool blockVisible(const FwdProblem &Pb, int B, int H, int I, int J) {
-  if (Pb.Sparsity == SparsityKind::None)
+  if (Pb.Sparsity == fagen::Sparsity::None)
     return true;
   const int R = I / Pb.SparseBlock, C = J / Pb.SparseBlock;
-  if (Pb.Sparsity == SparsityKind::Static)
+  if (Pb.Sparsity == fagen::Sparsity::Static)
     return R < Pb.BlockRows && C < Pb.BlockCols && Pb.BlockTable[R * Pb.BlockCols + C] != 0;
   const fagen_fwd_params &P = Pb.Params;
   return P.block_mask[B * P.block_mask_batch_stride + H * P.block_mask_head_stride +
@@ -299,27 +295,27 @@ inline bool isVisible(const FwdProblem &Pb, int B, int H, int I, int J, int Sq, 
 
 /// The score mod of (B, H) in Acc: logit(s, i, j) and dlogit/ds.
 template <class Acc> struct ScoreMod {
-  ScoreModKind Kind;
+  fagen::ScoreMod Kind;
   Acc Scale, Cap = 1, Slope = 0;
   int Off = 0; ///< seqlen_k - seqlen_q of the sequence (ALiBi's diagonal)
 
   ScoreMod(const FwdProblem &Pb, int B, int H, const Span &S)
       : Kind(Pb.ScoreMod), Scale(Acc(Pb.Params.softmax_scale)), Off(S.Sk - S.Sq) {
     const fagen_fwd_params &P = Pb.Params;
-    if (Kind == ScoreModKind::Softcap)
+    if (Kind == fagen::ScoreMod::Softcap)
       Cap = Acc(P.softcap);
-    if (Kind == ScoreModKind::Alibi)
+    if (Kind == fagen::ScoreMod::Alibi)
       Slope = Acc(P.alibi_slopes[B * P.alibi_batch_stride + H]);
   }
   Acc logit(Acc S, int I, int J) const {
-    if (Kind == ScoreModKind::Softcap)
+    if (Kind == fagen::ScoreMod::Softcap)
       return Cap * std::tanh(Scale * S / Cap);
-    if (Kind == ScoreModKind::Alibi)
+    if (Kind == fagen::ScoreMod::Alibi)
       return Scale * S - Slope * Acc(std::abs(I + Off - J));
     return Scale * S;
   }
   Acc dlogit(Acc S, int, int) const {
-    if (Kind != ScoreModKind::Softcap)
+    if (Kind != fagen::ScoreMod::Softcap)
       return Scale;
     const Acc T = std::tanh(Scale * S / Cap);
     return Scale * (Acc(1) - T * T);

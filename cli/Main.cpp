@@ -185,9 +185,9 @@ int commandInspect(const std::string &path) {
         "  dtype={5} head_dim_qk={6} head_dim_v={7} mask={8}\n"
         "  block_m={9} block_n={10} warps={11} stages={12} threads={13} smem={14}\n"
         "  rescale_tau={15} exp2_emu_percent={16} exp2_poly_degree={17}\n",
-        k.name, k.arch, k.templ, k.pass, k.variant, k.dtype, k.headDimQK, k.headDimV, k.mask,
-        k.blockM, k.blockN, k.warps, k.stages, k.threads, k.smemBytes, k.rescaleTau,
-        k.exp2EmuPercent, k.exp2PolyDegree);
+        k.name, k.arch, k.templ, toText(k.pass), k.variant, toText(k.dtype), k.headDimQK,
+        k.headDimV, toText(k.mask), k.blockM, k.blockN, k.warps, k.stages, k.threads, k.smemBytes,
+        k.rescaleTau, k.exp2EmuPercent, k.exp2PolyDegree);
     if (k.persistent)
       llvm::outs() << "  persistent: one thread block per SM, each walking its work tiles\n";
     if (k.tileCounter)

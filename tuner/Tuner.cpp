@@ -194,9 +194,9 @@ int Tuner::finish(const std::vector<Workload> &workloads) {
 /// Whether `fagen tune` can time this kernel: a dense forward (the timing launches through
 /// forwardProblem, which knows no variant's run-time arguments).
 bool isTunable(const KernelPlan &p) {
-  return p.pass == "fwd" && (p.mask == "none" || p.mask == "causal") &&
-         p.maskAlign == "bottom_right" && p.scoreMod == "none" && !p.dropout && !p.varlen &&
-         p.sparsity == "none";
+  return p.pass == Pass::Forward && (p.mask == Mask::None || p.mask == Mask::Causal) &&
+         p.maskAlign == MaskAlign::BottomRight && p.scoreMod == ScoreMod::None && !p.dropout &&
+         !p.varlen && p.sparsity == Sparsity::None;
 }
 
 llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {

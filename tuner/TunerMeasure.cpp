@@ -148,7 +148,7 @@ std::string Tuner::makeInputSets(const Workload &w, size_t b, DeviceMemory &memo
                                  std::vector<InputSet> &sets) {
   const ShapeBucket &bucket = w.buckets[b];
   const auto type =
-      w.base.dtype == "bf16" ? reference::ElementType::BF16 : reference::ElementType::F16;
+      w.base.dtype == DType::BF16 ? reference::ElementType::BF16 : reference::ElementType::F16;
   const size_t nQ = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimQK;
   const size_t nK = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimQK;
   const size_t nV = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimV;
@@ -230,7 +230,7 @@ int Tuner::recordTiming(const StageRun &s, size_t i, size_t b, TimingOutcome t, 
 int Tuner::timeBucket(const StageRun &s, size_t wi, size_t b, const std::vector<size_t> &here) {
   const Workload &w = s.workloads[wi];
   const ShapeBucket &bucket = w.buckets[b];
-  const bool causal = w.base.mask == "causal";
+  const bool causal = w.base.mask == Mask::Causal;
   const CheckShape shape{bucket.batch, bucket.headsQ, bucket.headsKV, bucket.seqlenQ,
                          bucket.seqlenK, /*bhsd=*/false};
   const fagen_fwd_problem problem =

@@ -171,21 +171,21 @@ Fields kernelFields(const KernelRecord &k) {
           {"cubin", std::to_string(k.cubinSection)},
           {"deterministic", std::to_string(int(k.deterministic))},
           {"dropout", std::to_string(int(k.dropout))},
-          {"dtype", k.dtype},
+          {"dtype", toText(k.dtype)},
           {"exp2_emu_percent", std::to_string(k.exp2EmuPercent)},
           {"exp2_poly_degree", std::to_string(k.exp2PolyDegree)},
           {"head_dim_qk", std::to_string(k.headDimQK)},
           {"head_dim_v", std::to_string(k.headDimV)},
-          {"mask", k.mask},
-          {"mask_align", k.maskAlign},
+          {"mask", toText(k.mask)},
+          {"mask_align", toText(k.maskAlign)},
           {"name", k.name},
           {"params_version", std::to_string(k.paramsVersion)},
-          {"pass", k.pass},
+          {"pass", toText(k.pass)},
           {"persistent", std::to_string(int(k.persistent))},
           {"pre_post_threads", std::to_string(k.prePostThreads)},
           {"registers", std::to_string(k.registers)},
           {"rescale_tau", std::to_string(k.rescaleTau)},
-          {"score_mod", k.scoreMod},
+          {"score_mod", toText(k.scoreMod)},
           {"seqlen_max", std::to_string(k.seqlenMax)},
           {"seqlen_min", std::to_string(k.seqlenMin)},
           {"smem_bytes", std::to_string(k.smemBytes)},
@@ -193,7 +193,7 @@ Fields kernelFields(const KernelRecord &k) {
           {"sparse_cols", std::to_string(k.sparseCols)},
           {"sparse_hash", k.sparseHash},
           {"sparse_rows", std::to_string(k.sparseRows)},
-          {"sparsity", k.sparsity},
+          {"sparsity", toText(k.sparsity)},
           {"spill_bytes", std::to_string(k.spillBytes)},
           {"stages", std::to_string(k.stages)},
           {"template", k.templ},
@@ -290,6 +290,21 @@ public:
     return fail(std::string("key '") + key + "' is '" + out + "', expected one of " + list);
   }
 
+  /// A value of E in its one spelling (core/Variant.h).
+  template <class E> bool oneOf(const char *key, E &out) {
+    std::string text;
+    if (!str(key, text, false))
+      return false;
+    if (std::optional<E> v = fromText<E>(text)) {
+      out = *v;
+      return true;
+    }
+    std::string list;
+    for (const std::string &a : spellings<E>())
+      list += (list.empty() ? "" : ", ") + a;
+    return fail(std::string("key '") + key + "' is '" + text + "', expected one of " + list);
+  }
+
   /// Every key must have been consumed.
   bool finish() {
     if (fields.empty())
@@ -382,36 +397,37 @@ bool isHashText(const std::string &s) {
 /// The rules between keys: what each pass and each kind of sparsity implies.
 bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
   auto n = [](int v) { return std::to_string(v); };
-  if (k.pass == "fwd" && k.deterministic)
+  if (k.isForward() && k.deterministic)
     return r.fail("deterministic is 1 on a fwd kernel; only bwd kernels have the mode");
   if (k.persistent && k.templ != "sm90ws")
     return r.fail("persistent is 1 on a kernel of template '" + k.templ +
                   "'; only sm90ws kernels walk work tiles");
-  if (k.tileCounter && (k.templ != "sm90ws" || k.pass != "fwd"))
-    return r.fail("tile_counter is 1 on a " + k.pass + " kernel of template '" + k.templ +
-                  "'; only sm90ws forward kernels take work tiles from a counter");
-  if (k.tmaStoreO && (k.templ != "sm90ws" || k.pass != "fwd" || k.varlen))
-    return r.fail("tma_store_o is 1 on a " + std::string(k.varlen ? "varlen " : "") + k.pass +
+  if (k.tileCounter && (k.templ != "sm90ws" || !k.isForward()))
+    return r.fail("tile_counter is 1 on a " + std::string(toText(k.pass)) +
                   " kernel of template '" + k.templ +
+                  "'; only sm90ws forward kernels take work tiles from a counter");
+  if (k.tmaStoreO && (k.templ != "sm90ws" || !k.isForward() || k.varlen))
+    return r.fail("tma_store_o is 1 on a " + std::string(k.varlen ? "varlen " : "") +
+                  toText(k.pass) + " kernel of template '" + k.templ +
                   "'; only sm90ws forward kernels without varlen store O through TMA");
-  if (k.pass == "fwd" && k.prePostThreads != 0)
+  if (k.isForward() && k.prePostThreads != 0)
     return r.fail("pre_post_threads is " + n(k.prePostThreads) +
                   " on a fwd kernel, expected 0 (only bwd kernels have NAME_pre and NAME_post)");
-  if (k.pass == "bwd" && k.prePostThreads == 0)
+  if (k.isBackward() && k.prePostThreads == 0)
     return r.fail("pre_post_threads is 0 on a bwd kernel, expected the threads of NAME_pre "
                   "and NAME_post (1 to 1024)");
-  if (k.sparsity == "none") {
+  if (k.sparsity == Sparsity::None) {
     if (k.sparseBlock != 0 || k.sparseRows != 0 || k.sparseCols != 0 || !k.sparseHash.empty())
       return r.fail("sparsity is none but sparse_block, sparse_rows, sparse_cols or "
                     "sparse_hash is set (expected 0, 0, 0 and empty)");
     return true;
   }
   if (k.sparseBlock == 0)
-    return r.fail("sparsity is " + k.sparsity + " but sparse_block is 0");
+    return r.fail("sparsity is " + std::string(toText(k.sparsity)) + " but sparse_block is 0");
   if (k.sparseBlock % k.blockM != 0 || k.sparseBlock % k.blockN != 0)
     return r.fail("sparse_block " + n(k.sparseBlock) + " is not a multiple of the tile " +
                   n(k.blockM) + "x" + n(k.blockN) + " (the kernel's tiles must divide it)");
-  if (k.sparsity == "runtime") {
+  if (k.sparsity == Sparsity::Runtime) {
     if (k.sparseRows != 0 || k.sparseCols != 0 || !k.sparseHash.empty())
       return r.fail("sparsity is runtime but sparse_rows, sparse_cols or sparse_hash is set "
                     "(a static layout's keys)");
@@ -437,20 +453,16 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.integer("block_n", 1, 1024, k.blockN) &&
             r.integer("cubin", 0, int64_t(cubinCount) - 1, cubin) &&
             r.flag("deterministic", k.deterministic) && r.flag("dropout", k.dropout) &&
-            r.str("dtype", k.dtype, false) &&
-            r.integer("exp2_emu_percent", 0, 100, k.exp2EmuPercent) &&
+            r.oneOf("dtype", k.dtype) && r.integer("exp2_emu_percent", 0, 100, k.exp2EmuPercent) &&
             r.integer("exp2_poly_degree", 1, 16, k.exp2PolyDegree) &&
             r.integer("head_dim_qk", 1, 1024, k.headDimQK) &&
-            r.integer("head_dim_v", 1, 1024, k.headDimV) &&
-            r.oneOf("mask", {"none", "causal", "window"}, k.mask) &&
-            r.oneOf("mask_align", {"bottom_right", "top_left"}, k.maskAlign) &&
-            r.str("name", k.name, false) &&
-            r.integer("params_version", 1, INT32_MAX, k.paramsVersion) &&
-            r.oneOf("pass", {"fwd", "bwd"}, k.pass) && r.flag("persistent", k.persistent) &&
+            r.integer("head_dim_v", 1, 1024, k.headDimV) && r.oneOf("mask", k.mask) &&
+            r.oneOf("mask_align", k.maskAlign) && r.str("name", k.name, false) &&
+            r.integer("params_version", 1, INT32_MAX, k.paramsVersion) && r.oneOf("pass", k.pass) &&
+            r.flag("persistent", k.persistent) &&
             r.integer("pre_post_threads", 0, 1024, k.prePostThreads) &&
             r.integer("registers", -1, 255, k.registers) &&
-            r.integer("rescale_tau", -1, 64, k.rescaleTau) &&
-            r.oneOf("score_mod", {"none", "softcap", "alibi"}, k.scoreMod) &&
+            r.integer("rescale_tau", -1, 64, k.rescaleTau) && r.oneOf("score_mod", k.scoreMod) &&
             r.integer("seqlen_max", 0, kSeqlenUnbounded, k.seqlenMax) &&
             r.integer("seqlen_min", 0, kSeqlenUnbounded, k.seqlenMin) &&
             r.integer("smem_bytes", 0, kMaxSmem, k.smemBytes) &&
@@ -458,7 +470,7 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.integer("sparse_cols", 0, kMaxSparseBlocks, k.sparseCols) &&
             r.str("sparse_hash", k.sparseHash, true) &&
             r.integer("sparse_rows", 0, kMaxSparseBlocks, k.sparseRows) &&
-            r.oneOf("sparsity", {"none", "runtime", "static"}, k.sparsity) &&
+            r.oneOf("sparsity", k.sparsity) &&
             r.integer("spill_bytes", -1, INT32_MAX, k.spillBytes) &&
             r.integer("stages", 1, 16, k.stages) && r.str("template", k.templ, true) &&
             r.integer("threads", 1, 1024, k.threads) && r.flag("tile_counter", k.tileCounter) &&

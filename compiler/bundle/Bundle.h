@@ -9,6 +9,8 @@
 #ifndef FAGEN_RUNTIME_BUNDLE_H
 #define FAGEN_RUNTIME_BUNDLE_H
 
+#include "core/Variant.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,27 +23,14 @@ constexpr uint32_t kBundleFormatVersion = 6;
 /// Upper end of an open seqlen range.
 constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
 
-/// One compiled kernel, as the manifest describes it.
-struct KernelRecord {
+/// One compiled kernel, as the manifest describes it: its variant (core/Variant.h) and how it
+/// was built.
+struct KernelRecord : Variant {
   std::string name;      ///< symbol in the cubin (a backward's main kernel; NAME_pre, NAME_post)
-  std::string pass;      ///< "fwd" | "bwd"
   std::string arch;      ///< "sm_80", "sm_90", "sm_90a", "sm_100a"
   std::string templ;     ///< template family: "sm80" (portable mma.sync)
   std::string variant;   ///< the spec variant's name
-  std::string dtype;     ///< "fp16" | "bf16"
-  int headDimQK = 0;
-  int headDimV = 0;
-  std::string mask;      ///< "none" | "causal" | "window"
-  // The rest of the variant (docs/design/variants-and-backward.md).
-  std::string maskAlign = "bottom_right"; ///< "bottom_right" | "top_left"
-  std::string scoreMod = "none";          ///< "none" | "softcap" | "alibi"
-  bool dropout = false;                   ///< Philox dropout on P
-  bool varlen = false;                    ///< packed sequences with cu_seqlens
-  std::string sparsity = "none";          ///< "none" | "runtime" | "static"
-  int sparseBlock = 0;                    ///< tokens per block (0 without sparsity)
   int sparseRows = 0, sparseCols = 0;     ///< static layout: table size in blocks
-  std::string sparseHash;                 ///< static layout: 8 hex digits naming the table
-  bool deterministic = false;             ///< bwd: bitwise-repeatable dQ
   int prePostThreads = 0;                 ///< bwd: threads of NAME_pre and NAME_post
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
   int threads = 0;       ///< threads per block

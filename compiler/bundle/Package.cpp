@@ -26,29 +26,21 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     const KernelPlan &p = k->plan;
     archs.insert(p.arch);
     KernelRecord r;
+    static_cast<Variant &>(r) = p; // the plan's variant, with the sparse keys of its kind only
+    if (p.sparsity == Sparsity::None)
+      r.sparseBlock = 0;
+    if (p.sparsity == Sparsity::Static) {
+      r.sparseRows = p.sparseRows;
+      r.sparseCols = p.sparseCols;
+    } else {
+      r.sparseHash.clear();
+    }
     r.name = p.name;
-    r.pass = p.pass;
     r.arch = p.arch;
     r.templ = p.templ;
     r.variant = p.variant;
-    r.dtype = p.dtype;
-    r.headDimQK = p.headDimQK;
-    r.headDimV = p.headDimV;
-    r.mask = p.mask;
-    r.maskAlign = p.maskAlign;
-    r.scoreMod = p.scoreMod;
-    r.dropout = p.dropout;
-    r.varlen = p.varlen;
-    r.sparsity = p.sparsity;
-    if (p.sparsity != "none")
-      r.sparseBlock = p.sparseBlock;
-    if (p.sparsity == "static") {
-      r.sparseRows = p.sparseRows;
-      r.sparseCols = p.sparseCols;
-      r.sparseHash = p.sparseHash;
-    }
     // Only a backward has the deterministic mode and the _pre/_post kernels.
-    const bool backward = p.pass == "bwd";
+    const bool backward = p.pass == Pass::Backward;
     r.deterministic = backward && p.deterministic;
     r.persistent = p.persistent;
     r.tileCounter = p.tileCounter;

@@ -60,7 +60,7 @@ Tile defaultTile(int headDim, const std::string &arch) {
 /// dropout's keep bits), which costs registers beside the dense kernel's.
 /// A variant spec or a plan (the same fields).
 template <class VariantOrPlan> bool hasElementwiseWork(const VariantOrPlan &v) {
-  return v.mask == "window" || v.scoreMod != "none" || v.dropout;
+  return v.mask == Mask::Window || v.scoreMod != ScoreMod::None || v.dropout;
 }
 
 /// The fallback for such a variant when the dense default tile spills (the build tries the
@@ -128,23 +128,21 @@ int defaultRescaleTau(int headDim, bool causal, const std::string &arch) {
 }
 
 /// Shared memory of `t` for pass `pass`.
-int smemBytesOf(const std::string &pass, const Tile &t, int headDimQK, int headDimV,
-                bool varlen) {
-  return pass == "bwd" ? sm80BwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages,
-                                          varlen)
-                       : sm80FwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages);
+int smemBytesOf(Pass pass, const Tile &t, int headDimQK, int headDimV, bool varlen) {
+  return pass == Pass::Backward
+             ? sm80BwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages, varlen)
+             : sm80FwdSmemBytes(headDimQK, headDimV, t.blockM, t.blockN, t.stages);
 }
 
 /// Shrinks a default tile until it fits the arch's shared memory: stages, then block_n down to
 /// 32, then (backward) block_m down to 32 with at most 4 warps.
-Tile fitSmem(Tile t, const std::string &pass, int headDimQK, int headDimV, bool varlen,
-             const std::string &arch) {
+Tile fitSmem(Tile t, Pass pass, int headDimQK, int headDimV, bool varlen, const std::string &arch) {
   while (smemBytesOf(pass, t, headDimQK, headDimV, varlen) > archSmemLimit(arch)) {
     if (t.stages > 1) {
       --t.stages;
     } else if (t.blockN > 32) {
       t.blockN /= 2;
-    } else if (pass == "bwd" && t.blockM > 32) {
+    } else if (pass == Pass::Backward && t.blockM > 32) {
       t.blockM /= 2;
       t.warps = std::min(t.warps, 4);
     } else {
@@ -185,7 +183,8 @@ std::string fa4ParamsProblem(int tau, int emuPercent, int degree) {
 
 /// Tiles must divide the block of a block mask or layout (variants.cuh static_asserts it).
 std::string sparseBlockProblem(const KernelPlan &p) {
-  if (p.sparsity == "none" || (p.sparseBlock % p.blockM == 0 && p.sparseBlock % p.blockN == 0))
+  if (p.sparsity == Sparsity::None ||
+      (p.sparseBlock % p.blockM == 0 && p.sparseBlock % p.blockN == 0))
     return "";
   return llvm::formatv("block_m ({0}) and block_n ({1}) must divide block_sparse.block ({2})",
                        p.blockM, p.blockN, p.sparseBlock);
@@ -195,31 +194,8 @@ bool validHeadDim(int headDim) { return headDim % 8 == 0 && headDim >= 32 && hea
 
 } // namespace planner
 
-std::string maskToken(const KernelPlan &p) {
-  if (p.mask == "none")
-    return "none";
-  return p.mask + (p.maskAlign == "top_left" ? "tl" : "");
-}
-
-std::vector<std::string> featureTokens(const KernelPlan &p) {
-  std::vector<std::string> out;
-  if (p.scoreMod != "none")
-    out.push_back(p.scoreMod);
-  if (p.dropout)
-    out.push_back("drop");
-  if (p.sparsity == "runtime")
-    out.push_back(llvm::formatv("bsr{0}", p.sparseBlock));
-  if (p.sparsity == "static")
-    out.push_back(llvm::formatv("bs{0}_{1}", p.sparseBlock, p.sparseHash));
-  if (p.varlen)
-    out.push_back("varlen");
-  if (p.deterministic)
-    out.push_back("det");
-  return out;
-}
-
 std::vector<std::string> entryPointNames(const KernelPlan &p) {
-  if (p.pass == "bwd")
+  if (p.pass == Pass::Backward)
     return {p.name, p.name + "_pre", p.name + "_post"};
   return {p.name};
 }
@@ -257,8 +233,9 @@ std::string kernelName(const KernelPlan &p) {
   std::string dims = p.headDimQK == p.headDimV
                          ? std::to_string(p.headDimQK)
                          : llvm::formatv("{0}x{1}", p.headDimQK, p.headDimV).str();
-  std::string name = llvm::formatv("fagen_{0}_{1}_hd{2}_{3}", p.pass, p.dtype, dims, maskToken(p));
-  for (const std::string &feature : featureTokens(p))
+  std::string name = llvm::formatv("fagen_{0}_{1}_hd{2}_{3}", toText(p.pass), toText(p.dtype), dims,
+                                   p.maskToken());
+  for (const std::string &feature : p.featureTokens())
     name += "_" + feature;
   name += llvm::formatv("_{0}_m{1}n{2}w{3}s{4}", p.templ, p.blockM, p.blockN, p.warps, p.stages)
               .str();
@@ -276,7 +253,7 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
   if (!validHeadDim(p.headDimQK) || !validHeadDim(p.headDimV))
     problem = llvm::formatv("head dims {0}/{1} are not multiples of 8 in 32..256", p.headDimQK,
                             p.headDimV);
-  if (problem.empty() && p.pass == "bwd")
+  if (problem.empty() && p.pass == Pass::Backward)
     problem = p.templ == "sm80" ? sm80BwdConfigProblem(p)
                                 : "the backward pass has only the sm80 template";
   else if (problem.empty())
@@ -359,13 +336,14 @@ void finalizePlan(KernelPlan &p) {
   // keep one CTA per work tile, heaviest first, so that the hardware hands the next tile to
   // whichever SM frees up: the static deal measured 11 % slower at hd 128 causal and 23-28 % at
   // hd 256 causal (hd 64 causal gains, +17 % at 2k).
-  const bool evenTiles = p.mask == "none" && !p.varlen && p.sparsity == "none";
+  const bool evenTiles = p.mask == Mask::None && !p.varlen && p.sparsity == Sparsity::None;
   p.persistent = p.templ == "sm90ws" && (evenTiles || (p.headDimQK == 64 && p.headDimV == 64));
   // Uneven tiles can also take them from a counter in the caller's forward workspace: one CTA
   // per SM, the next tile (heaviest first) to whichever frees up (H200, docs/perf/sm90-fwd.md).
   // Not the block-sparse kernels: their producer's walk over the layout then spills (24-52
   // bytes, nvcc 13.0).
-  p.tileCounter = p.templ == "sm90ws" && p.pass == "fwd" && !evenTiles && p.sparsity == "none";
+  p.tileCounter =
+      p.templ == "sm90ws" && p.pass == Pass::Forward && !evenTiles && p.sparsity == Sparsity::None;
   // O through shared memory and a TMA store per warpgroup, which runs while the warpgroup starts
   // its next tile (H200, docs/perf/sm90-fwd.md: the epilogue 3000 -> 1370 cycles a tile at
   // hd 128). Head dims 128 and 64 (hd 64's main-loop step first measured 7 % slower with it;
@@ -373,11 +351,11 @@ void finalizePlan(KernelPlan &p) {
   // 2k-4k, +3-6 % at 512-1k, 0-1 % at 8k-16k); hd 256 has no room for the O
   // tile, hd 96 / 192 and unequal head dims were not measured. Not varlen (a tile's rows past
   // its sequence would land in the next) nor with the staged epilogue (O through the Q tile).
-  p.tmaStoreO = p.templ == "sm90ws" && p.pass == "fwd" && p.headDimQK == p.headDimV &&
+  p.tmaStoreO = p.templ == "sm90ws" && p.pass == Pass::Forward && p.headDimQK == p.headDimV &&
                 (p.headDimV == 128 || p.headDimV == 64) && !p.varlen && !p.stagedEpilogue &&
                 sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
                                    p.tileCounter, true) <= archSmemLimit(p.arch);
-  if (p.pass == "bwd")
+  if (p.pass == Pass::Backward)
     p.smemBytes =
         sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.varlen);
   else if (p.templ == "sm90")
@@ -387,17 +365,11 @@ void finalizePlan(KernelPlan &p) {
                                      p.tileCounter, p.tmaStoreO);
   else
     p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
-  p.prePostThreads = p.pass == "bwd" ? kBwdPrePostThreads : 0;
+  p.prePostThreads = p.pass == Pass::Backward ? kBwdPrePostThreads : 0;
   p.name = kernelName(p);
 }
 
-std::string workloadKey(const KernelPlan &p) {
-  std::string key = llvm::formatv("{0} {1} hd{2}x{3} {4}", p.pass, p.dtype, p.headDimQK,
-                                  p.headDimV, maskToken(p));
-  for (const std::string &feature : featureTokens(p))
-    key += " " + feature;
-  return key + " " + p.arch;
-}
+std::string workloadKey(const KernelPlan &p) { return p.key() + " " + p.arch; }
 
 namespace planner {
 
@@ -450,33 +422,7 @@ llvm::Expected<KernelPlan> pinnedPlan(KernelPlan p, const TileOverride &tile) {
   return p;
 }
 
-/// The variant's semantics, copied into a plan.
-void copyVariant(const VariantSpec &v, KernelPlan &p) {
-  p.dtype = v.dtype;
-  p.headDimQK = v.headDimQK;
-  p.headDimV = v.headDimV;
-  p.mask = v.mask;
-  p.maskAlign = v.mask == "none" ? "bottom_right" : v.maskAlign;
-  p.scoreMod = v.scoreMod;
-  p.dropout = v.dropout;
-  p.varlen = v.varlen;
-  if (v.blockSparse && !v.blockSparse->isStatic()) {
-    p.sparsity = "runtime";
-    p.sparseBlock = v.blockSparse->block;
-  } else if (v.blockSparse) {
-    BlockTable table = blockTable(*v.blockSparse);
-    p.sparsity = "static";
-    p.sparseBlock = table.block;
-    p.sparseRows = table.rows;
-    p.sparseCols = table.cols;
-    p.sparseTable = std::move(table.table);
-    p.sparseHash = table.hash;
-  }
-  p.deterministic = p.pass == "bwd" && v.deterministic;
-}
-
-llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pass,
-                                    const std::string &arch) {
+llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, Pass pass, const std::string &arch) {
   if (!validHeadDim(v.headDimQK) || !validHeadDim(v.headDimV))
     return makeSpecError(v.locOf("head_dim"), "head_dim must be a multiple of 8 in 32..256");
   KernelPlan p;
@@ -484,14 +430,21 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   p.pass = pass;
   p.arch = arch;
   p.templ = "sm80";
-  copyVariant(v, p);
+  static_cast<Variant &>(p) = v.kernelVariant(pass);
+  if (p.sparsity == Sparsity::Static) {
+    BlockTable table = blockTable(*v.blockSparse);
+    p.sparseRows = table.rows;
+    p.sparseCols = table.cols;
+    p.sparseTable = std::move(table.table);
+    p.sparseHash = table.hash;
+  }
   int headDim = paddedHeadDim(std::max(v.headDimQK, v.headDimV));
-  Tile t = pass == "bwd" ? defaultBwdTile(headDim) : defaultTile(headDim, arch);
+  Tile t = pass == Pass::Backward ? defaultBwdTile(headDim) : defaultTile(headDim, arch);
   std::optional<Tile> fallback;
-  if (pass == "fwd" && hasElementwiseWork(v))
+  if (pass == Pass::Forward && hasElementwiseWork(v))
     fallback = fitSmem(fitSparseBlock(elementwiseVariantTile(t, headDim), p.sparseBlock), pass,
                        v.headDimQK, v.headDimV, v.varlen, arch);
-  if (pass == "bwd" && v.scoreMod != "none")
+  if (pass == Pass::Backward && v.scoreMod != ScoreMod::None)
     t = scoreModBwdTile(t, headDim);
   t = fitSmem(fitSparseBlock(t, p.sparseBlock), pass, v.headDimQK, v.headDimV, v.varlen, arch);
   // Head dims whose padded width is an odd multiple of 16 (48, 80, ...) do not split over
@@ -499,7 +452,8 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   // (hd 72 at 64x128 with 4 warps spilled 1264 bytes, at 64x64 none, nvcc 13.0, sm_90; so do
   // 40-136). Padded 176, 208 and 240 still spill with 4 warps (hd 168: 200 bytes, 200: 1280,
   // 232: 3572); 8 warps there need a 128-row tile that does not fit shared memory.
-  while (pass == "bwd" && t.warps > 1 && !bwdWarpSplitProblem(t, v.headDimQK, v.headDimV).empty()) {
+  while (pass == Pass::Backward && t.warps > 1 &&
+         !bwdWarpSplitProblem(t, v.headDimQK, v.headDimV).empty()) {
     t.warps /= 2;
     t.blockN = std::min(t.blockN, 64);
   }
@@ -507,7 +461,8 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   p.blockN = t.blockN;
   p.warps = t.warps;
   p.stages = t.stages;
-  p.rescaleTau = pass == "bwd" ? 0 : defaultRescaleTau(headDim, v.mask == "causal", arch);
+  p.rescaleTau =
+      pass == Pass::Backward ? 0 : defaultRescaleTau(headDim, v.mask == Mask::Causal, arch);
   p.tuning = "default";
   finalizePlan(p);
   if (fallback && (fallback->blockM != t.blockM || fallback->blockN != t.blockN ||
@@ -525,11 +480,11 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   }
   // A pinned tile keeps the portable template unless it names another one; it pins the
   // forward kernel only.
-  if (v.tile && pass == "fwd")
+  if (v.tile && pass == Pass::Forward)
     return pinnedPlan(p, *v.tile);
   // sm90ws where it serves the variant and one of its tiles fits (a 192-token sparse block at
   // hd 192/256 needs 192-row tiles whose S + O + P exceed the registers: portable then).
-  if (pass == "fwd" && arch == "sm_90a" && sm90ServesVariant(p)) {
+  if (pass == Pass::Forward && arch == "sm_90a" && sm90ServesVariant(p)) {
     KernelPlan ws = sm90Plan(p, /*ws=*/true);
     llvm::Error err = checkKernelPlan(ws);
     if (!err) {
@@ -541,8 +496,8 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, const std::string &pas
   }
   if (llvm::Error err = checkKernelPlan(p)) {
     std::string message = llvm::toString(std::move(err));
-    return makeSpecError(v.loc, "no default " + pass + " kernel of variant '" + v.name +
-                                    "' fits " + arch + ": " +
+    return makeSpecError(v.loc, "no default " + std::string(toText(pass)) + " kernel of variant '" +
+                                    v.name + "' fits " + arch + ": " +
                                     message.substr(message.find(": ") + 2));
   }
   return p;
@@ -598,7 +553,7 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
       return makeSpecError(v.loc, llvm::formatv("variant '{0}' has no target archs: add "
                                                 "'targets: [sm_90a]' to the spec or pass --arch",
                                                 v.name));
-    for (const std::string &pass : v.passes) {
+    for (Pass pass : v.passes) {
       for (const std::string &arch : targets) {
         llvm::Expected<KernelPlan> base = basePlan(v, pass, arch);
         if (!base)
@@ -609,7 +564,7 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
             builtinBuckets ? builtinSeqlenConfigs(*base) : std::vector<TunedConfig>();
         if (!builtin.empty())
           configs = &builtin;
-        if (tuning && !(v.tile && pass == "fwd")) {
+        if (tuning && !(v.tile && pass == Pass::Forward)) {
           auto it = tuning->find(workloadKey(*base));
           if (it != tuning->end())
             configs = &it->second;
@@ -646,24 +601,24 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
   std::string out;
   for (const KernelPlan &p : plans) {
     out += llvm::formatv("kernel {0}\n", p.name).str();
-    out += llvm::formatv("  arch={0} template={1} pass={2} variant={3}\n", p.arch, p.templ, p.pass,
-                         p.variant)
+    out += llvm::formatv("  arch={0} template={1} pass={2} variant={3}\n", p.arch, p.templ,
+                         toText(p.pass), p.variant)
                .str();
-    out += llvm::formatv("  dtype={0} head_dim_qk={1} head_dim_v={2} mask={3}\n", p.dtype,
-                         p.headDimQK, p.headDimV, p.mask)
+    out += llvm::formatv("  dtype={0} head_dim_qk={1} head_dim_v={2} mask={3}\n", toText(p.dtype),
+                         p.headDimQK, p.headDimV, toText(p.mask))
                .str();
     out += llvm::formatv("  mask_align={0} score_mod={1} dropout={2} varlen={3} sparsity={4}",
-                         p.maskAlign, p.scoreMod, p.dropout ? "true" : "false",
-                         p.varlen ? "true" : "false", p.sparsity)
+                         toText(p.maskAlign), toText(p.scoreMod), p.dropout ? "true" : "false",
+                         p.varlen ? "true" : "false", toText(p.sparsity))
                .str();
-    if (p.sparsity != "none")
+    if (p.sparsity != Sparsity::None)
       out += llvm::formatv(" sparse_block={0}", p.sparseBlock).str();
-    if (p.sparsity == "static")
+    if (p.sparsity == Sparsity::Static)
       out += llvm::formatv(" sparse_table={0}x{1} sparse_hash={2}", p.sparseRows, p.sparseCols,
                            p.sparseHash)
                  .str();
     out += "\n";
-    if (p.pass == "bwd")
+    if (p.pass == Pass::Backward)
       out += llvm::formatv("  deterministic={0} pre_post_threads={1}\n",
                            p.deterministic ? "true" : "false", p.prePostThreads)
                  .str();

@@ -47,29 +47,16 @@ inline int spillFallbackBytes(const std::string &templ) {
   return templ == "sm90ws" ? 0 : kSpillFallbackBytes;
 }
 
-/// Everything the emitter and the bundle need to know about one kernel.
-struct KernelPlan {
+/// Everything the emitter and the bundle need to know about one kernel: its variant
+/// (core/Variant.h) and its config.
+struct KernelPlan : Variant {
   std::string name;     ///< the kernel's symbol; spells its specialization
   std::string variant;  ///< spec variant name(s) served, comma-separated
-  std::string pass;     ///< "fwd" | "bwd"
   std::string arch;     ///< canonical target arch, e.g. "sm_90a"
   std::string templ;    ///< template family: "sm80" (portable mma.sync), "sm90" (wgmma, sm_90a,
                         ///< cp.async), "sm90ws" (wgmma + TMA, warp-specialized, sm_90a)
-  std::string dtype;    ///< "fp16" | "bf16"
-  int headDimQK = 0;
-  int headDimV = 0;
-  std::string mask = "none"; ///< "none" | "causal" | "window"
-  // The rest of the variant; docs/design/variants-and-backward.md.
-  std::string maskAlign = "bottom_right"; ///< "bottom_right" | "top_left" (causal, window)
-  std::string scoreMod = "none";          ///< "none" | "softcap" | "alibi"
-  bool dropout = false;                   ///< Philox dropout on P
-  bool varlen = false;                    ///< packed sequences with cu_seqlens
-  std::string sparsity = "none";          ///< "none" | "runtime" | "static"
-  int sparseBlock = 0;                    ///< tokens per block of the block mask / layout
   int sparseRows = 0, sparseCols = 0;     ///< static layout: table size in blocks
   std::vector<uint8_t> sparseTable;       ///< static layout: rows x cols, 1 = computed
-  std::string sparseHash;                 ///< static layout: 8 hex digits naming the table
-  bool deterministic = false;             ///< bwd: bitwise-repeatable dQ
   int prePostThreads = 0;                 ///< bwd: threads of the _pre and _post kernels
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
   int threads = 0;
@@ -118,12 +105,6 @@ std::string kernelName(const KernelPlan &plan);
 /// The entry points of a plan's cubin, main kernel first: {NAME} for a forward plan,
 /// {NAME, NAME_pre, NAME_post} for a backward plan (docs/design/variants-and-backward.md).
 std::vector<std::string> entryPointNames(const KernelPlan &plan);
-
-/// The mask as kernel names spell it: none, causal, causaltl, window, windowtl.
-std::string maskToken(const KernelPlan &plan);
-/// The variant features as kernel names spell them, in name order: softcap | alibi, drop,
-/// bsr{B} | bs{B}_{hash8}, varlen, det. Empty for a dense, plain kernel.
-std::vector<std::string> featureTokens(const KernelPlan &plan);
 
 /// Whether the sm90ws (wgmma, TMA) forward template serves `plan`'s variant: any mask, score
 /// mod, dropout and varlen, head dims (Q/K and V each) in {64, 96, 128, 192, 256}, block-sparse

@@ -73,19 +73,19 @@ bool sm90WsHeadDim(int d) { return d == 64 || d == 96 || d == 128 || d == 192 ||
 /// What of `p`'s variant the sm90 template (`ws`: sm90ws) cannot serve, as a phrase ("" when
 /// it serves it). sm90ws serves every mask and score mod; sm90 dense none/causal only.
 std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
-  if (p.pass != "fwd")
+  if (p.pass != Pass::Forward)
     return "the backward pass";
-  if (!ws && p.mask == "window")
+  if (!ws && p.mask == Mask::Window)
     return "the window mask";
-  if (!ws && p.mask == "causal" && p.maskAlign != "bottom_right")
+  if (!ws && p.mask == Mask::Causal && p.maskAlign != MaskAlign::BottomRight)
     return "the top-left causal mask";
-  if (!ws && p.scoreMod != "none")
-    return "score_mod " + p.scoreMod;
+  if (!ws && p.scoreMod != ScoreMod::None)
+    return std::string("score_mod ") + toText(p.scoreMod);
   if (!ws && p.dropout)
     return "dropout";
-  if (!ws && p.sparsity != "none")
+  if (!ws && p.sparsity != Sparsity::None)
     return "block sparsity";
-  if (ws && p.sparsity != "none" && p.sparseBlock % 128 != 0 && p.sparseBlock % 192 != 0)
+  if (ws && p.sparsity != Sparsity::None && p.sparseBlock % 128 != 0 && p.sparseBlock % 192 != 0)
     return llvm::formatv("block_sparse.block {0} (its query tiles of 128 or 192 rows must "
                          "divide the block)",
                          p.sparseBlock);
@@ -199,7 +199,7 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
     // for blocks of 128 and 256, 128 -> 192 for blocks of 192).
     int dim = std::max(sm90WsPaddedHeadDim(p.headDimQK), sm90WsPaddedHeadDim(p.headDimV));
     p.blockM = dim == 64 ? 192 : 128;
-    if (p.sparsity != "none" && p.sparseBlock % p.blockM != 0)
+    if (p.sparsity != Sparsity::None && p.sparseBlock % p.blockM != 0)
       p.blockM = p.blockM == 192 ? 128 : 192;
     p.warps = p.blockM / 16; // sm90ConfigProblem below checks it
     for (int blockN : {128, 112, 96, 80, 64}) {
@@ -231,12 +231,12 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
 /// kernel runs persistent (the grid rule for even tiles).
 /// Empty where none applies; a tuning database overrides it.
 std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
-  const bool dense = base.scoreMod == "none" && !base.dropout && !base.varlen &&
-                     base.sparsity == "none" &&
-                     (base.mask == "none" ||
-                      (base.mask == "causal" && base.maskAlign == "bottom_right"));
-  const bool causal = base.mask == "causal";
-  if (base.pass != "fwd" || base.templ != "sm90ws" || base.tuning != "default" || !dense ||
+  const bool dense = base.scoreMod == ScoreMod::None && !base.dropout && !base.varlen &&
+                     base.sparsity == Sparsity::None &&
+                     (base.mask == Mask::None ||
+                      (base.mask == Mask::Causal && base.maskAlign == MaskAlign::BottomRight));
+  const bool causal = base.mask == Mask::Causal;
+  if (base.pass != Pass::Forward || base.templ != "sm90ws" || base.tuning != "default" || !dense ||
       base.headDimQK != base.headDimV ||
       (base.headDimQK != 128 && base.headDimQK != 256 && !(base.headDimQK == 64 && causal)))
     return {};

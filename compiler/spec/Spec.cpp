@@ -54,6 +54,25 @@ const SourceLoc &VariantSpec::locOf(const std::string &key) const {
   return it == keyLocs.end() ? loc : it->second;
 }
 
+Variant VariantSpec::kernelVariant(Pass pass) const {
+  Variant k;
+  k.pass = pass;
+  k.dtype = dtype;
+  k.headDimQK = headDimQK;
+  k.headDimV = headDimV;
+  k.mask = mask;
+  k.maskAlign = mask == Mask::None ? MaskAlign::BottomRight : maskAlign;
+  k.scoreMod = scoreMod;
+  k.dropout = dropout;
+  k.varlen = varlen;
+  if (blockSparse) {
+    k.sparsity = blockSparse->isStatic() ? Sparsity::Static : Sparsity::Runtime;
+    k.sparseBlock = blockSparse->block;
+  }
+  k.deterministic = pass == Pass::Backward && deterministic;
+  return k;
+}
+
 const SourceLoc &AttentionSpec::locOf(const std::string &key) const {
   auto it = keyLocs.find(key);
   return it == keyLocs.end() ? loc : it->second;

@@ -8,6 +8,8 @@
 #ifndef FAGEN_COMPILER_SPEC_H
 #define FAGEN_COMPILER_SPEC_H
 
+#include "core/Variant.h"
+
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
@@ -63,17 +65,17 @@ struct BlockSparseSpec {
 /// One attention variant: everything that changes the generated kernel.
 struct VariantSpec {
   std::string name;                  ///< unique within the spec; [a-z0-9_]+
-  std::string dtype;                 ///< "fp16" | "bf16"
+  DType dtype = DType::FP16;
   int headDimQK = 0;                 ///< multiple of 8 in 32..256
   int headDimV = 0;                  ///< multiple of 8 in 32..256; may differ from headDimQK
-  std::string mask;                  ///< "none" | "causal" | "window"
-  std::string maskAlign = "bottom_right"; ///< "bottom_right" | "top_left" (causal, window)
-  std::string scoreMod = "none";     ///< "none" | "softcap" | "alibi"
+  Mask mask = Mask::None;
+  MaskAlign maskAlign = MaskAlign::BottomRight; ///< causal and window masks
+  ScoreMod scoreMod = ScoreMod::None;
   bool dropout = false;              ///< dropout on P (p, seed, offset at run time)
   bool varlen = false;               ///< packed sequences with cu_seqlens
   std::optional<BlockSparseSpec> blockSparse;
   bool deterministic = false;        ///< bwd: bitwise-repeatable dQ/dK/dV
-  std::vector<std::string> passes;   ///< subset of {"fwd", "bwd"}, in file order
+  std::vector<Pass> passes;          ///< in file order, each at most once
   std::vector<std::string> targets;  ///< archs; empty = the spec's top-level targets
   int headsQ = 0, headsKV = 0;       ///< optional model shape (0 = unspecified); its GQA ratio shapes fagen tune's buckets
   std::optional<TileOverride> tile;  ///< pins the forward kernel's config
@@ -85,6 +87,10 @@ struct VariantSpec {
   std::map<std::string, SourceLoc> keyLocs;
   /// Location of `key`'s value, or of the variant when the key is absent.
   const SourceLoc &locOf(const std::string &key) const;
+  /// The kernel variant this spec variant asks for in `pass`: the alignment only with a mask,
+  /// the deterministic mode only in the backward, the block sparsity's kind and block (a
+  /// static layout's hash is the planner's, which builds its table).
+  Variant kernelVariant(Pass pass) const;
 };
 
 /// A parsed, validated spec.

@@ -169,7 +169,9 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
         {"fp32", "fp32 inputs are not supported (accumulation is always fp32)"},
         {"float32", "fp32 inputs are not supported (accumulation is always fp32)"},
         {"fp8", "fp8 is not supported yet"}};
-    variant.dtype = readChoice(it->second, "dtype", {"fp16", "bf16"}, hints).value_or("");
+    if (std::optional<std::string> dtype =
+            readChoice(it->second, "dtype", spellings<DType>(), hints))
+      variant.dtype = *fromText<DType>(*dtype);
   } else if (!entries.has("dtype")) {
     error(loc, label + " is missing required key 'dtype' (fp16 or bf16)");
   }
@@ -226,7 +228,7 @@ void SpecParser::parseHeadDims(const Entries &entries, const std::string &label,
 void SpecParser::parsePasses(const Entries &entries, VariantSpec &variant) {
   auto it = entries.find("passes");
   if (it == entries.end()) {
-    variant.passes = {"fwd"};
+    variant.passes = {Pass::Forward};
     return;
   }
   std::optional<YAML::Node> list = readList(it->second, "passes", "[fwd]");
@@ -239,7 +241,8 @@ void SpecParser::parsePasses(const Entries &entries, VariantSpec &variant) {
       continue;
     }
     const std::string &text = node.Scalar();
-    if (text != "fwd" && text != "bwd") {
+    std::optional<Pass> pass = fromText<Pass>(text);
+    if (!pass) {
       std::string lower = StringRef(text).lower();
       std::string meant = lower == "forward"    ? "fwd"
                           : lower == "backward" ? "bwd"
@@ -249,19 +252,19 @@ void SpecParser::parsePasses(const Entries &entries, VariantSpec &variant) {
                                               : ": did you mean " + meant + "?"));
       continue;
     }
-    if (llvm::is_contained(variant.passes, text)) {
+    if (llvm::is_contained(variant.passes, *pass)) {
       error(item.valueLoc, "pass " + text + " is listed twice: remove one of them");
       continue;
     }
     variant.keyLocs["passes." + text] = item.valueLoc;
-    variant.passes.push_back(text);
+    variant.passes.push_back(*pass);
   }
 }
 
 /// The attention semantics beyond the head dims: mask and its alignment, score mod, dropout,
 /// varlen, block sparsity, and the backward's determinism.
 void SpecParser::parseSemantics(const Entries &entries, VariantSpec &variant) {
-  variant.mask = "none";
+  variant.mask = Mask::None;
   bool maskRead = true;
   if (auto it = entries.find("mask"); it != entries.end()) {
     static const std::map<std::string, std::string> hints = {
@@ -269,10 +272,9 @@ void SpecParser::parseSemantics(const Entries &entries, VariantSpec &variant) {
         {"sliding_window", "window"}, {"sliding", "window"}, {"local", "window"},
         {"swa", "window"},         {"causal_top_left", "write mask: causal with mask_align: top_left"},
         {"causal_lower_right", "causal"}};
-    std::optional<std::string> mask =
-        readChoice(it->second, "mask", {"none", "causal", "window"}, hints);
+    std::optional<std::string> mask = readChoice(it->second, "mask", spellings<Mask>(), hints);
     maskRead = mask.has_value();
-    variant.mask = mask.value_or("none");
+    variant.mask = mask ? *fromText<Mask>(*mask) : Mask::None;
   }
   if (auto it = entries.find("mask_align"); it != entries.end()) {
     static const std::map<std::string, std::string> hints = {
@@ -280,22 +282,23 @@ void SpecParser::parseSemantics(const Entries &entries, VariantSpec &variant) {
         {"upper_left", "top_left"},       {"bottom-right", "bottom_right"},
         {"bottomright", "bottom_right"},  {"lower_right", "bottom_right"}};
     std::optional<std::string> align =
-        readChoice(it->second, "mask_align", {"bottom_right", "top_left"}, hints);
-    if (align && maskRead && variant.mask == "none")
+        readChoice(it->second, "mask_align", spellings<MaskAlign>(), hints);
+    if (align && maskRead && variant.mask == Mask::None)
       error(it->second.valueLoc,
             std::string("mask_align applies to the causal and window masks") +
                 (entries.count("mask") ? ", and this variant's mask is none: remove mask_align"
                                        : ": add 'mask: causal' or 'mask: window', or remove "
                                          "mask_align"));
-    variant.maskAlign = align.value_or("bottom_right");
+    variant.maskAlign = align ? *fromText<MaskAlign>(*align) : MaskAlign::BottomRight;
   }
   if (auto it = entries.find("score_mod"); it != entries.end()) {
     static const std::map<std::string, std::string> hints = {
         {"tanh", "softcap"},  {"soft_cap", "softcap"}, {"logit_softcap", "softcap"},
         {"cap", "softcap"},   {"identity", "none"},    {"bias", "alibi"},
         {"relative_position", "relative position biases other than ALiBi are not supported"}};
-    variant.scoreMod =
-        readChoice(it->second, "score_mod", {"none", "softcap", "alibi"}, hints).value_or("none");
+    std::optional<std::string> scoreMod =
+        readChoice(it->second, "score_mod", spellings<ScoreMod>(), hints);
+    variant.scoreMod = scoreMod ? *fromText<ScoreMod>(*scoreMod) : ScoreMod::None;
   }
   if (auto it = entries.find("dropout"); it != entries.end())
     variant.dropout = readBool(it->second, "dropout").value_or(false);
@@ -305,7 +308,7 @@ void SpecParser::parseSemantics(const Entries &entries, VariantSpec &variant) {
     parseBlockSparse(it->second, variant);
   if (auto it = entries.find("deterministic"); it != entries.end()) {
     std::optional<bool> deterministic = readBool(it->second, "deterministic");
-    if (deterministic && *deterministic && !llvm::is_contained(variant.passes, "bwd") &&
+    if (deterministic && *deterministic && !llvm::is_contained(variant.passes, Pass::Backward) &&
         !variant.passes.empty())
       error(it->second.valueLoc, "deterministic applies to the backward pass: add bwd to "
                                  "passes, or remove deterministic");

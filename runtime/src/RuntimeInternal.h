@@ -19,6 +19,7 @@
 #include "compiler/bundle/Bundle.h"
 #include "runtime/src/Driver.h"
 #include "runtime/src/TmaMaps.h"
+#include "runtime/src/VariantAbi.h"
 #include "templates/abi/bwd_params.h"
 #include "templates/common/philox.h"
 

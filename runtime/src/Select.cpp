@@ -8,56 +8,6 @@ namespace fagen::rt {
 
 //===--- Variants: one vocabulary for kernels and calls -------------------===//
 
-/// Every choice that decides whether a kernel computes a call, in the manifest's words.
-struct VariantKey {
-  std::string pass = "fwd";
-  std::string dtype;
-  int headDimQK = 0, headDimV = 0;
-  std::string mask = "none", maskAlign = "bottom_right", scoreMod = "none";
-  bool dropout = false, varlen = false;
-  std::string sparsity = "none";
-  int sparseBlock = 0;    ///< a call's static layout: 0 = any
-  std::string sparseHash; ///< a call's static layout: "" = any
-  bool deterministic = false;
-
-  /// "fp16 head_dim 128/128 mask causal top_left softcap dropout".
-  std::string text() const {
-    std::string t = dtype + " head_dim " + str(headDimQK) + "/" + str(headDimV) + " mask " + mask;
-    if (mask != "none" && maskAlign == "top_left")
-      t += " top_left";
-    if (scoreMod != "none")
-      t += " " + scoreMod;
-    if (dropout)
-      t += " dropout";
-    if (varlen)
-      t += " varlen";
-    if (sparsity != "none")
-      t += " block_sparse " + sparsity + (sparseBlock ? " " + str(sparseBlock) : "") +
-           (sparseHash.empty() ? "" : " layout " + sparseHash);
-    if (deterministic)
-      t += " deterministic";
-    return t;
-  }
-};
-
-VariantKey keyOf(const KernelRecord &k) {
-  VariantKey v;
-  v.pass = k.pass;
-  v.dtype = k.dtype;
-  v.headDimQK = k.headDimQK;
-  v.headDimV = k.headDimV;
-  v.mask = k.mask;
-  v.maskAlign = k.maskAlign;
-  v.scoreMod = k.scoreMod;
-  v.dropout = k.dropout;
-  v.varlen = k.varlen;
-  v.sparsity = k.sparsity;
-  v.sparseBlock = k.sparseBlock;
-  v.sparseHash = k.sparseHash;
-  v.deterministic = k.deterministic;
-  return v;
-}
-
 int32_t effectiveMask(const fagen_fwd_problem &p) {
   return raw(p.mask) == FAGEN_MASK_NONE && p.causal ? int32_t(FAGEN_MASK_CAUSAL) : raw(p.mask);
 }
@@ -68,44 +18,25 @@ std::string hashText(uint32_t hash) {
   return buf;
 }
 
-/// The variant a (validated) call needs.
-VariantKey callKey(const fagen_fwd_problem &p, fagen_pass pass, bool deterministic) {
-  static const char *kMasks[] = {"none", "causal", "window"};
-  static const char *kScoreMods[] = {"none", "softcap", "alibi"};
-  static const char *kSparsity[] = {"none", "runtime", "static"};
-  VariantKey v;
-  v.pass = pass == FAGEN_PASS_BACKWARD ? "bwd" : "fwd";
-  v.dtype = raw(p.dtype) == FAGEN_DTYPE_BF16 ? "bf16" : "fp16";
+/// The call's variant (core/Variant.h). The problem has been validated: its enum fields hold
+/// values of their enums, whose values core's enums share.
+Variant callVariant(const fagen_fwd_problem &p, fagen_pass pass, bool deterministic) {
+  Variant v;
+  v.pass = pass == FAGEN_PASS_BACKWARD ? Pass::Backward : Pass::Forward;
+  v.dtype = raw(p.dtype) == FAGEN_DTYPE_BF16 ? DType::BF16 : DType::FP16;
   v.headDimQK = p.head_dim_qk;
   v.headDimV = p.head_dim_v;
-  v.mask = kMasks[effectiveMask(p)];
-  v.maskAlign = raw(p.mask_align) == FAGEN_MASK_ALIGN_TOP_LEFT ? "top_left" : "bottom_right";
-  v.scoreMod = kScoreMods[raw(p.score_mod)];
+  v.mask = static_cast<Mask>(effectiveMask(p));
+  v.maskAlign =
+      raw(p.mask_align) == FAGEN_MASK_ALIGN_TOP_LEFT ? MaskAlign::TopLeft : MaskAlign::BottomRight;
+  v.scoreMod = static_cast<ScoreMod>(raw(p.score_mod));
   v.dropout = p.dropout_p > 0;
   v.varlen = p.varlen != 0;
-  v.sparsity = kSparsity[raw(p.sparsity)];
+  v.sparsity = static_cast<Sparsity>(raw(p.sparsity));
   v.sparseBlock = p.sparse_block;
   v.sparseHash = p.sparse_hash ? hashText(p.sparse_hash) : "";
   v.deterministic = deterministic;
   return v;
-}
-
-/// Whether kernel k computes the call's variant (shapes and seqlen ranges aside). A
-/// deterministic backward serves a call that does not ask for one.
-bool sameVariant(const KernelRecord &k, const VariantKey &c) {
-  if (k.pass != c.pass || k.dtype != c.dtype || k.headDimQK != c.headDimQK ||
-      k.headDimV != c.headDimV || k.mask != c.mask ||
-      (c.mask != "none" && k.maskAlign != c.maskAlign) || k.scoreMod != c.scoreMod ||
-      k.dropout != c.dropout || k.varlen != c.varlen || k.sparsity != c.sparsity)
-    return false;
-  if (c.deterministic && !k.deterministic)
-    return false;
-  if (c.sparsity == "runtime")
-    return k.sparseBlock == c.sparseBlock;
-  if (c.sparsity == "static")
-    return (c.sparseBlock == 0 || k.sparseBlock == c.sparseBlock) &&
-           (c.sparseHash.empty() || k.sparseHash == c.sparseHash);
-  return true;
 }
 
 /// Why kernel k, of the call's variant, cannot take this call's shape; "" if it can.
@@ -154,7 +85,7 @@ std::string shapeProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
   if (takesTmaMaps(k))
     if (std::string why = tmaLayoutProblem(k, p); !why.empty())
       return why;
-  if (k.sparsity != "static")
+  if (k.sparsity != Sparsity::Static)
     return "";
   int64_t rows = int64_t(k.sparseRows) * k.sparseBlock,
           cols = int64_t(k.sparseCols) * k.sparseBlock;
@@ -203,7 +134,7 @@ std::string wsSizeProblem(const KernelRecord &k, const fagen_fwd_problem &p, int
 }
 
 int expectedParamsVersion(const KernelRecord &k) {
-  return k.pass == "bwd" ? FAGEN_BWD_PARAMS_VERSION : FAGEN_FWD_PARAMS_VERSION;
+  return k.isBackward() ? FAGEN_BWD_PARAMS_VERSION : FAGEN_FWD_PARAMS_VERSION;
 }
 
 fagen_status paramsVersionMismatch(const KernelRecord &k) {
@@ -214,40 +145,12 @@ fagen_status paramsVersionMismatch(const KernelRecord &k) {
 }
 
 /// The spec keys that build a kernel for `c`: "dtype fp16, head_dim 96 and mask causal".
-std::string specKeys(const VariantKey &c) {
-  std::vector<std::string> keys = {
-      "dtype " + c.dtype,
-      "head_dim " + str(c.headDimQK) +
-          (c.headDimV == c.headDimQK ? "" : " (head_dim_v " + str(c.headDimV) + ")"),
-      "mask " + c.mask};
-  if (c.mask != "none" && c.maskAlign == "top_left")
-    keys.push_back("mask_align top_left");
-  if (c.scoreMod != "none")
-    keys.push_back("score_mod " + c.scoreMod);
-  if (c.dropout)
-    keys.push_back("dropout true");
-  if (c.varlen)
-    keys.push_back("varlen true");
-  if (c.sparsity == "runtime")
-    keys.push_back("block_sparse {block: " + str(c.sparseBlock) + ", layout: runtime}");
-  if (c.sparsity == "static")
-    keys.push_back("a static block_sparse layout" +
-                   (c.sparseBlock ? " (block " + str(c.sparseBlock) + ")" : std::string()));
-  if (c.pass == "bwd")
-    keys.push_back(std::string("passes [fwd, bwd]") +
-                   (c.deterministic ? " and deterministic true" : ""));
-  std::string out;
-  for (size_t i = 0; i < keys.size(); ++i)
-    out += (i == 0 ? "" : i + 1 == keys.size() ? " and " : ", ") + keys[i];
-  return out;
-}
-
-std::string notServedMessage(const Bundle &bundle, const VariantKey &c) {
-  const char *passName = c.pass == "bwd" ? "backward" : "forward";
+std::string notServedMessage(const Bundle &bundle, const Variant &c) {
+  const char *passName = c.isBackward() ? "backward" : "forward";
   std::set<std::string> offered;
   for (const KernelRecord &k : bundle.kernels)
     if (k.pass == c.pass)
-      offered.insert(keyOf(k).text());
+      offered.insert(k.text());
   std::string have;
   for (const std::string &v : offered)
     have += (have.empty() ? "" : ", ") + v;
@@ -255,14 +158,13 @@ std::string notServedMessage(const Bundle &bundle, const VariantKey &c) {
          "; the bundle has " +
          (have.empty() ? std::string("no ") + passName + " kernels"
                        : std::string(passName) + " kernels for " + have) +
-         ": add a variant with " + specKeys(c) + " to the spec and rebuild";
+         ": add a variant with " + c.specKeys() + " to the spec and rebuild";
 }
 
 std::string describe(const KernelRecord &k) {
-  VariantKey v = keyOf(k);
-  std::string variant = v.text(); // "fp16 head_dim 128/128 mask causal ..."
-  return k.name + " (" + k.pass + " " + k.arch + " " + variant + " tile " + str(k.blockM) + "x" +
-         str(k.blockN) + " warps " + str(k.warps) + " stages " + str(k.stages) + " smem " +
+  std::string variant = k.text(); // "fp16 head_dim 128/128 mask causal ..."
+  return k.name + " (" + toText(k.pass) + " " + k.arch + " " + variant + " tile " + str(k.blockM) +
+         "x" + str(k.blockN) + " warps " + str(k.warps) + " stages " + str(k.stages) + " smem " +
          str(k.smemBytes) + ")";
 }
 
@@ -473,8 +375,8 @@ void fillForwardParams(const fagen_fwd_problem &p, fagen_fwd_params &fp) {
 
 /// The run-time arguments kernel k reads (FAGEN_RUN_ARG_*).
 uint32_t runArgsOf(const KernelRecord &k) {
-  return (k.scoreMod == "alibi" ? FAGEN_RUN_ARG_ALIBI_SLOPES : 0u) |
-         (k.sparsity == "runtime" ? FAGEN_RUN_ARG_BLOCK_MASK : 0u) |
+  return (k.scoreMod == ScoreMod::Alibi ? FAGEN_RUN_ARG_ALIBI_SLOPES : 0u) |
+         (k.sparsity == Sparsity::Runtime ? FAGEN_RUN_ARG_BLOCK_MASK : 0u) |
          (k.varlen ? FAGEN_RUN_ARG_CU_SEQLENS : 0u) | (k.dropout ? FAGEN_RUN_ARG_DROPOUT_SEED : 0u);
 }
 
@@ -500,13 +402,13 @@ fagen_status checkPlanArguments(const char *function, const fagen_bundle *bundle
 /// The kernels of the call's variant that take its shape. On none, the most specific reason.
 /// The kernels of `b` that serve the call; `shapeReason` gets why the first kernel of the
 /// call's variant that cannot take this shape was left out ("" if none was).
-fagen_status findCandidates(const Bundle &b, const fagen_fwd_problem &p, const VariantKey &call,
+fagen_status findCandidates(const Bundle &b, const fagen_fwd_problem &p, const Variant &call,
                             std::vector<int> &candidates, std::string &shapeReason) {
   const KernelRecord *otherParams = nullptr, *outOfRange = nullptr;
   std::set<std::string> staticLayouts;
   for (size_t i = 0; i < b.kernels.size(); ++i) {
     const KernelRecord &k = b.kernels[i];
-    if (!sameVariant(k, call))
+    if (!servesCall(k, call))
       continue;
     if (std::string why = shapeProblem(k, p); !why.empty()) {
       shapeReason = shapeReason.empty() ? why : shapeReason;
@@ -520,7 +422,7 @@ fagen_status findCandidates(const Bundle &b, const fagen_fwd_problem &p, const V
       otherParams = otherParams ? otherParams : &k;
       continue;
     }
-    if (k.sparsity == "static")
+    if (k.sparsity == Sparsity::Static)
       staticLayouts.insert(k.sparseHash);
     candidates.push_back(int(i));
   }
@@ -550,7 +452,7 @@ fagen_status findCandidates(const Bundle &b, const fagen_fwd_problem &p, const V
 
 /// Why pinned kernel k cannot take the call; FAGEN_OK if it can.
 fagen_status checkPinnedKernel(const Bundle &b, const char *function, const fagen_fwd_problem &p,
-                               const VariantKey &call, int kernelIndex) {
+                               const Variant &call, int kernelIndex) {
   if (kernelIndex < 0 || size_t(kernelIndex) >= b.kernels.size())
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
                 std::string(function) + ": kernel_index " + str(kernelIndex) +
@@ -562,11 +464,11 @@ fagen_status checkPinnedKernel(const Bundle &b, const char *function, const fage
                     str(k.seqlenMin) + ".." + str(k.seqlenMax) + "; the call has " +
                     str(std::max(p.seqlen_q, p.seqlen_k)) +
                     ": plan without pinning a kernel, or pick one whose range holds the call");
-  if (!sameVariant(k, call))
-    return fail(FAGEN_ERROR_NOT_SUPPORTED,
-                "kernel " + k.name + " is a " + k.pass + " kernel for " + keyOf(k).text() +
-                    "; the call is a " + (call.pass == "bwd" ? "backward" : "forward") +
-                    " for " + call.text());
+  if (!servesCall(k, call))
+    return fail(FAGEN_ERROR_NOT_SUPPORTED, "kernel " + k.name + " is a " + toText(k.pass) +
+                                               " kernel for " + k.text() + "; the call is a " +
+                                               (call.isBackward() ? "backward" : "forward") +
+                                               " for " + call.text());
   if (std::string why = shapeProblem(k, p); !why.empty())
     return fail(FAGEN_ERROR_NOT_SUPPORTED, why);
   if (k.paramsVersion != expectedParamsVersion(k))
@@ -607,8 +509,8 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   std::memcpy(plan.params, &bp, sizeof bp);
 
   const int64_t dqRows = p.varlen ? p.total_q : int64_t(p.batch) * dqRowsPerHead;
-  const int32_t dqSlots =
-      fagen_bwd_dq_slots(k.deterministic ? 1 : 0, k.mask == "none" && k.sparsity == "none");
+  const int32_t dqSlots = fagen_bwd_dq_slots(k.deterministic ? 1 : 0,
+                                             k.mask == Mask::None && k.sparsity == Sparsity::None);
   fagen_bwd_workspace w = fagen_bwd_workspace_layout(rowsQ, dqRows, p.heads_q, p.head_dim_qk,
                                                      p.batch, mBlocks, k.deterministic ? 1 : 0,
                                                      dqSlots);
@@ -696,7 +598,7 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
           checkPlanArguments(function, bundle, problem, plan, pass, deterministic);
       s != FAGEN_OK)
     return s;
-  VariantKey call = callKey(*problem, pass, deterministic != 0);
+  Variant call = callVariant(*problem, pass, deterministic != 0);
   std::vector<int> candidates;
   if (pinned) {
     if (fagen_status s = checkPinnedKernel(bundle->bundle, function, *problem, call, kernelIndex);

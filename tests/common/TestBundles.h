@@ -21,14 +21,14 @@ inline KernelRecord testKernel(const std::string &name, const std::string &arch,
                                uint32_t cubin) {
   KernelRecord k;
   k.name = name;
-  k.pass = "fwd";
+  k.pass = Pass::Forward;
   k.arch = arch;
   k.templ = "sm80";
   k.variant = "v_" + dtype + "_" + std::to_string(headDim) + "_" + mask;
-  k.dtype = dtype;
+  k.dtype = *fromText<DType>(dtype);
   k.headDimQK = headDim;
   k.headDimV = headDim;
-  k.mask = mask;
+  k.mask = *fromText<Mask>(mask);
   k.blockM = 128;
   k.blockN = 64;
   k.warps = 4;
@@ -63,7 +63,7 @@ inline KernelRecord testBackwardKernel(const std::string &name, const std::strin
                                        const std::string &dtype, int headDim,
                                        const std::string &mask, uint32_t cubin) {
   KernelRecord k = testKernel(name, arch, dtype, headDim, mask, cubin);
-  k.pass = "bwd";
+  k.pass = Pass::Backward;
   k.blockM = 64;
   k.blockN = 128;
   k.warps = 8;
@@ -92,24 +92,24 @@ inline Bundle makeVariantBundle() {
   // Every run-time feature at once: window (top-left), softcap, dropout, varlen.
   KernelRecord fwdWindow = testKernel("fagen_fwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80",
                                       "sm_90", "bf16", 64, "window", 0);
-  fwdWindow.maskAlign = "top_left";
-  fwdWindow.scoreMod = "softcap";
+  fwdWindow.maskAlign = MaskAlign::TopLeft;
+  fwdWindow.scoreMod = ScoreMod::Softcap;
   fwdWindow.dropout = true;
   fwdWindow.varlen = true;
   KernelRecord bwdWindow = testBackwardKernel(
       "fagen_bwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80", "sm_90", "bf16", 64, "window", 0);
-  bwdWindow.maskAlign = "top_left";
-  bwdWindow.scoreMod = "softcap";
+  bwdWindow.maskAlign = MaskAlign::TopLeft;
+  bwdWindow.scoreMod = ScoreMod::Softcap;
   bwdWindow.dropout = true;
   bwdWindow.varlen = true;
   KernelRecord fwdAlibi = testKernel("fagen_fwd_fp16_hd128_none_alibi_bsr128_sm80", "sm_90",
                                      "fp16", 128, "none", 0);
-  fwdAlibi.scoreMod = "alibi";
-  fwdAlibi.sparsity = "runtime";
+  fwdAlibi.scoreMod = ScoreMod::Alibi;
+  fwdAlibi.sparsity = Sparsity::Runtime;
   fwdAlibi.sparseBlock = 128;
   KernelRecord fwdStatic = testKernel("fagen_fwd_fp16_hd128_causal_bs128_0123abcd_sm80", "sm_90",
                                       "fp16", 128, "causal", 0);
-  fwdStatic.sparsity = "static";
+  fwdStatic.sparsity = Sparsity::Static;
   fwdStatic.sparseBlock = 128;
   fwdStatic.sparseRows = 8;
   fwdStatic.sparseCols = 16;

@@ -42,17 +42,19 @@ void checkValid(const AttentionSpec &spec) {
   for (const VariantSpec &v : spec.variants) {
     check(names.insert(v.name).second, "variant names are unique");
     check(!v.name.empty() && v.name.size() <= 64, "variant name length");
-    check(v.dtype == "fp16" || v.dtype == "bf16", "dtype");
+    check(v.dtype == DType::FP16 || v.dtype == DType::BF16, "dtype");
     for (int d : {v.headDimQK, v.headDimV})
       check(d >= 32 && d <= 256 && d % 8 == 0, "head dims are multiples of 8 in [32, 256]");
-    check(v.mask == "none" || v.mask == "causal" || v.mask == "window", "mask");
-    check(v.maskAlign == "bottom_right" || v.maskAlign == "top_left", "mask_align");
-    check(v.scoreMod == "none" || v.scoreMod == "softcap" || v.scoreMod == "alibi", "score_mod");
-    std::set<std::string> passes(v.passes.begin(), v.passes.end());
+    check(v.mask == Mask::None || v.mask == Mask::Causal || v.mask == Mask::Window, "mask");
+    check(v.maskAlign == MaskAlign::BottomRight || v.maskAlign == MaskAlign::TopLeft, "mask_align");
+    check(v.scoreMod == ScoreMod::None || v.scoreMod == ScoreMod::Softcap ||
+              v.scoreMod == ScoreMod::Alibi,
+          "score_mod");
+    std::set<Pass> passes(v.passes.begin(), v.passes.end());
     check(!v.passes.empty() && passes.size() == v.passes.size(), "passes non-empty, unique");
-    check(llvm::all_of(v.passes, [](const std::string &p) { return p == "fwd" || p == "bwd"; }),
+    check(llvm::all_of(v.passes, [](Pass p) { return p == Pass::Forward || p == Pass::Backward; }),
           "passes are fwd / bwd");
-    check(!v.deterministic || passes.count("bwd"), "deterministic needs bwd");
+    check(!v.deterministic || passes.count(Pass::Backward), "deterministic needs bwd");
     if (v.blockSparse) {
       const BlockSparseSpec &b = *v.blockSparse;
       check(b.block >= 64 && b.block <= 256 && b.block % 64 == 0, "block_sparse.block");

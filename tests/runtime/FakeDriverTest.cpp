@@ -853,7 +853,7 @@ TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
   b = makeVariantBundle();
   for (KernelRecord &k : b.kernels)
     if (k.name.rfind("fagen_bwd_fp16_hd128_causal", 0) == 0)
-      k.mask = "none";
+      k.mask = Mask::None;
   load(b);
   p = testProblem(FAGEN_DTYPE_FP16, 128, 0);
   const uint64_t dqBytes = 2u * 1024 * 16 * 128 * 4, semBytes = 2u * 16 * 16 * 4;

@@ -55,8 +55,7 @@ void runForward(const std::string &name, const fagen_fwd_params &p) {
   pb.HeadDim = headDim;
   pb.Type = name.find("_bf16_") != std::string::npos ? ref::ElementType::BF16
                                                       : ref::ElementType::F16;
-  pb.Mask = name.find("_causal_") != std::string::npos ? ref::MaskKind::Causal
-                                                        : ref::MaskKind::None;
+  pb.Mask = name.find("_causal_") != std::string::npos ? fagen::Mask::Causal : fagen::Mask::None;
   ref::FwdResult r = ref::forwardFloat64(pb);
   bool wrong = wrongOutput(name);
   uint16_t *o = static_cast<uint16_t *>(p.o);

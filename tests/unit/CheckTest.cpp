@@ -43,20 +43,20 @@ std::vector<KernelRecord> variantRecords(const std::string &pass) {
   out.push_back(record(pass, "none"));
   out.push_back(record(pass, "window"));
   out.push_back(record(pass, "causal"));
-  out.back().maskAlign = "top_left";
+  out.back().maskAlign = MaskAlign::TopLeft;
   out.push_back(record(pass, "causal"));
-  out.back().scoreMod = "softcap";
+  out.back().scoreMod = ScoreMod::Softcap;
   out.push_back(record(pass, "none"));
-  out.back().scoreMod = "alibi";
+  out.back().scoreMod = ScoreMod::Alibi;
   out.push_back(record(pass, "causal"));
   out.back().dropout = true;
   out.push_back(record(pass, "causal"));
   out.back().varlen = true;
   out.push_back(record(pass, "none"));
-  out.back().sparsity = "runtime", out.back().sparseBlock = 128;
+  out.back().sparsity = Sparsity::Runtime, out.back().sparseBlock = 128;
   out.push_back(record(pass, "causal"));
   KernelRecord &s = out.back();
-  s.sparsity = "static", s.sparseBlock = 64, s.sparseRows = 16, s.sparseCols = 16;
+  s.sparsity = Sparsity::Static, s.sparseBlock = 64, s.sparseRows = 16, s.sparseCols = 16;
   s.sparseHash = "0badcafe";
   s.blockM = s.blockN = 64; // the tiles divide the block
   out.push_back(record(pass, "none"));
@@ -70,10 +70,10 @@ std::vector<KernelRecord> variantRecords(const std::string &pass) {
 std::string pinnedPlanMessage(const fagen_bundle *bundle, int index, const KernelRecord &k,
                               const CaseInputs &in) {
   fagen_plan plan;
-  fagen_status st = k.pass == "bwd"
-                        ? fagen_plan_backward_kernel(bundle, &in.problem, k.deterministic,
-                                                     index, &plan)
-                        : fagen_plan_forward_kernel(bundle, &in.problem, index, &plan);
+  fagen_status st =
+      k.pass == Pass::Backward
+          ? fagen_plan_backward_kernel(bundle, &in.problem, k.deterministic, index, &plan)
+          : fagen_plan_forward_kernel(bundle, &in.problem, index, &plan);
   EXPECT_EQ(st, FAGEN_ERROR_NOT_SUPPORTED);
   return fagen_last_error();
 }
@@ -95,7 +95,7 @@ TEST(CheckShapes, GridAndTunedRanges) {
 
 TEST(CheckShapes, StaticLayoutsOnlyGetCoveredShapes) {
   KernelRecord k = record("fwd", "none");
-  k.sparsity = "static", k.sparseBlock = 64, k.sparseRows = 2, k.sparseCols = 3;
+  k.sparsity = Sparsity::Static, k.sparseBlock = 64, k.sparseRows = 2, k.sparseCols = 3;
   std::vector<CheckShape> shapes = checkShapesFor(k, false);
   ASSERT_GE(shapes.size(), 2u);
   for (const CheckShape &s : shapes) {
@@ -220,12 +220,12 @@ TEST(CheckInputs, ReferenceProblemMatchesTheCall) {
   const CheckShape s{1, 2, 1, 64, 100, true};
   CaseInputs window = makeCaseInputs(k[1], s, 2);
   ref::FwdProblem pb = referenceProblem(k[1], window);
-  EXPECT_EQ(pb.Mask, ref::MaskKind::Window);
+  EXPECT_EQ(pb.Mask, fagen::Mask::Window);
   EXPECT_EQ(pb.Params.window_left, window.problem.window_left);
   EXPECT_EQ(pb.Params.q_row_stride, window.problem.q_strides[2]);
   EXPECT_EQ(pb.Params.group_size, 2);
   EXPECT_FLOAT_EQ(pb.Params.softmax_scale, 0.125f);
-  EXPECT_EQ(referenceProblem(k[2], makeCaseInputs(k[2], s, 2)).Align, ref::MaskAlign::TopLeft);
+  EXPECT_EQ(referenceProblem(k[2], makeCaseInputs(k[2], s, 2)).Align, fagen::MaskAlign::TopLeft);
   CaseInputs dropout = makeCaseInputs(k[5], s, 2);
   ref::FwdProblem dp = referenceProblem(k[5], dropout);
   EXPECT_EQ(dp.Params.dropout_threshold, 44u);
@@ -350,7 +350,7 @@ TEST(CheckStaticLayout, ReadsAndVerifiesTheTable) {
   spec.maxSeqlen = 300;
   BlockTable t = blockTable(spec);
   KernelRecord k = record("fwd", "causal");
-  k.sparsity = "static", k.sparseBlock = 64, k.sparseRows = t.rows, k.sparseCols = t.cols;
+  k.sparsity = Sparsity::Static, k.sparseBlock = 64, k.sparseRows = t.rows, k.sparseCols = t.cols;
   k.sparseHash = t.hash;
   llvm::Expected<std::vector<uint8_t>> got = staticBlockTable(k, elfWithTable(t.table));
   ASSERT_TRUE(bool(got)) << llvm::toString(got.takeError());

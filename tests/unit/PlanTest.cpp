@@ -147,15 +147,15 @@ TEST(Plan, KernelNamesSpellTheVariant) {
   EXPECT_EQ(p[1].name, "fagen_fwd_fp16_hd64_causal_alibi_bs64_" + p[1].sparseHash +
                            "_sm80_m64n64w4s2_ra");
   EXPECT_EQ(p[1].sparseHash.size(), 8u);
-  EXPECT_EQ(p[1].sparsity, "static");
+  EXPECT_EQ(p[1].sparsity, Sparsity::Static);
   EXPECT_EQ(p[1].prePostThreads, 0);
   EXPECT_FALSE(p[1].deterministic);
-  EXPECT_EQ(maskToken(p[1]), "causal");
+  EXPECT_EQ(p[1].maskToken(), "causal");
   // Dense plain kernels keep the workload keys existing tuning records use.
   std::vector<KernelPlan> dense =
       planOf("variants: [{name: d, dtype: bf16, head_dim: 128, mask: causal}]", {"sm_90a"});
   EXPECT_EQ(workloadKey(dense[0]), "fwd bf16 hd128x128 causal sm_90a");
-  EXPECT_TRUE(featureTokens(dense[0]).empty());
+  EXPECT_TRUE(dense[0].featureTokens().empty());
 }
 
 /// The plan of variant `name` (plans come sorted by kernel name, not in spec order).
@@ -587,7 +587,7 @@ TEST(Build, PtxasReportOfABackwardCubin) {
                     "ptxas info    : Used 32 registers\n";
   KernelPlan plan;
   plan.name = "k";
-  plan.pass = "bwd";
+  plan.pass = Pass::Backward;
   EXPECT_EQ(entryPointNames(plan), (std::vector<std::string>{"k", "k_pre", "k_post"}));
   PtxasReport r = parsePlanReport(out, plan);
   EXPECT_EQ(r.registers, 255);
@@ -606,7 +606,7 @@ TEST(Build, PtxasReportOfABackwardCubin) {
                 .registers,
             -1);
   // A forward plan has one entry point: maxima are its own.
-  plan.pass = "fwd";
+  plan.pass = Pass::Forward;
   PtxasReport f = parsePlanReport(out, plan);
   EXPECT_EQ(f.maxRegisters, 255);
   EXPECT_EQ(f.maxSpillBytes, 8);

@@ -64,7 +64,7 @@ struct TestProblem {
       P.cu_seqlens_k = CuK.data();
       Pb.Varlen = true;
     }
-    if (Pb.ScoreMod == ScoreModKind::Alibi) {
+    if (Pb.ScoreMod == fagen::ScoreMod::Alibi) {
       Slopes.resize(size_t(Batch) * HeadsQ);
       for (size_t I = 0; I < Slopes.size(); ++I)
         Slopes[I] = 0.25f + 0.125f * float(I);
@@ -157,7 +157,7 @@ TEST(ReferenceGradients, SamePrecisionReadsTheGivenO) {
   // The same-precision backward takes D = rowsum(dO o O) from GivenO (the O a kernel under
   // test reads); the float64 backward ignores it.
   TestProblem T;
-  T.Pb.Mask = MaskKind::Causal;
+  T.Pb.Mask = fagen::Mask::Causal;
   T.build();
   BwdProblem Bp{T.Pb, T.dout()};
   const BwdResult Own = backwardSamePrecision(Bp), Exact = backwardFloat64(Bp);
@@ -193,7 +193,7 @@ TEST(ReferenceErrors, DescribeWorstNamesTheElementAndTheDtypeStep) {
 
 TEST(ReferenceGradients, Dense) {
   TestProblem T;
-  T.Pb.Mask = MaskKind::None;
+  T.Pb.Mask = fagen::Mask::None;
   expectGradientsMatch(T);
 }
 
@@ -201,7 +201,7 @@ TEST(ReferenceGradients, CausalBottomRightWithEmptyRows) {
   // Sq > Sk: the first Sq - Sk rows see no key; their dQ is 0.
   TestProblem T;
   T.Sq = 7, T.Sk = 4;
-  T.Pb.Mask = MaskKind::Causal;
+  T.Pb.Mask = fagen::Mask::Causal;
   expectGradientsMatch(T);
   BwdResult G = backwardFloat64(BwdProblem{T.Pb, T.dout()});
   for (int X = 0; X < T.Dqk; ++X)
@@ -210,7 +210,7 @@ TEST(ReferenceGradients, CausalBottomRightWithEmptyRows) {
 
 TEST(ReferenceGradients, CausalTopLeft) {
   TestProblem T;
-  T.Pb.Mask = MaskKind::Causal;
+  T.Pb.Mask = fagen::Mask::Causal;
   T.Pb.Align = MaskAlign::TopLeft;
   expectGradientsMatch(T);
 }
@@ -218,7 +218,7 @@ TEST(ReferenceGradients, CausalTopLeft) {
 TEST(ReferenceGradients, Window) {
   for (MaskAlign Align : {MaskAlign::BottomRight, MaskAlign::TopLeft}) {
     TestProblem T;
-    T.Pb.Mask = MaskKind::Window;
+    T.Pb.Mask = fagen::Mask::Window;
     T.Pb.Align = Align;
     T.WindowLeft = 2;
     T.WindowRight = 1;
@@ -228,22 +228,22 @@ TEST(ReferenceGradients, Window) {
 
 TEST(ReferenceGradients, Softcap) {
   TestProblem T;
-  T.Pb.Mask = MaskKind::Causal;
-  T.Pb.ScoreMod = ScoreModKind::Softcap;
+  T.Pb.Mask = fagen::Mask::Causal;
+  T.Pb.ScoreMod = fagen::ScoreMod::Softcap;
   T.Pb.Params.softcap = 0.7f; // small: tanh far from linear
   expectGradientsMatch(T);
 }
 
 TEST(ReferenceGradients, Alibi) {
   TestProblem T;
-  T.Pb.ScoreMod = ScoreModKind::Alibi;
+  T.Pb.ScoreMod = fagen::ScoreMod::Alibi;
   expectGradientsMatch(T);
 }
 
 TEST(ReferenceGradients, Dropout) {
   TestProblem T;
   T.Sq = 9, T.Sk = 11; // rows 8.. exercise the second half of a 16-row Philox patch
-  T.Pb.Mask = MaskKind::Causal;
+  T.Pb.Mask = fagen::Mask::Causal;
   T.Pb.Dropout = true;
   T.Pb.Params.dropout_p = 0.3f;
   T.Pb.Params.dropout_threshold = dropout_threshold(0.3f);
@@ -256,7 +256,7 @@ TEST(ReferenceGradients, GroupedQueryHeads) {
   // dK, dV of a kv head sum over its group's query heads (3 per kv head here).
   TestProblem T;
   T.HeadsQ = 6, T.HeadsKV = 2;
-  T.Pb.Mask = MaskKind::Causal;
+  T.Pb.Mask = fagen::Mask::Causal;
   expectGradientsMatch(T);
 }
 
@@ -265,15 +265,15 @@ TEST(ReferenceGradients, Varlen) {
   T.CuQ = {0, 3, 8};
   T.CuK = {0, 6, 8};
   T.Sq = 5, T.Sk = 6; // the maxima
-  T.Pb.Mask = MaskKind::Causal;
-  T.Pb.ScoreMod = ScoreModKind::Alibi;
+  T.Pb.Mask = fagen::Mask::Causal;
+  T.Pb.ScoreMod = fagen::ScoreMod::Alibi;
   expectGradientsMatch(T);
 }
 
 TEST(ReferenceGradients, RuntimeBlockMask) {
   TestProblem T;
   T.Sq = 6, T.Sk = 8;
-  T.Pb.Sparsity = SparsityKind::Runtime;
+  T.Pb.Sparsity = fagen::Sparsity::Runtime;
   T.Pb.SparseBlock = 2;
   // [batch][head][3 rows][4 cols]: a different pattern per batch entry and head.
   T.Mask.resize(size_t(T.Batch) * T.HeadsQ * 3 * 4);
@@ -295,8 +295,8 @@ TEST(ReferenceGradients, RuntimeBlockMask) {
 TEST(ReferenceGradients, StaticBlockLayout) {
   TestProblem T;
   T.Sq = 6, T.Sk = 8;
-  T.Pb.Mask = MaskKind::Causal;
-  T.Pb.Sparsity = SparsityKind::Static;
+  T.Pb.Mask = fagen::Mask::Causal;
+  T.Pb.Sparsity = fagen::Sparsity::Static;
   T.Pb.SparseBlock = 2;
   T.Table = {1, 0, 0, 1, //
              1, 1, 0, 0, //
@@ -313,15 +313,15 @@ TEST(ReferenceGradients, EveryFeatureAtOnce) {
   T.CuQ = {0, 4, 9};
   T.CuK = {0, 7, 10};
   T.Sq = 5, T.Sk = 7;
-  T.Pb.Mask = MaskKind::Window;
+  T.Pb.Mask = fagen::Mask::Window;
   T.Pb.Align = MaskAlign::TopLeft;
-  T.Pb.ScoreMod = ScoreModKind::Softcap;
+  T.Pb.ScoreMod = fagen::ScoreMod::Softcap;
   T.Pb.Params.softcap = 2.0f;
   T.Pb.Dropout = true;
   T.Pb.Params.dropout_p = 0.2f;
   T.Pb.Params.dropout_threshold = dropout_threshold(0.2f);
   T.Pb.Params.dropout_seed = 7;
-  T.Pb.Sparsity = SparsityKind::Static;
+  T.Pb.Sparsity = fagen::Sparsity::Static;
   T.Pb.SparseBlock = 2;
   T.Table = {1, 1, 1, 0, 1, 1, 1, 1, 1};
   T.Pb.BlockTable = T.Table.data();
@@ -402,7 +402,7 @@ TEST(ReferenceDropout, ForwardUsesThePhiloxMaskAndTheUndroppedLse) {
   // One query row over 16 keys with q = 0: P is uniform, so O = mean over keys of keep/(1-p) V.
   TestProblem T;
   T.Batch = 1, T.HeadsQ = T.HeadsKV = 1, T.Sq = 1, T.Sk = 16, T.Dqk = 4, T.Dv = 2;
-  T.Pb.Mask = MaskKind::None;
+  T.Pb.Mask = fagen::Mask::None;
   T.Pb.Dropout = true;
   const float P = 0.5f;
   T.Pb.Params.dropout_p = P;
@@ -442,7 +442,7 @@ void setZeroQueries(TestProblem &T) {
 TEST(ReferenceValues, WindowCountsVisibleKeys) {
   // Sq = Sk = 4, window (left 1, right 0), bottom-right: row i sees keys i - 1 and i.
   TestProblem T = zeroQueries(4, 4);
-  T.Pb.Mask = MaskKind::Window;
+  T.Pb.Mask = fagen::Mask::Window;
   T.build();
   setZeroQueries(T);
   T.Pb.Params.window_left = 1;
@@ -466,7 +466,7 @@ TEST(ReferenceValues, WindowCountsVisibleKeys) {
 TEST(ReferenceValues, CausalAlignments) {
   // Sq = 3, Sk = 5. Top-left: row i sees keys 0..i; bottom-right: keys 0..i + 2.
   TestProblem T = zeroQueries(3, 5);
-  T.Pb.Mask = MaskKind::Causal;
+  T.Pb.Mask = fagen::Mask::Causal;
   T.Pb.Align = MaskAlign::TopLeft;
   T.build();
   setZeroQueries(T);
@@ -481,7 +481,7 @@ TEST(ReferenceValues, CausalAlignments) {
   }
   // Sq = 4 > Sk = 2, bottom-right: rows 0 and 1 see no key (O = 0, LSE = -inf).
   TestProblem E = zeroQueries(4, 2);
-  E.Pb.Mask = MaskKind::Causal;
+  E.Pb.Mask = fagen::Mask::Causal;
   E.build();
   setZeroQueries(E);
   FwdResult R = forwardFloat64(E.Pb);
@@ -495,8 +495,8 @@ TEST(ReferenceValues, CausalAlignments) {
 TEST(ReferenceValues, Softcap) {
   // One key: P = 1, O = V, LSE = the logit = cap * tanh(scale * s / cap).
   TestProblem T = zeroQueries(1, 1);
-  T.Pb.Mask = MaskKind::None;
-  T.Pb.ScoreMod = ScoreModKind::Softcap;
+  T.Pb.Mask = fagen::Mask::None;
+  T.Pb.ScoreMod = fagen::ScoreMod::Softcap;
   T.Pb.Params.softcap = 5.0f;
   T.build();
   T.Pb.Params.softmax_scale = 0.5f;
@@ -507,15 +507,15 @@ TEST(ReferenceValues, Softcap) {
   EXPECT_NEAR(R.Lse[0], 4.9183743, 1e-6); // 5 tanh(2.4), by hand
   EXPECT_NEAR(R.O[0], T.V[0], 1e-12);
   // Without the cap the logit would be 12.
-  T.Pb.ScoreMod = ScoreModKind::None;
+  T.Pb.ScoreMod = fagen::ScoreMod::None;
   EXPECT_NEAR(forwardFloat64(T.Pb).Lse[0], 12.0, 1e-12);
 }
 
 TEST(ReferenceValues, Alibi) {
   // Sq = 1, Sk = 3, q = 0: logits are the biases -slope * |0 + 2 - j| = -2m, -m, 0.
   TestProblem T = zeroQueries(1, 3);
-  T.Pb.Mask = MaskKind::None;
-  T.Pb.ScoreMod = ScoreModKind::Alibi;
+  T.Pb.Mask = fagen::Mask::None;
+  T.Pb.ScoreMod = fagen::ScoreMod::Alibi;
   T.build();
   setZeroQueries(T);
   const double M = T.Slopes[0]; // 0.25
@@ -534,8 +534,8 @@ TEST(ReferencePrecision, SamePrecisionIsCloseToFloat64OnBf16Inputs) {
   // A bf16 problem (every variant part at once): the same-precision reference's errors are
   // those of bf16 rounding, small but not zero.
   TestProblem T;
-  T.Pb.Mask = MaskKind::Causal;
-  T.Pb.ScoreMod = ScoreModKind::Softcap;
+  T.Pb.Mask = fagen::Mask::Causal;
+  T.Pb.ScoreMod = fagen::ScoreMod::Softcap;
   T.Pb.Params.softcap = 3.0f;
   T.build();
   std::vector<uint16_t> Q(T.Q.size()), K(T.K.size()), V(T.V.size()), DOut(T.DOut.size());
@@ -569,7 +569,7 @@ TEST(ReferencePrecision, ReadsKernelGradientsThroughStrides) {
   // A "kernel" that wrote the float64 gradients in bf16 through BHSD strides reads back within
   // bf16 rounding.
   TestProblem T;
-  T.Pb.Mask = MaskKind::None;
+  T.Pb.Mask = fagen::Mask::None;
   T.build();
   BwdProblem Bp{T.Pb, T.dout()};
   BwdResult G = backwardFloat64(Bp);

@@ -81,13 +81,13 @@ std::string readAll(const std::string &path) {
 KernelPlan basePlan(int headDim, const std::string &arch = "sm_90a") {
   KernelPlan p;
   p.variant = "v";
-  p.pass = "fwd";
+  p.pass = Pass::Forward;
   p.arch = arch;
   p.templ = "sm80";
-  p.dtype = "bf16";
+  p.dtype = DType::BF16;
   p.headDimQK = headDim;
   p.headDimV = headDim;
-  p.mask = "causal";
+  p.mask = Mask::Causal;
   p.blockM = 128;
   p.blockN = 64;
   p.warps = 4;
