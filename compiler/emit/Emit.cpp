@@ -116,7 +116,7 @@ const char *boolText(bool b) { return b ? "true" : "false"; }
 
 /// `struct KernelOptions : BASE { ... };  using Config = CONFIG<KernelOptions>;`: the plan's
 /// choices as constants (`fields`, one declaration a line), the template's defaults for the rest.
-std::string optionsDecl(const char *base, const std::string &dtype, const std::string &fields,
+std::string optionsDecl(const char *base, DType dtype, const std::string &fields,
                         const char *config) {
   return llvm::formatv("struct KernelOptions : {0} {{\n  using Element = {1};\n  using Variant = "
                        "KernelVariant;\n{2}};\nusing Config = {3}<KernelOptions>;\n",

@@ -244,7 +244,7 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
   int64_t shortMax = 4096;
   KernelConfig shortSeq = configOf(base), longSeq = configOf(base);
   if (base.headDimQK == 64) { // causal only; longer rows keep the default
-    provenance = "built in: fagen tune on an H200 (2026-12-01), edge by A/B (session 21)";
+    provenance = "built in: fagen tune on an H200 (2026-12-01), edge by A/B (2026-12-01)";
     shortMax = 1024;
     shortSeq.blockM = 128;
     shortSeq.warps = 8;
@@ -272,7 +272,7 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base) {
     // 2k-4k), and 0.995-1.04x the speed in bench_fwd.py's rounds.
     if (!causal)
       provenance = "built in: fagen tune on an H200 (2026-11-30), epilogue and tile by A/B "
-                   "(sessions 22, 27)";
+                   "(2026-12-01, 2026-12-02)";
     shortSeq.stagedEpilogue = causal;
     longSeq.stagedEpilogue = causal;
     shortSeq.blockN = 64;
