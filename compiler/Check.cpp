@@ -182,7 +182,12 @@ void finishGolden(const CheckOptions &opt, const KernelRecord &k, GoldenRun &run
                    << " on " << stored->gpu << ", this run is fagen " << run.now.fagenVersion
                    << " on " << run.now.gpu << "; after a deliberate numerics change: `"
                    << updateCommand(opt) << "`\n";
-    ++(!exists ? run.missing : stored && moved.empty() ? run.matched : run.moved);
+    if (!exists)
+      ++run.missing;
+    else if (stored && moved.empty())
+      ++run.matched;
+    else
+      ++run.moved;
     return;
   }
   if (stored && moved.empty()) {

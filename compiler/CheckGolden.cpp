@@ -114,8 +114,8 @@ std::string parseTensorLine(llvm::StringRef rest, std::string &shape, TensorDige
       return llvm::formatv("bad value of {0}: '{1}'", key, value);
   }
   if (t.probes.size() != probeIndices(t.elements).size())
-    return llvm::formatv("{0} probes for {1} elements, expected {2}", t.probes.size(),
-                         t.elements, probeIndices(t.elements).size());
+    return llvm::formatv("{0} probes for {1} elements, expected {2}", t.probes.size(), t.elements,
+                         probeIndices(t.elements).size());
   return "";
 }
 
@@ -144,7 +144,8 @@ std::string parseHeaderLine(llvm::StringRef keyword, llvm::StringRef rest, Golde
   } else if (keyword == "gpu") {
     file.gpu = rest.str();
   } else {
-    return ("unknown line '" + keyword + "': expected kernel, seqlen, dtype, seed, grid, "
+    return ("unknown line '" + keyword +
+            "': expected kernel, seqlen, dtype, seed, grid, "
             "fagen, gpu or tensor")
         .str();
   }
@@ -434,11 +435,12 @@ llvm::Error writeGolden(llvm::StringRef path, const GoldenFile &file) {
 std::string compareTensor(const TensorDigest &golden, const TensorDigest &now,
                           llvm::StringRef dtype) {
   if (golden.elements != now.elements)
-    return llvm::formatv("{0}: {1} elements in the golden file, {2} now", now.name,
-                         golden.elements, now.elements);
+    return llvm::formatv("{0}: {1} elements in the golden file, {2} now", now.name, golden.elements,
+                         now.elements);
   if (golden.bitwise() != now.bitwise())
-    return now.name + (now.bitwise() ? ": now bitwise stable, the golden file has no hash"
-                                     : ": no longer bitwise stable, the golden file has a hash") +
+    return now.name +
+           (now.bitwise() ? ": now bitwise stable, the golden file has no hash"
+                          : ": no longer bitwise stable, the golden file has a hash") +
            ": rewrite it with --update-golden";
   if (now.bitwise())
     return golden.sha256 == now.sha256 ? "" : describeMove(golden, now, "sha256 differs");
@@ -463,8 +465,7 @@ std::string compareTensor(const TensorDigest &golden, const TensorDigest &now,
   return describeMove(golden, now, over) +
          llvm::formatv("; tolerance {0} (2 {1} steps at max |x| {2}, plus {3}; not bitwise "
                        "stable: added with atomics)",
-                       decimal(tol), dtype, decimal(golden.maxAbs),
-                       decimal(reference::kEpsGrad))
+                       decimal(tol), dtype, decimal(golden.maxAbs), decimal(reference::kEpsGrad))
              .str();
 }
 
@@ -491,7 +492,8 @@ std::vector<std::string> compareGolden(const GoldenFile &golden, const GoldenFil
   }
   for (const CaseDigest &g : golden.cases)
     if (!findCase(now, g.shape))
-      out.push_back(g.shape + ": in the golden file, not run by this check");
+      out.push_back(g.shape + ": in the golden file, no outputs in this check (a failed case, "
+                              "or the check's shapes changed)");
   return out;
 }
 

@@ -38,12 +38,12 @@ constexpr int kProbes = 32;
 
 /// The digest of one output tensor of one case.
 struct TensorDigest {
-  std::string name;        ///< "O", "LSE" (forward); "dQ", "dK", "dV" (backward)
+  std::string name; ///< "O", "LSE" (forward); "dQ", "dK", "dV" (backward)
   uint64_t elements = 0;
-  std::string sha256;      ///< of the fp32 values' bytes, lowercase hex; "" if not bitwise
-  uint64_t nonFinite = 0;  ///< NaN and +-inf elements (LSE is -inf where a query sees no key)
+  std::string sha256;     ///< of the fp32 values' bytes, lowercase hex; "" if not bitwise
+  uint64_t nonFinite = 0; ///< NaN and +-inf elements (LSE is -inf where a query sees no key)
   double sum = 0, rms = 0, maxAbs = 0; ///< over the finite elements
-  std::vector<float> probes; ///< the elements at probeIndices(elements)
+  std::vector<float> probes;           ///< the elements at probeIndices(elements)
 
   bool bitwise() const { return !sha256.empty(); }
 };
@@ -60,7 +60,7 @@ struct GoldenFile {
   std::string seqlenRange; ///< "" for an untuned kernel, else "MIN-MAX" (MAX "inf")
   std::string dtype;       ///< "bf16" | "fp16": the tolerance's unit
   unsigned seed = 0;
-  std::string grid;        ///< "full" | "quick"
+  std::string grid;              ///< "full" | "quick"
   std::string fagenVersion, gpu; ///< informational: who wrote the file
   std::vector<CaseDigest> cases; ///< in the check's shape order
 };

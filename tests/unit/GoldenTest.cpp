@@ -247,7 +247,9 @@ TEST(GoldenCompare, HeadersAndShapes) {
   ASSERT_EQ(moved.size(), 3u);
   EXPECT_EQ(moved[0], "1x1/1_1x1_bshd dV: in the golden file, not written by this check");
   EXPECT_TRUE(contains(moved[1], "3x2/2_1000x17_bhsd: not in the golden file")) << moved[1];
-  EXPECT_EQ(moved[2], "2x2/1_64x1000_bshd_rise: in the golden file, not run by this check");
+  EXPECT_TRUE(contains(moved[2], "2x2/1_64x1000_bshd_rise: in the golden file, no outputs in "
+                                 "this check"))
+      << moved[2];
   // Another element count.
   now = golden;
   now.cases[0].tensors[1] = digestTensor("dK", tensor(301, 2), true);
@@ -310,8 +312,7 @@ TEST(GoldenFormat, MalformedFilesNameTheLine) {
   EXPECT_TRUE(contains(e, ":" + std::to_string(kernelLine + 1) + ": expected 'kernel NAME ARCH'"))
       << e;
   e = parseError(withLine(kernelLine, "colour blue"));
-  EXPECT_TRUE(contains(e, ":" + std::to_string(kernelLine + 1) + ": unknown line 'colour'"))
-      << e;
+  EXPECT_TRUE(contains(e, ":" + std::to_string(kernelLine + 1) + ": unknown line 'colour'")) << e;
   e = parseError(withLine(kernelLine, "seed 1234"));
   EXPECT_TRUE(contains(e, "a second 'seed' line")) << e;
   e = parseError(withLine(kernelLine, "# no kernel line"));
@@ -345,8 +346,8 @@ TEST(GoldenFiles, AtomicWriteReadBackAndStaleFiles) {
   // Missing: kernel c has no file, and reading it says which file.
   llvm::Expected<GoldenFile> missing = readGolden(dir + "/" + goldenFileName(c));
   ASSERT_FALSE(bool(missing));
-  EXPECT_TRUE(contains(llvm::toString(missing.takeError()),
-                       "cannot read " + dir + "/c.sm_90a.golden"));
+  EXPECT_TRUE(
+      contains(llvm::toString(missing.takeError()), "cannot read " + dir + "/c.sm_90a.golden"));
   // Extra: a file of a kernel the bundle does not have (with a filter, only matching ones).
   EXPECT_EQ(staleGoldenFiles(dir, {a, b, c}, ""), std::vector<std::string>{"gone.sm_90.golden"});
   EXPECT_EQ(staleGoldenFiles(dir, {a, b, c}, "gone"),
