@@ -18,6 +18,7 @@
 # UPDATE_GOLDEN=1 (after a deliberate numerics change) runs only the golden steps: it rewrites
 # the digests of both bundles that moved, checks them by a second run, and leaves them in
 # tests/golden/ and $OUT/golden/ (to fetch from a remote machine; commit the diff).
+# UPDATE_GOLDEN=check or UPDATE_GOLDEN=check-variants does one bundle (tests/golden/NAME).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=${CARRY:-.carry}
@@ -46,8 +47,10 @@ step() { # name, log, command... (each step at most STEP_S seconds, 600 by defau
 if [ -n "${UPDATE_GOLDEN:-}" ]; then
   # Per bundle: a copy of the committed digests, rewritten where this run's outputs moved
   # (stale files removed), compared by a second run, then copied back over tests/golden/NAME.
-  for name in check check-variants; do
+  names="check check-variants"; [ "$UPDATE_GOLDEN" = 1 ] || names=$UPDATE_GOLDEN
+  for name in $names; do
     fab=$C/$name.fab; [ "$name" = check-variants ] && fab=$C/variants.fab
+    case $name in check|check-variants) ;; *) echo "UPDATE_GOLDEN=$name: expected 1, check or check-variants"; status=1; continue;; esac
     [ -f "$fab" ] || { echo "no $fab: run scripts/gpu-prepare"; status=1; continue; }
     work=$OUT/golden/$name
     rm -rf "$work"; mkdir -p "$work"
