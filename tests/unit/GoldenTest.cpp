@@ -360,3 +360,22 @@ TEST(GoldenFiles, AtomicWriteReadBackAndStaleFiles) {
   ASSERT_FALSE(bool(broken));
   EXPECT_TRUE(contains(llvm::toString(broken.takeError()), "gone.sm_90.golden: no 'kernel' line"));
 }
+
+TEST(GoldenCompare, ModeAndNonFiniteChanges) {
+  const std::vector<float> v = tensor(100, 5);
+  // A kernel that became deterministic (or stopped being): the file must be rewritten.
+  std::string move = compareTensor(digestTensor("dQ", v, false), digestTensor("dQ", v, true),
+                                   "bf16");
+  EXPECT_TRUE(contains(move, "dQ: now bitwise stable, the golden file has no hash: rewrite it "
+                             "with --update-golden"))
+      << move;
+  move = compareTensor(digestTensor("dQ", v, true), digestTensor("dQ", v, false), "bf16");
+  EXPECT_TRUE(contains(move, "no longer bitwise stable")) << move;
+  // A NaN where there was none fails a tolerance compare, wherever it is.
+  std::vector<float> nan = v;
+  nan[1] = std::numeric_limits<float>::quiet_NaN();
+  move = compareTensor(digestTensor("dQ", v, false), digestTensor("dQ", nan, false), "fp16");
+  EXPECT_TRUE(contains(move, "dQ: non-finite elements differ")) << move;
+  EXPECT_TRUE(contains(move, "non-finite elements 0 -> 1")) << move;
+  EXPECT_TRUE(contains(move, "2 fp16 steps")) << move;
+}
