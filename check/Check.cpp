@@ -2,11 +2,12 @@
 //
 // The driver of `fagen check`: loads the bundle, runs each kernel that this GPU can run over
 // its shapes (CheckForward.cpp, CheckBackward.cpp), prints one table row per kernel and shape,
-// and writes or compares golden outputs.
+// and compares the outputs' digests with the golden files or rewrites them (CheckGolden.h).
 //
 //===----------------------------------------------------------------------===//
 
 #include "check/Check.h"
+#include "check/CheckGolden.h"
 
 #include "check/Reference.h"
 
@@ -20,8 +21,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
-#include <cmath>
-#include <cstring>
+#include <optional>
 #include <variant>
 
 namespace fagen {
@@ -30,57 +30,27 @@ namespace {
 
 namespace ref = reference;
 
-/// Writes or compares the golden output of one kernel. Returns "" when fine, else the problem.
-std::string checkGolden(const CheckOptions &opt, const KernelRecord &k,
-                        const std::vector<float> &o) {
-  std::string path = opt.goldenDir + "/" + k.name + "." + k.arch + ".golden";
-  std::string header = llvm::formatv("fagen-golden 1 seed={0} elements={1}\n", opt.seed, o.size());
-  std::string bytes(reinterpret_cast<const char *>(o.data()), o.size() * sizeof(float));
-  if (opt.updateGolden) {
-    llvm::sys::fs::create_directories(opt.goldenDir);
-    std::error_code ec;
-    llvm::raw_fd_ostream os(path + ".tmp", ec);
-    if (ec)
-      return "cannot write " + path + ": " + ec.message();
-    os << header << bytes;
-    os.close();
-    if (std::error_code rc = llvm::sys::fs::rename(path + ".tmp", path))
-      return "cannot write " + path + ": " + rc.message();
-    return "";
-  }
-  auto buffer = llvm::MemoryBuffer::getFile(path, false, false);
-  if (!buffer)
-    return "no golden file " + path + ": run with --update-golden to create it";
-  llvm::StringRef stored = (*buffer)->getBuffer();
-  if (!stored.starts_with(header) || stored.size() != header.size() + bytes.size())
-    return "golden file " + path + " was made with another seed or shape: " +
-           stored.split('\n').first.str();
-  const float *want = reinterpret_cast<const float *>(stored.data() + header.size());
-  size_t differ = 0;
-  double maxDiff = 0;
-  for (size_t i = 0; i < o.size(); ++i) {
-    if (std::memcmp(&want[i], &o[i], sizeof(float)) == 0)
-      continue;
-    ++differ;
-    maxDiff = std::max(maxDiff, ref::absDiff(want[i], o[i]));
-  }
-  if (differ == 0)
-    return "";
-  return llvm::formatv("{0} of {1} elements differ from {2} (max |diff| {3:e})", differ, o.size(),
-                       path, maxDiff)
-      .str();
-}
-
 /// The GPU and the bundle a check runs on.
 struct Session {
   const DriverApi *api = nullptr;
   Bundle records;
   fagen_bundle *bundle = nullptr;
   int major = 0, minor = 0;
+  std::string gpuName;
+};
+
+/// The golden digests of a run (--golden): the kernel being checked, and the counts.
+struct GoldenRun {
+  golden::GoldenFile now; ///< the current kernel's digests so far
+  bool complete = true;   ///< every case of the current kernel passed and gave its outputs
+  unsigned matched = 0, moved = 0, missing = 0, stale = 0; ///< comparing
+  unsigned written = 0, unchanged = 0, notWritten = 0;     ///< --update-golden
+  bool failed() const { return moved + missing + stale + notWritten > 0; }
 };
 
 struct Tally {
   unsigned passed = 0, failed = 0, skipped = 0;
+  GoldenRun golden;
 };
 
 /// The run-time arguments the check passes to kernel k's variant, for the reader; "" if dense.
@@ -165,15 +135,121 @@ std::string skipReason(const KernelRecord &k, const Session &session) {
                        k.arch, session.major, session.minor);
 }
 
+/// Adds a case's outputs to the kernel's digests (none when the runtime failed it).
+void addGoldenCase(const KernelRecord &k, const CheckShape &s,
+                   const std::vector<OutputTensor> &outputs, bool passed, GoldenRun &run) {
+  run.complete = run.complete && passed && !outputs.empty();
+  if (outputs.empty())
+    return;
+  golden::CaseDigest c{golden::shapeKey(s), {}};
+  for (const OutputTensor &t : outputs)
+    c.tensors.push_back(golden::digestTensor(t.name, t.values, golden::bitwiseStable(k, t.name)));
+  run.now.cases.push_back(std::move(c));
+}
+
+/// The command that rewrites the golden files of `opt`'s bundle (of one kernel: `kernel`).
+std::string updateCommand(const CheckOptions &opt, llvm::StringRef kernel = "") {
+  return "fagen check " + opt.bundlePath + " --golden " + opt.goldenDir +
+         (kernel.empty() ? "" : " --kernel " + kernel.str()) + " --update-golden";
+}
+
+/// Compares kernel k's digests with its golden file, or with --update-golden writes the file
+/// when they moved (or it has none, or an unreadable one); prints what moved.
+void finishGolden(const CheckOptions &opt, const KernelRecord &k, GoldenRun &run) {
+  const std::string path = opt.goldenDir + "/" + golden::goldenFileName(k);
+  const bool exists = llvm::sys::fs::exists(path);
+  std::optional<golden::GoldenFile> stored;
+  std::string unreadable;
+  if (exists) {
+    llvm::Expected<golden::GoldenFile> f = golden::readGolden(path);
+    if (f)
+      stored = std::move(*f);
+    else
+      unreadable = llvm::toString(f.takeError());
+  }
+  const std::vector<std::string> moved =
+      stored ? golden::compareGolden(*stored, run.now) : std::vector<std::string>();
+  if (!opt.updateGolden) {
+    if (!exists)
+      llvm::outs() << "  golden: no golden file " << path << " for " << k.name << " " << k.arch
+                   << ": record it with `" << updateCommand(opt, k.name) << "`\n";
+    if (!unreadable.empty())
+      llvm::outs() << "  golden: " << unreadable << "\n";
+    for (const std::string &line : moved)
+      llvm::outs() << "  golden: " << k.name << " " << k.arch << " " << line << "\n";
+    if (stored && !moved.empty())
+      llvm::outs() << "  golden: " << path << " was written by fagen " << stored->fagenVersion
+                   << " on " << stored->gpu << ", this run is fagen " << run.now.fagenVersion
+                   << " on " << run.now.gpu << "; after a deliberate numerics change: `"
+                   << updateCommand(opt) << "`\n";
+    if (!exists)
+      ++run.missing;
+    else if (stored && moved.empty())
+      ++run.matched;
+    else
+      ++run.moved;
+    return;
+  }
+  if (stored && moved.empty()) {
+    ++run.unchanged;
+    return;
+  }
+  if (!run.complete) {
+    llvm::outs() << "  golden: " << path << " not written: a case of " << k.name
+                 << " failed\n";
+    ++run.notWritten;
+    return;
+  }
+  if (!unreadable.empty())
+    llvm::outs() << "  golden (was): " << unreadable << "\n";
+  for (const std::string &line : moved)
+    llvm::outs() << "  golden (was): " << k.name << " " << k.arch << " " << line << "\n";
+  if (llvm::Error e = golden::writeGolden(path, run.now)) {
+    llvm::outs() << "  golden: " << llvm::toString(std::move(e)) << "\n";
+    ++run.notWritten;
+    return;
+  }
+  llvm::outs() << "  golden: wrote " << path << "\n";
+  ++run.written;
+}
+
+/// Golden files of kernels the bundle no longer has: reported, or removed by --update-golden.
+void staleGolden(const CheckOptions &opt, const Session &session, GoldenRun &run) {
+  for (const std::string &name :
+       golden::staleGoldenFiles(opt.goldenDir, session.records.kernels, opt.kernelFilter)) {
+    const std::string path = opt.goldenDir + "/" + name;
+    if (opt.updateGolden && !llvm::sys::fs::remove(path)) {
+      llvm::outs() << "golden: removed " << path << " (no kernel of " << opt.bundlePath
+                   << " has it)\n";
+      continue;
+    }
+    llvm::outs() << "golden: " << path << " belongs to no kernel of " << opt.bundlePath
+                 << ": remove it, or run `" << updateCommand(opt) << "`\n";
+    ++run.stale;
+  }
+}
+
+/// The golden line of the summary.
+void printGoldenSummary(const CheckOptions &opt, const GoldenRun &run) {
+  if (opt.updateGolden) {
+    llvm::outs() << llvm::formatv("golden: {0} files written, {1} unchanged, {2} not written "
+                                  "({3})\n",
+                                  run.written, run.unchanged, run.notWritten, opt.goldenDir);
+    return;
+  }
+  llvm::outs() << llvm::formatv("golden: {0} kernels match, {1} moved, {2} without a golden "
+                                "file, {3} files without a kernel ({4})\n",
+                                run.matched, run.moved, run.missing, run.stale, opt.goldenDir);
+}
+
 /// Runs case `si` of kernel `index`; prints its row; false after a CUDA failure.
 bool checkCase(const CheckOptions &opt, const Session &session, int index,
                const std::vector<uint8_t> &table, const CheckShape &s, size_t si,
                std::string &lastSource, Tally &tally) {
   const KernelRecord &k = session.records.kernels[index];
   const unsigned seed = opt.seed * 1000003u + unsigned(si);
-  const bool goldenShape = !opt.goldenDir.empty() && si == (opt.quick ? 0u : 2u);
   bool ok = false;
-  std::vector<float> golden;
+  std::vector<OutputTensor> outputs;
   if (k.pass == Pass::Backward) {
     BwdCaseOutcome outcome = checkBackwardCase(*session.api, session.bundle, index, k, s, seed,
                                                table);
@@ -182,13 +258,12 @@ bool checkCase(const CheckOptions &opt, const Session &session, int index,
                                     checkShapeText(s), cuda->message);
       return false;
     }
-    const BwdCaseResult &r = std::get<BwdCaseResult>(outcome);
+    BwdCaseResult &r = std::get<BwdCaseResult>(outcome);
     if (!r.forwardSource.empty() && r.forwardSource != lastSource)
       llvm::outs() << "  O, LSE from " << (lastSource = r.forwardSource) << "\n";
     printBackwardRow(k, s, r, opt.explain);
     ok = r.failure.empty() && r.passed;
-    if (k.deterministic) // atomics make other kernels' dQ differ between runs in its last bits
-      golden = r.gradients;
+    outputs = std::move(r.outputs);
   } else {
     CaseOutcome outcome = checkKernelCase(*session.api, session.bundle, index, k, s, seed, table);
     if (auto *cuda = std::get_if<CudaFailure>(&outcome)) {
@@ -196,17 +271,13 @@ bool checkCase(const CheckOptions &opt, const Session &session, int index,
                                     checkShapeText(s), cuda->message);
       return false;
     }
-    const CaseResult &r = std::get<CaseResult>(outcome);
+    CaseResult &r = std::get<CaseResult>(outcome);
     printForwardRow(k, s, r, opt.explain);
     ok = r.failure.empty() && r.passed;
-    golden = r.outputO;
+    outputs = std::move(r.outputs);
   }
-  if (ok && goldenShape && !golden.empty()) {
-    if (std::string problem = checkGolden(opt, k, golden); !problem.empty()) {
-      llvm::outs() << "  golden: " << problem << "\n";
-      ok = false;
-    }
-  }
+  if (!opt.goldenDir.empty())
+    addGoldenCase(k, s, outputs, ok, tally.golden);
   ok ? ++tally.passed : ++tally.failed;
   return true;
 }
@@ -241,6 +312,12 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
     llvm::outs().flush();
     return failed >= 0;
   }
+  if (!opt.goldenDir.empty()) {
+    tally.golden.now = golden::goldenHeader(k, opt.seed, opt.quick);
+    tally.golden.now.fagenVersion = FAGEN_VERSION_STRING;
+    tally.golden.now.gpu = session.gpuName;
+    tally.golden.complete = true;
+  }
   std::vector<CheckShape> shapes = checkShapesFor(k, opt.quick);
   std::string lastSource;
   for (size_t si = 0; si < shapes.size(); ++si) {
@@ -254,6 +331,8 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
       return false;
     }
   }
+  if (!opt.goldenDir.empty())
+    finishGolden(opt, k, tally.golden);
   return true;
 }
 
@@ -298,6 +377,7 @@ int openDevice(const CheckOptions &opt, Session &session) {
   api.cuDeviceGetAttribute(&session.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device);
   api.cuDeviceGetAttribute(&session.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device);
   api.cuDeviceGetName(name, sizeof(name) - 1, device);
+  session.gpuName = name;
   llvm::outs() << llvm::formatv("fagen check: {0} on {1} (sm_{2}{3}), seed {4}\n",
                                 opt.bundlePath, name, session.major, session.minor, opt.seed);
   return 0;
@@ -306,6 +386,12 @@ int openDevice(const CheckOptions &opt, Session &session) {
 } // namespace
 
 int runCheck(const CheckOptions &opt) {
+  if (!opt.goldenDir.empty() && !opt.updateGolden &&
+      !llvm::sys::fs::is_directory(opt.goldenDir)) {
+    llvm::errs() << "fagen check: no golden folder " << opt.goldenDir << ": create it with `"
+                 << updateCommand(opt) << "`\n";
+    return 1;
+  }
   Session session;
   if (int code = openSession(opt, session))
     return code;
@@ -323,6 +409,10 @@ int runCheck(const CheckOptions &opt) {
       usable = checkKernel(opt, session, int(i), tally);
   }
   fagen_bundle_destroy(session.bundle);
+  if (!opt.goldenDir.empty() && usable) {
+    staleGolden(opt, session, tally.golden);
+    printGoldenSummary(opt, tally.golden);
+  }
   llvm::outs() << llvm::formatv("{0} passed, {1} failed, {2} skipped\n", tally.passed,
                                 tally.failed, tally.skipped);
   if (tally.passed == 0 && tally.failed == 0) {
@@ -331,7 +421,7 @@ int runCheck(const CheckOptions &opt) {
                  << session.major << session.minor << "\n";
     return 1;
   }
-  return tally.failed == 0 ? 0 : 1;
+  return tally.failed == 0 && !tally.golden.failed() ? 0 : 1;
 }
 
 } // namespace fagen

@@ -6,8 +6,8 @@
 // kernel's error against the float64 reference may be at most twice the error of a
 // same-precision reference, plus a small epsilon (O and LSE; each of dQ, dK, dV).
 // Deterministic backward kernels must also give bitwise equal dQ, dK, dV in two runs.
-// Optionally writes or compares golden outputs, so that a change in numerics between fagen
-// versions is caught.
+// Optionally writes or compares golden digests of every output (CheckGolden.h), so that a
+// change in numerics between commits is caught.
 //
 // The host side of a case (the problem of the kernel's variant, inputs, run-time arguments,
 // the reference's problem) is built without a GPU, so that it can be unit-tested.
@@ -123,12 +123,19 @@ bool isDenseKernel(const KernelRecord &k);
 llvm::Expected<std::vector<uint8_t>> staticBlockTable(const KernelRecord &k,
                                                       llvm::StringRef cubin);
 
+/// One output tensor of a case as fp32, dense in the reference's result layout (for the
+/// golden digests).
+struct OutputTensor {
+  const char *name; ///< "O", "LSE" (forward); "dQ", "dK", "dV" (backward)
+  std::vector<float> values;
+};
+
 /// The outcome of one forward kernel on one shape against both references.
 struct CaseResult {
   reference::FwdError kernel, samePrecision;
   bool passed = false;
   std::string failure;        ///< a plan/run error of the runtime (not sticky), or ""
-  std::vector<float> outputO; ///< the kernel's O as fp32, dense (for golden files)
+  std::vector<OutputTensor> outputs; ///< O and LSE as the kernel wrote them
   /// Per output (O, LSE): its largest error (ref::describeWorst), and whether over its bound.
   std::vector<std::pair<std::string, bool>> worst;
 };
@@ -154,7 +161,7 @@ struct BwdCaseResult {
   std::string failure;       ///< a plan/run error of the runtime, or ""
   std::string forwardSource; ///< where O and LSE came from: a forward kernel or the CPU
   int64_t repeatDiffer = -1; ///< deterministic: elements differing between 2 runs; else -1
-  std::vector<float> gradients; ///< dQ, dK, dV as fp32, dense, concatenated (golden files)
+  std::vector<OutputTensor> outputs; ///< dQ, dK, dV as the kernel wrote them (first run)
   /// Per gradient (dQ, dK, dV): its largest error (ref::describeWorst), and whether over its bound.
   std::vector<std::pair<std::string, bool>> worst;
 };
@@ -248,8 +255,8 @@ std::string checkShapeText(const CheckShape &shape);
 
 struct CheckOptions {
   std::string bundlePath;
-  std::string goldenDir;      ///< "" = no golden outputs
-  bool updateGolden = false;  ///< write golden outputs instead of comparing
+  std::string goldenDir;      ///< "" = no golden digests, else their folder (CheckGolden.h)
+  bool updateGolden = false;  ///< write the golden files that moved instead of failing
   unsigned seed = 1234;
   bool quick = false;         ///< a reduced grid (for compute-sanitizer runs)
   std::string kernelFilter;   ///< only kernels whose name contains this

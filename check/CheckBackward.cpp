@@ -192,8 +192,9 @@ void compareGradients(const KernelRecord &k, const CaseInputs &in, const HostFor
        over(result.kernel.MaxDK, result.samePrecision.MaxDK)},
       {ref::describeWorst("dV", exact.DV, same.DV, kernel.DV, dv, type),
        over(result.kernel.MaxDV, result.samePrecision.MaxDV)}};
-  for (const std::vector<double> *g : {&kernel.DQ, &kernel.DK, &kernel.DV})
-    result.gradients.insert(result.gradients.end(), g->begin(), g->end());
+  result.outputs = {{"dQ", std::vector<float>(kernel.DQ.begin(), kernel.DQ.end())},
+                    {"dK", std::vector<float>(kernel.DK.begin(), kernel.DK.end())},
+                    {"dV", std::vector<float>(kernel.DV.begin(), kernel.DV.end())}};
 }
 
 /// Runs the case on the device; fills `result` (a runtime failure, or the errors).

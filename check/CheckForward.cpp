@@ -52,7 +52,8 @@ llvm::Error forwardCase(const DriverApi &api, const fagen_bundle *bundle, int ke
        result.kernel.MaxO > ref::toleranceBound(result.samePrecision.MaxO, ref::kEpsO)},
       {ref::describeWorst("LSE", exact.Lse, same.Lse, got.Lse, 1, ref::ElementType::F64),
        result.kernel.MaxLse > ref::toleranceBound(result.samePrecision.MaxLse, ref::kEpsLse)}};
-  result.outputO.assign(got.O.begin(), got.O.end());
+  result.outputs = {{"O", std::vector<float>(got.O.begin(), got.O.end())},
+                    {"LSE", std::vector<float>(got.Lse.begin(), got.Lse.end())}};
   return llvm::Error::success();
 }
 

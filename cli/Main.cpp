@@ -291,15 +291,26 @@ int main(int argc, char **argv) {
       "from the cubin and verified by their hash. In one shape (\"rise\" in the table; not\n"
       "with --quick) a forward kernel's keys grow along the sequence (row j scaled by\n"
       "2^min(j/48, 7)), so that key tiles raise the row max past the rescale threshold\n"
-      "and past what exp2 spans.\n\n";
+      "and past what exp2 spans.\n\n"
+      "Golden digests (--golden DIR) catch a change of numerics between commits: one file\n"
+      "per kernel, DIR/KERNEL.ARCH.golden, holds for every shape and output (O, LSE; dQ,\n"
+      "dK, dV) a SHA-256 of the fp32 values, their sum, rms, max |x| and 32 probe values.\n"
+      "A tensor must match bitwise, except dQ of a backward kernel that adds it with\n"
+      "atomics (not deterministic): its probes and statistics within 2 steps of the dtype\n"
+      "at its largest |x| (docs/numerics.md). The check fails on a tensor that moved\n"
+      "(saying which kernel, shape and tensor, and by how much), on a kernel without a\n"
+      "golden file, and on a golden file without a kernel. After a deliberate numerics\n"
+      "change, rewrite them and commit the diff:\n"
+      "  fagen check attn.fab --golden tests/golden/attn --update-golden\n\n";
   check->add_option("bundle", checkOptions.bundlePath, "a bundle written by fagen build")
       ->required();
   check->add_option("--golden", checkOptions.goldenDir,
-                    "compare seeded fp32 outputs with the golden files in this folder: O of "
-                    "forward kernels, dQ, dK, dV of deterministic backward kernels (the others' "
-                    "dQ is accumulated with atomics and is not bitwise repeatable)");
+                    "compare every kernel's outputs on every shape with its golden file in "
+                    "this folder (see below); fails on any difference, missing or extra file");
   check->add_flag("--update-golden", checkOptions.updateGolden,
-                  "write the golden files instead of comparing");
+                  "instead of failing, rewrite (atomically) the golden files whose outputs "
+                  "moved or that are missing, and remove those of kernels the bundle no "
+                  "longer has; a kernel with a failing case keeps its file");
   check->add_option("--seed", checkOptions.seed, "random seed of the inputs (default 1234)");
   check->add_flag("--quick", checkOptions.quick, "a reduced shape grid (for compute-sanitizer)");
   check->add_option("--kernel", checkOptions.kernelFilter,
@@ -363,6 +374,11 @@ int main(int argc, char **argv) {
   if (*check) {
     if (checkOptions.updateGolden && checkOptions.goldenDir.empty()) {
       llvm::errs() << "fagen: --update-golden needs --golden DIR\n";
+      return kExitUsage;
+    }
+    if (checkOptions.nonFinite && !checkOptions.goldenDir.empty()) {
+      llvm::errs() << "fagen: --golden compares the shape grid's outputs, not --nonfinite's: "
+                      "run them separately\n";
       return kExitUsage;
     }
     return runCheck(checkOptions);

@@ -3,7 +3,8 @@
 # `scripts/gpu-prepare` (builds fagen, libfagen_rt.so and the bundles into .carry/), then run
 # this on the GPU machine with .carry carried along. Prints a short table last.
 #   1. fagen check: every kernel of tests/gpu/check.yaml vs the float64 reference, full grid,
-#      writing golden outputs; then again comparing against them (bitwise repeatability).
+#      and against the committed golden digests in tests/golden/check (a change of numerics
+#      between commits fails it); then again (bitwise repeatability within the run).
 #   2. compute-sanitizer memcheck and racecheck on a reduced grid.
 #   3. bench/bench_fwd.py and bench/bench_bwd.py: fagen vs SDPA flash and cuDNN, forward (the
 #      sm_90 and, with .carry/bench90a.fab, the sm_90a bundle) and backward (with the
@@ -11,8 +12,13 @@
 #   4. bench/bench_variants.py (with .carry/bench-variants*.fab): dropout, block sparsity, varlen
 #      and head dims 96/192/192x128, forward, both templates, vs SDPA flash and cuDNN.
 #   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
-#   forward and backward, and the sanitizers on it; with .carry/nonfinite.fab
+#   forward and backward, against tests/golden/check-variants, and the sanitizers on it; with
+#   .carry/nonfinite.fab
 #   (tests/gpu/check-nonfinite.yaml): fagen check --nonfinite (docs/numerics.md).
+# UPDATE_GOLDEN=1 (after a deliberate numerics change) runs only the golden steps: it rewrites
+# the digests of both bundles that moved, checks them by a second run, and leaves them in
+# tests/golden/ and $OUT/golden/ (to fetch from a remote machine; commit the diff).
+# UPDATE_GOLDEN=check or UPDATE_GOLDEN=check-variants does one bundle (tests/golden/NAME).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=${CARRY:-.carry}
@@ -34,25 +40,50 @@ step() { # name, log, command... (each step at most STEP_S seconds, 600 by defau
   else
     summary+=("$(printf '%-28s FAIL (%ds)' "$name" $((SECONDS - t0)))"); status=1
     echo "--- $name failed; the last lines of $log:"; tail -n 8 "$log" 2>/dev/null | cut -c1-300
+    return 1
   fi
 }
 
-golden=/tmp/fagen-golden
-rm -rf "$golden"
-step "check + golden write" "$OUT/check.log" bash -c "$C/fagen check $C/check.fab --golden $golden --update-golden >$OUT/check.log 2>&1"
-tail -n 1 "$OUT/check.log"
-grep -E "MISMATCH|error|golden:" "$OUT/check.log" | head -20
+if [ -n "${UPDATE_GOLDEN:-}" ]; then
+  # Per bundle: a copy of the committed digests, rewritten where this run's outputs moved
+  # (stale files removed), compared by a second run, then copied back over tests/golden/NAME.
+  names="check check-variants"; [ "$UPDATE_GOLDEN" = 1 ] || names=$UPDATE_GOLDEN
+  for name in $names; do
+    fab=$C/$name.fab; [ "$name" = check-variants ] && fab=$C/variants.fab
+    case $name in check|check-variants) ;; *) echo "UPDATE_GOLDEN=$name: expected 1, check or check-variants"; status=1; continue;; esac
+    [ -f "$fab" ] || { echo "no $fab: run scripts/gpu-prepare"; status=1; continue; }
+    work=$OUT/golden/$name
+    rm -rf "$work"; mkdir -p "$work"
+    [ -d "tests/golden/$name" ] && cp -r "tests/golden/$name/." "$work/"
+    if step "golden update $name" "$OUT/golden-$name.log" bash -c "$C/fagen check $fab --golden $work --update-golden >$OUT/golden-$name.log 2>&1" &&
+       step "golden repeat $name" "$OUT/golden-$name-repeat.log" bash -c "$C/fagen check $fab --golden $work >$OUT/golden-$name-repeat.log 2>&1"; then
+      rm -rf "tests/golden/$name"; mkdir -p tests/golden; cp -r "$work" "tests/golden/$name"
+    else
+      echo "tests/golden/$name left as it was: the update or its repeat failed"
+    fi
+    grep -hE "golden|MISMATCH" "$OUT/golden-$name.log" "$OUT/golden-$name-repeat.log" 2>/dev/null | cut -c1-300 | tail -20
+  done
+  echo; printf '%s\n' "${summary[@]}"
+  exit $status
+fi
+
+# The committed digests; the repeat compares with them again, so that two runs with equal
+# digests show the kernels bitwise repeatable.
+golden=tests/golden/check
+step "check vs tests/golden" "$OUT/check.log" bash -c "$C/fagen check $C/check.fab --golden $golden >$OUT/check.log 2>&1"
+tail -n 2 "$OUT/check.log"
+grep -E "MISMATCH|error|golden: " "$OUT/check.log" | cut -c1-300 | head -20
 step "check vs golden (repeat)" "$OUT/check-golden.log" bash -c "$C/fagen check $C/check.fab --golden $golden >$OUT/check-golden.log 2>&1"
-tail -n 1 "$OUT/check-golden.log"
+tail -n 2 "$OUT/check-golden.log"
 if command -v compute-sanitizer >/dev/null; then
   step "memcheck (quick grid)" "$OUT/sanitizer.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/check.fab --quick >$OUT/sanitizer.log 2>&1"
   step "racecheck (quick grid)" "$OUT/sanitizer.log" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/check.fab --quick --kernel hd128 >>$OUT/sanitizer.log 2>&1"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer.log"
 fi
 if [ -f "$C/variants.fab" ]; then
-  step "check variants fwd+bwd" "$OUT/check-variants.log" bash -c "$C/fagen check $C/variants.fab >$OUT/check-variants.log 2>&1"
-  tail -n 1 "$OUT/check-variants.log"
-  grep -E "MISMATCH|FAIL|error" "$OUT/check-variants.log" | head -20
+  step "check variants vs golden" "$OUT/check-variants.log" bash -c "$C/fagen check $C/variants.fab --golden tests/golden/check-variants >$OUT/check-variants.log 2>&1"
+  tail -n 2 "$OUT/check-variants.log"
+  grep -E "MISMATCH|FAIL|error|golden: " "$OUT/check-variants.log" | cut -c1-300 | head -20
 fi
 if [ -f "$C/nonfinite.fab" ]; then
   step "check NaN/Inf inputs" "$OUT/check-nonfinite.log" bash -c "$C/fagen check $C/nonfinite.fab --nonfinite >$OUT/check-nonfinite.log 2>&1 && $C/fagen check $C/check.fab --nonfinite >>$OUT/check-nonfinite.log 2>&1"
