@@ -6,6 +6,7 @@
 #include "common/softmax.cuh"
 #include "common/tma_params.h"
 #include "sm80/tile_ops.cuh"
+#include "sm90/softmax.cuh"
 #include "sm90/tile_ops.cuh"
 #include "sm90/tma.cuh"
 #include "sm90/ws_block_info.cuh"
