@@ -16,7 +16,7 @@
 //   sm90/ws_consumer.cuh        a consumer warpgroup's main loop (wgmma + online softmax)
 //   sm90/ws_epilogue.cuh        O and LSE out (direct, staged through Q, or a TMA store)
 //   sm90/ws_trace.cuh           the dev trace (-DFAGEN_WS_TRACE)
-// with the softmax of sm90/tile_ops.cuh and common/softmax.cuh, the variant hooks of
+// with the softmax of sm90/softmax.cuh and common/softmax.cuh, the variant hooks of
 // common/variants.cuh (applied by common/softmax.cuh's apply_logit_hooks), common/dropout.cuh.
 #ifndef FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
