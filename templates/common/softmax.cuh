@@ -89,8 +89,8 @@ __device__ __forceinline__ void apply_score_mod(float (&s)[kRowTiles][kColTiles]
 }
 
 /// The variant's hooks on this warp's logits of key tile n_block of query tile m_block (the
-/// forward kernels' one sequence): the score mod (natural-log logits), then the mask where the
-/// tile needs it. first_row: the warp's first row in the query tile (its fragment origin is
+/// forwards' sequence; the sm90ws forward calls it, the sm80 one spells it out, see there):
+/// the score mod (natural-log logits), then the mask where the tile needs it. first_row: the warp's first row in the query tile (its fragment origin is
 /// row m_block * kBlockM + first_row, as apply_mask's row0). The mask's condition and the row
 /// are spelled out here, not through a helper or a row0 argument: so nvcc 13.0 emits the code
 /// of the kernels that spelled them inline (through either it hoisted and reordered them).

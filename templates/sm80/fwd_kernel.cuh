@@ -191,9 +191,16 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
 
     if constexpr (Dropout::kEnabled && !kDrawDuringPv)
       draw_keep_bits(n_block);
+    const int col0 = n_block * kBlockN;
     float acc_s[kRowTiles][kColTiles][4];
     gemm_qk<Element, kDimQK>(acc_s, q_warp, k_smem + stage * Config::kSmemKTileBytes);
-    apply_logit_hooks<Mask, kBlockM, kBlockN>(acc_s, score_mod, m_block, warp_row, n_block, shape);
+    // The variant's hooks as apply_logit_hooks applies them, spelled out: through the helper
+    // nvcc 13.0 moved the SASS of the window top-left kernels.
+    if constexpr (!ScoreMod::kIdentity)
+      apply_score_mod(acc_s, score_mod, row0, col0);
+    if ((n_block + 1) * kBlockN > shape.seqlen_k ||
+        Mask::template needs_mask<kBlockM, kBlockN>(m_block, n_block, shape))
+      apply_mask<Mask>(acc_s, row0, col0, shape);
     // V_n has landed and every warp is done with K_n: refill that buffer with K_{n+S}. One
     // stage and one 16-row tile per warp (hd256 64x64): before the softmax, FlashAttention-2's
     // order, so that K_{n+1} also loads during the softmax (+1-3 %, H200, 2026-11-30);

@@ -58,7 +58,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const int n_end = Mask::template n_block_end<kBlockM, kBlockN>(m_block, shape);
   if (n_begin >= n_end) {
     store_empty_rows<kBlockM, kHeadDim, kThreads>(o_rows(), params.o_row_stride, lse_rows(),
-                                                        rows_q);
+                                                  rows_q);
     return;
   }
   const int n_tiles = n_end - n_begin;

@@ -16,7 +16,7 @@
 //   sm90/ws_consumer.cuh        a consumer warpgroup's main loop (wgmma + online softmax)
 //   sm90/ws_epilogue.cuh        O and LSE out (direct, staged through Q, or a TMA store)
 //   sm90/ws_trace.cuh           the dev trace (-DFAGEN_WS_TRACE)
-// with the softmax of sm90/tile_ops.cuh and common/softmax.cuh, the variant hooks of
+// with the softmax of sm90/softmax.cuh and common/softmax.cuh, the variant hooks of
 // common/variants.cuh (applied by common/softmax.cuh's apply_logit_hooks), common/dropout.cuh.
 #ifndef FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM90_FWD_WS_KERNEL_CUH
@@ -58,7 +58,17 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
     prefetch_tensor_map(maps.v);
     if constexpr (Config::kTmaStoreO)
       prefetch_tensor_map(maps.o);
-    sm.init_barriers();
+    // Full slots take the producer's arrival (and TMA's bytes), empty ones an arrival from
+    // every consumer warp whose wgmmas read the slot. (Spelled here: as a WsSmem member the
+    // init moved the PTX's register numbering, and the SASS, of some kernels; nvcc 13.0.)
+    mbarrier_init(sm.q_full(), 1);
+    mbarrier_init(sm.q_empty(), 4 * kConsumers); // one arrival per consumer warp
+    for (int s = 0; s < Config::kStages; ++s) {
+      mbarrier_init(sm.k_full(s), 1);
+      mbarrier_init(sm.v_full(s), 1);
+      mbarrier_init(sm.k_empty(s), 4 * kConsumers);
+      mbarrier_init(sm.v_empty(s), 4 * kConsumers);
+    }
     if constexpr (Config::kTileCounter)
       WsTileRing<Config>(sm.tile_ring()).init();
     fence_mbarrier_init();

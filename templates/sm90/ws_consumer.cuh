@@ -6,6 +6,7 @@
 #include "common/softmax.cuh"
 #include "abi/tma_params.h"
 #include "sm80/tile_ops.cuh"
+#include "sm90/softmax.cuh"
 #include "sm90/tile_ops.cuh"
 #include "sm90/tma.cuh"
 #include "sm90/ws_block_info.cuh"
@@ -84,7 +85,7 @@ __device__ __forceinline__ void ws_consume_tile(const WsSmem<Config> &sm,
   auto draw_keep_bits = [&](int n_block) {
     if constexpr (Dropout::kEnabled)
       dropout_keep_bits<1, kColTiles>(keep_bits, Dropout(params, batch, head),
-                                            m_block * kBlockM + first_row, n_block * kBlockN);
+                                      m_block * kBlockM + first_row, n_block * kBlockN);
   };
   auto mask_s = [&](float(&acc_s)[kColTiles][4], int n_block) {
     float(&s3)[1][kColTiles][4] = reinterpret_cast<float(&)[1][kColTiles][4]>(acc_s);

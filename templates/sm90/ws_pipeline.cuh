@@ -32,18 +32,6 @@ template <class Config> struct WsSmem {
   __device__ u32 k_empty(int i) const { return v_full(i) + 8 * Config::kStages; }
   __device__ u32 v_empty(int i) const { return k_empty(i) + 8 * Config::kStages; }
   __device__ u32 tile_ring() const { return q + Config::kTileRingOffset; }
-  /// One thread, before the CTA's first barrier: full slots take the producer's arrival (and
-  /// TMA's bytes), empty ones an arrival from every consumer warp whose wgmmas read the slot.
-  __device__ void init_barriers() const {
-    mbarrier_init(q_full(), 1);
-    mbarrier_init(q_empty(), 4 * Config::kConsumers); // one arrival per consumer warp
-    for (int s = 0; s < Config::kStages; ++s) {
-      mbarrier_init(k_full(s), 1);
-      mbarrier_init(v_full(s), 1);
-      mbarrier_init(k_empty(s), 4 * Config::kConsumers);
-      mbarrier_init(v_empty(s), 4 * Config::kConsumers);
-    }
-  }
   /// Parity of the phase in which the slot of round r fills (the consumers' wait) and of the
   /// phase that frees it (the producer's; 1 on round 0, which returns at once on a fresh
   /// barrier). Round of K/V tile i: i / kStages; of the Q buffer: the work tile's ordinal.

@@ -156,8 +156,9 @@ template <class Config> struct WsTileRing {
 /// FlashAttention-3's tile schedulers): `fetch()` finds the next round's tile (false: no more
 /// work), `work()` is that tile, `consumed(n)` follows a tile that took n K/V tiles, and
 /// `advance()` moves on to the next round. The static deal: every consumer walks
-/// WsTileScheduler itself and counts the CTA's K/V and work tiles. (Members in this order:
-/// ptxas's register allocation follows the PTX's numbering, and this one gives main's.)
+/// WsTileScheduler itself and counts the CTA's K/V and work tiles. (The members' order sets
+/// the PTX's register numbering, which ptxas's allocation follows: this one gives the SASS of
+/// the kernels from before this interface, nvcc 13.0.)
 template <class Config, bool kTileCounter = Config::kTileCounter> struct WsConsumerTiles {
   const WsTileScheduler<Config> sched;
   int kv = 0, r = 0, ordinal = 0, t;
