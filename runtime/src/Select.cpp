@@ -104,7 +104,7 @@ bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
 }
 
 /// Whether kernel k takes a second argument, its tensor maps (abi/tma_params.h), and a 1-D
-/// grid over its work tiles (wsGridSize; templates/sm90/fwd_ws_kernel.cuh).
+/// grid over its work tiles (wsGridSize; templates/sm90/ws_tile_scheduler.cuh).
 bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
 /// CTAs of a sm90ws launch: one per SM for a persistent kernel (the plan's choice, measured:
@@ -572,7 +572,7 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
     return FAGEN_OK;
   }
   const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;
-  // sm90ws: a 1-D grid over the work tiles (templates/sm90/fwd_ws_kernel.cuh), the size of a
+  // sm90ws: a 1-D grid over the work tiles (templates/sm90/ws_tile_scheduler.cuh), the size of a
   // call with a workspace (runForward launches one CTA per tile when a call has none).
   if (takesTmaMaps(k))
     setGrid(plan.grid, wsGridSize(k, tiles, device.sms, true), 1, 1);

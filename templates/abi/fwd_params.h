@@ -99,7 +99,7 @@ typedef struct fagen_fwd_params {
 
   // Work tiles from a counter (sm90ws kernels built with kTileCounter): one int32 of the
   // caller's forward workspace, zeroed by the runtime before each launch; null = the static
-  // deal of WsTileScheduler (templates/sm90/fwd_ws_kernel.cuh: WsTileRing).
+  // deal of WsTileScheduler (templates/sm90/ws_tile_scheduler.cuh).
   int32_t *tile_counter;
 } fagen_fwd_params;
 
