@@ -1,6 +1,6 @@
 # The two commands of the README:
-#   make bundle   builds fagen alone (no tests, no GoogleTest, no SASS tools) and compiles
-#                 specs/default.yaml into attn.fab (no GPU needed)
+#   make bundle   builds fagen and the runtime libraries (no tests, no GoogleTest, no SASS
+#                 tools) and compiles specs/default.yaml into attn.fab (no GPU needed)
 #   make test     builds fagen and runs every CPU test (unit, lit/FileCheck, nvcc compile of the
 #                 templates for sm_80/sm_90a/sm_100a, bundle round trip and corruption, runtime
 #                 without a driver, reproducible bundles, time-bounded fuzzing)
@@ -23,7 +23,7 @@ build: deps
 
 bundle: deps-build
 	@cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DFAGEN_BUILD_TESTS=OFF >/dev/null
-	@cmake --build $(BUILD) -j $(JOBS) --target fagen
+	@cmake --build $(BUILD) -j $(JOBS) --target fagen fagen_rt fagen_rt_static
 	$(BUILD)/fagen build specs/default.yaml --arch sm_90a -o attn.fab
 
 unit: build

@@ -2,7 +2,7 @@
 //
 // Runs every kernel of a bundle that the current GPU can run, forward and backward, of every
 // attention variant, on seeded random inputs over a grid of shapes with odd sizes, against a
-// float64 CPU reference (compiler/Reference.h), with FlashAttention's tolerance rule: the
+// float64 CPU reference (check/Reference.h), with FlashAttention's tolerance rule: the
 // kernel's error against the float64 reference may be at most twice the error of a
 // same-precision reference, plus a small epsilon (O and LSE; each of dQ, dK, dV).
 // Deterministic backward kernels must also give bitwise equal dQ, dK, dV in two runs.

@@ -1,7 +1,7 @@
 //===- Package.h - compiled kernels -> one bundle -------------------------===//
 //
 // Last stage. Assembles the manifest (every kernel's plan, resources and tuning provenance)
-// and the cubins into a Bundle (runtime/src/Bundle.h), sorted so that the same inputs give
+// and the cubins into a Bundle (compiler/bundle/Bundle.h), sorted so that the same inputs give
 // the same bytes, and says which template/arch pairs have run on real hardware.
 //
 //===----------------------------------------------------------------------===//

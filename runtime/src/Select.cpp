@@ -108,7 +108,7 @@ bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
 bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
 /// CTAs of a sm90ws launch: one per SM for a persistent kernel (the plan's choice, measured:
-/// compiler/Plan.cpp finalizePlan) and for a kernel that takes its tiles from the forward
+/// compiler/plan/Plan.cpp finalizePlan) and for a kernel that takes its tiles from the forward
 /// workspace's counter (`counter`: the call has a workspace), else one per work tile.
 int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms, bool counter) {
   const bool oneCtaPerSm = k.persistent || (counter && k.tileCounter);

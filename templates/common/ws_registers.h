@@ -1,6 +1,6 @@
 // fagen: how the sm90ws forward splits its registers between the producer warpgroup and the
 // consumer warpgroups (setmaxnreg), in one place for the template (sm90/fwd_config.cuh) and the
-// planner's accumulator budget (compiler/Plan.cpp, sm90ConfigProblem). Plain C++, host and
+// planner's accumulator budget (compiler/plan/PlanSm90.cpp, sm90ConfigProblem). Plain C++, host and
 // device.
 #ifndef FAGEN_TEMPLATES_COMMON_WS_REGISTERS_H
 #define FAGEN_TEMPLATES_COMMON_WS_REGISTERS_H

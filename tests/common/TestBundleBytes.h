@@ -1,7 +1,7 @@
 //===- TestBundleBytes.h - the test bundle as bytes, without Bundle.h ------===//
 //
 // For tests of the C++ wrapper (fagen.hpp), whose fagen::Bundle cannot share a translation
-// unit with the data model's fagen::Bundle (runtime/src/Bundle.h).
+// unit with the data model's fagen::Bundle (compiler/bundle/Bundle.h).
 #ifndef FAGEN_TESTS_COMMON_TESTBUNDLEBYTES_H
 #define FAGEN_TESTS_COMMON_TESTBUNDLEBYTES_H
 

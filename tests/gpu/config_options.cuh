@@ -1,6 +1,6 @@
 // fagen GPU harnesses: positional spellings of the template configs' options structs, so that a
 // harness macro instantiates a kernel in one line. Generated kernels spell a KernelOptions
-// struct instead (compiler/Emit.cpp). Include after the template headers; each spelling exists
+// struct instead (compiler/emit/Emit.cpp). Include after the template headers; each spelling exists
 // where its config's header was included.
 #ifndef FAGEN_TESTS_GPU_CONFIG_OPTIONS_CUH
 #define FAGEN_TESTS_GPU_CONFIG_OPTIONS_CUH

@@ -1,5 +1,5 @@
 // fagen GPU dev harnesses: what the sm80 (fwd_harness.cu) and sm90 (sm90_harness.cu) harnesses
-// share. Correctness of every registered kernel against compiler/Reference.h at odd shapes and
+// share. Correctness of every registered kernel against check/Reference.h at odd shapes and
 // input families (poisoned outputs, bitwise repeatability, the tolerance rule), then timing of
 // the FlashAttention-3 benchmark shapes. A harness includes its template and this header,
 // instantiates its kernels like the emitter does, registers each with a static `Register`, and
