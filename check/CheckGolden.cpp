@@ -397,6 +397,17 @@ llvm::Expected<GoldenFile> parseGolden(llvm::StringRef text, llvm::StringRef pat
 }
 
 llvm::Expected<GoldenFile> readGolden(llvm::StringRef path) {
+  // Only a regular file of a golden's size: a FIFO or device node would block or never end.
+  constexpr uint64_t kMaxGoldenBytes = 16u << 20;
+  llvm::sys::fs::file_status st;
+  if (std::error_code ec = llvm::sys::fs::status(path, st))
+    return llvm::createStringError(ec, "cannot read " + path + ": " + ec.message());
+  if (st.type() != llvm::sys::fs::file_type::regular_file)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   path + ": not a regular file");
+  if (st.getSize() > kMaxGoldenBytes)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   path + ": over 16 MiB, not a golden file");
   auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
                                             /*RequiresNullTerminator=*/false);
   if (!buffer)
@@ -508,6 +519,7 @@ std::vector<std::string> staleGoldenFiles(llvm::StringRef dir,
   for (llvm::sys::fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) {
     std::string name = llvm::sys::path::filename(it->path()).str();
     if (llvm::StringRef(name).ends_with(".golden") && !known.count(name) &&
+        llvm::sys::fs::is_regular_file(it->path()) &&
         (filter.empty() || llvm::StringRef(name).contains(filter)))
       out.push_back(name);
   }

@@ -190,7 +190,6 @@ int Tuner::finish(const std::vector<Workload> &workloads) {
   return rc;
 }
 
-/// The workloads of the spec, one per canonical key (the first plan of each is its base).
 /// Whether `fagen tune` can time this kernel: a dense forward (the timing launches through
 /// forwardProblem, which knows no variant's run-time arguments).
 bool isTunable(const KernelPlan &p) {

@@ -15,6 +15,9 @@
 
 #include "gtest/gtest.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -359,6 +362,20 @@ TEST(GoldenFiles, AtomicWriteReadBackAndStaleFiles) {
   llvm::Expected<GoldenFile> broken = readGolden(dir + "/gone.sm_90.golden");
   ASSERT_FALSE(bool(broken));
   EXPECT_TRUE(contains(llvm::toString(broken.takeError()), "gone.sm_90.golden: no 'kernel' line"));
+
+  // Only regular files: a folder or a FIFO named like a golden file is refused (reading a FIFO
+  // would block) and never listed as stale.
+  const std::string fifo = dir + "/fifo.sm_90.golden";
+  ASSERT_FALSE(llvm::sys::fs::create_directory(dir + "/folder.sm_90.golden"));
+  unlink(fifo.c_str()); // a FIFO left by an earlier failed run
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const char *name : {"folder.sm_90.golden", "fifo.sm_90.golden"}) {
+    llvm::Expected<GoldenFile> odd = readGolden(dir + "/" + name);
+    ASSERT_FALSE(bool(odd));
+    EXPECT_TRUE(contains(llvm::toString(odd.takeError()), "not a regular file")) << name;
+  }
+  EXPECT_EQ(staleGoldenFiles(dir, {a, b, c}, ""), std::vector<std::string>{"gone.sm_90.golden"});
+  unlink(fifo.c_str()); // remove_directories leaves FIFOs behind
 }
 
 TEST(GoldenCompare, ModeAndNonFiniteChanges) {
