@@ -71,6 +71,26 @@ class CheckLayeringTest(unittest.TestCase):
         self.assertIn("compiler/build/Build.cpp:1: compiler/build (rank 4)", r.stderr)
         self.assertIn("of runtime (rank 6)", r.stderr)
 
+    def test_runtime_reaches_only_its_own_layers(self):
+        # The bundle format is the runtime's; the rest of compiler/ and LLVM are not.
+        write(self.root, "compiler/bundle/Bundle.h", "#pragma once\n")
+        write(self.root, "runtime/src/Load.cpp", '#include "compiler/bundle/Bundle.h"\n')
+        self.assertEqual(run(self.root).returncode, 0, run(self.root).stderr)
+        write(self.root, "compiler/bundle/Bundle.cpp", '#include "compiler/spec/Spec.h"\n')
+        write(self.root, "runtime/src/Select.cpp", '#include "llvm/Support/Error.h"\n')
+        r = run(self.root)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("compiler/bundle/Bundle.cpp:1: the runtime builds without LLVM", r.stderr)
+        self.assertIn("runtime/src/Select.cpp:1: the runtime builds without LLVM", r.stderr)
+
+    def test_older_arch_template_does_not_include_newer(self):
+        write(self.root, "templates/sm90/tile_ops.cuh", '#include "sm80/fwd_kernel.cuh"\n')
+        self.assertEqual(run(self.root).returncode, 0)
+        write(self.root, "templates/sm80/mma.cuh", '#include "sm90/tile_ops.cuh"\n')
+        r = run(self.root)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("templates/sm80/mma.cuh:1: templates/sm80", r.stderr)
+
     def test_long_file_fails_outside_tests_only(self):
         write(self.root, "tests/unit/LongTest.cpp", "//\n" * 900)
         self.assertEqual(run(self.root).returncode, 0)
