@@ -156,9 +156,9 @@ int archSmemLimit(const std::string &arch);
 
 /// A head dim as the sm80 templates store it: padded to their MMA granularity (16).
 int paddedHeadDim(int headDim);
-/// Shared memory of the sm80 forward template; mirrors FwdConfig::kSmemBytes.
+/// Shared memory of the sm80 forward template: FwdConfig::kSmemBytes (common/smem_layout.h).
 int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages);
-/// Shared memory of the sm80 backward template's main kernel; mirrors BwdConfig::kSmemBytes.
+/// Shared memory of the sm80 backward template's main kernel: BwdConfig::kSmemBytes (ditto).
 int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
                      bool varlen);
 /// Shared memory of the sm90 (wgmma) forward template; mirrors sm90::FwdConfig::kSmemBytes.

@@ -1,11 +1,13 @@
 //===- PlanSm80.cpp - the portable mma.sync template's rules -------------===//
 //
-// Shared-memory bytes, register and warp-grid limits of templates/sm80/: the planner's
-// mirror of the static_asserts in fwd_config.cuh and bwd_config.cuh.
+// Shared-memory bytes (templates/common/smem_layout.h), register and warp-grid limits of
+// templates/sm80/: the planner's mirror of the static_asserts in fwd_config.cuh and
+// bwd_config.cuh.
 //
 //===----------------------------------------------------------------------===//
 
 #include "compiler/plan/PlanRules.h"
+#include "templates/common/smem_layout.h"
 #include "templates/common/ws_registers.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -16,38 +18,18 @@ namespace fagen {
 
 using namespace planner;
 
-/// A portable template's shared-memory row of `headDim` 2-byte elements
-/// (templates/sm80/tile_ops.cuh's SmemRow): head dims that are multiples of 64, from
-/// `swizzleFrom` on, unpadded (their 128-byte lines swizzled), others padded by 16 bytes so
-/// that ldmatrix is bank-conflict free. The forward swizzles from 192, the backward from 64
-/// (from 192 with varlen; BwdConfig::kSwizzleFrom).
-static int sm80SmemRowBytes(int headDim, int swizzleFrom) {
-  int padded = paddedHeadDim(headDim);
-  return padded % 64 == 0 && padded >= swizzleFrom ? padded * 2 : padded * 2 + 16;
-}
-
-static constexpr int kSm80FwdSwizzleFrom = 192;
-
-static int sm80BwdSwizzleFrom(bool varlen) { return varlen ? 192 : 64; }
-
+// The shared-memory arithmetic is templates/common/smem_layout.h's, which the template's
+// SmemRow, FwdConfig and BwdConfig compute their constants through (the emitted code
+// static_asserts that planner and template agree). Head dims are padded to 16 here.
 int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages) {
-  // Q tile + kStages x (K tile + V tile). The O epilogue reuses the Q tile, whose rows are
-  // therefore as wide as the wider of the two. Mirrors templates/sm80/fwd_config.cuh (the
-  // emitted code static_asserts that they agree).
-  int qkRow = sm80SmemRowBytes(headDimQK, kSm80FwdSwizzleFrom);
-  int vRow = sm80SmemRowBytes(headDimV, kSm80FwdSwizzleFrom);
-  return blockM * std::max(qkRow, vRow) + stages * blockN * (qkRow + vRow);
+  return sm80_fwd_smem_bytes(paddedHeadDim(headDimQK), paddedHeadDim(headDimV), blockM, blockN,
+                             stages);
 }
 
 int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
                      bool varlen) {
-  // K and V tiles, kStages x (Q + dO tiles), and P and dS tiles in the input dtype; P and dS
-  // rows padded by 16 bytes. Mirrors templates/sm80/bwd_config.cuh's BwdConfig::kSmemBytes
-  // (the emitted code static_asserts that they agree).
-  int qkRow = sm80SmemRowBytes(headDimQK, sm80BwdSwizzleFrom(varlen));
-  int vRow = sm80SmemRowBytes(headDimV, sm80BwdSwizzleFrom(varlen));
-  int pRow = blockN * 2 + 16;
-  return blockN * (qkRow + vRow) + stages * blockM * (qkRow + vRow) + 2 * blockM * pRow;
+  return sm80_bwd_smem_bytes(paddedHeadDim(headDimQK), paddedHeadDim(headDimV), blockM, blockN,
+                             stages, varlen);
 }
 
 namespace planner {

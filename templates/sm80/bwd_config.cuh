@@ -1,5 +1,5 @@
-// fagen sm80: the backward kernels' configuration. The planner mirrors kSmemBytes and every
-// static_assert here (compiler/Plan, sm80BwdSmemBytes).
+// fagen sm80: the backward kernels' configuration. The planner mirrors every static_assert here
+// (compiler/plan) and shares kSmemBytes's arithmetic (common/smem_layout.h).
 #ifndef FAGEN_TEMPLATES_SM80_BWD_CONFIG_CUH
 #define FAGEN_TEMPLATES_SM80_BWD_CONFIG_CUH
 
@@ -157,22 +157,26 @@ template <class Options> struct BwdConfig : VariantParts<typename Options::Varia
   // Varlen kernels keep padded rows below 192: their partial query tiles choose between two
   // dq_accum orders per address, and with the swizzle's lane offsets hd 128 spilled (causal 116
   // bytes, 32 padded; non-causal 24, 0 padded; nvcc 13.0, sm_90).
-  static constexpr int kSwizzleFrom = Variant::kVarlen ? 192 : 64;
+  static constexpr int kSwizzleFrom = bwd_swizzle_from(Variant::kVarlen);
   using RowQK = SmemRow<kHeadDimQKPad, kSwizzleFrom>;
   using RowV = SmemRow<kHeadDimVPad, kSwizzleFrom>;
   static constexpr bool kSwizzleQK = RowQK::kSwizzled;
   static constexpr bool kSwizzleV = RowV::kSwizzled;
   static constexpr int kRowQK = RowQK::kBytes;
   static constexpr int kRowV = RowV::kBytes;
-  static constexpr int kRowP = kBlockN * 2 + 16;
+  static constexpr int kRowP = sm80_bwd_p_row_bytes(kBlockN);
   static constexpr int kSmemKBytes = kBlockN * kRowQK;
   static constexpr int kSmemVBytes = kBlockN * kRowV;
   static constexpr int kSmemQBytes = kBlockM * kRowQK; // one stage
   static constexpr int kSmemDoBytes = kBlockM * kRowV; // one stage
   static constexpr int kSmemPBytes = kBlockM * kRowP;
-  /// = kBlockN * (kRowQK + kRowV) + kStages * kBlockM * (kRowQK + kRowV) + 2 * kBlockM * kRowP
-  static constexpr int kSmemBytes = kSmemKBytes + kSmemVBytes +
-                                    kStages * (kSmemQBytes + kSmemDoBytes) + 2 * kSmemPBytes;
+  /// = kBlockN * (kRowQK + kRowV) + kStages * kBlockM * (kRowQK + kRowV) + 2 * kBlockM * kRowP:
+  /// common/smem_layout.h's count, which the planner's budget reads too.
+  static constexpr int kSmemBytes = sm80_bwd_smem_bytes(kHeadDimQKPad, kHeadDimVPad, kBlockM,
+                                                        kBlockN, kStages, Variant::kVarlen);
+  static_assert(kSmemBytes == kSmemKBytes + kSmemVBytes + kStages * (kSmemQBytes + kSmemDoBytes) +
+                                  2 * kSmemPBytes,
+                "common/smem_layout.h's count must match the tiles laid out here");
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
   static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK >= 32 && kHeadDimQK <= 256,

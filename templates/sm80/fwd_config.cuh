@@ -1,5 +1,6 @@
-// fagen sm80: the forward kernel's configuration. The planner mirrors every constant and
-// static_assert here (compiler/plan); a generated kernel checks kSmemBytes against the plan.
+// fagen sm80: the forward kernel's configuration. The planner mirrors every static_assert here
+// (compiler/plan) and shares the shared-memory arithmetic (common/smem_layout.h); a generated
+// kernel checks kSmemBytes against the plan.
 #ifndef FAGEN_TEMPLATES_SM80_FWD_CONFIG_CUH
 #define FAGEN_TEMPLATES_SM80_FWD_CONFIG_CUH
 
@@ -71,7 +72,11 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
   static constexpr int kSmemQBytes = kBlockM * kSmemQRowBytes;
   static constexpr int kSmemKTileBytes = kBlockN * kSmemQkRowBytes;
   static constexpr int kSmemVTileBytes = kBlockN * kSmemVRowBytes;
-  static constexpr int kSmemBytes = kSmemQBytes + kStages * (kSmemKTileBytes + kSmemVTileBytes);
+  // common/smem_layout.h's count, which the planner's budget reads too.
+  static constexpr int kSmemBytes =
+      sm80_fwd_smem_bytes(kHeadDimQKPad, kHeadDimVPad, kBlockM, kBlockN, kStages);
+  static_assert(kSmemBytes == kSmemQBytes + kStages * (kSmemKTileBytes + kSmemVTileBytes),
+                "common/smem_layout.h's count must match the tiles laid out here");
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
   static_assert(kHeadDimQK % 8 == 0 && kHeadDimQK >= 32 && kHeadDimQK <= 256,

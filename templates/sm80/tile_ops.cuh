@@ -14,6 +14,7 @@
 #include "common/epilogue.cuh"
 #include "common/key_tiles.cuh"
 #include "common/philox.h"
+#include "common/smem_layout.h"
 #include "sm80/mma.cuh"
 
 namespace fagen {
@@ -31,12 +32,11 @@ namespace sm80 {
 /// kSwizzleFrom: the forward's rows swizzle from 192 (kFwdSwizzleFrom: at hd 64 and 128 the
 /// swizzle's per-lane chunk offsets cost registers that its 255-register default tiles do not
 /// have, hd 128 spilled 40-64 bytes, nvcc 13.0); the backward's from 64 (BwdConfig).
-/// compiler/Plan.cpp's sm80SmemRowBytes mirrors this.
+/// The arithmetic is common/smem_layout.h's, which the planner's budget reads too.
 /// Row indices are counted from a multiple of 8 (tile and warp origins are).
-constexpr int kFwdSwizzleFrom = 192;
 template <int kHeadDim, int kSwizzleFrom = kFwdSwizzleFrom> struct SmemRow {
-  static constexpr bool kSwizzled = kHeadDim % 64 == 0 && kHeadDim >= kSwizzleFrom;
-  static constexpr int kBytes = kSwizzled ? kHeadDim * 2 : kHeadDim * 2 + 16;
+  static constexpr bool kSwizzled = smem_row_swizzled(kHeadDim, kSwizzleFrom);
+  static constexpr int kBytes = smem_row_bytes(kHeadDim, kSwizzleFrom);
   /// Byte offset of 16-byte chunk `chunk` of row `row` from the tile's origin.
   __device__ __forceinline__ static int offset(int row, int chunk) {
     return row * kBytes + (kSwizzled ? chunk ^ (row & 7) : chunk) * 16;
