@@ -179,7 +179,7 @@ int commandInspect(const std::string &path) {
                                 path, kBundleFormatVersion, bundle.fagenVersion, bundle.toolchain,
                                 llvm::join(bundle.archs, ", "), bundle.kernels.size());
   for (const KernelRecord &k : bundle.kernels) {
-    std::string status = verifiedOn(k.templ, k.arch);
+    std::string status = verifiedOn(k.templ, k.pass, k.arch);
     llvm::outs() << llvm::formatv(
         "\nkernel {0}\n  arch={1} template={2} pass={3} variant={4}\n"
         "  dtype={5} head_dim_qk={6} head_dim_v={7} mask={8}\n"

@@ -22,7 +22,7 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
 
 /// Where a template built for an arch has been verified on real hardware by this project's GPU
 /// tests (e.g. "NVIDIA H200"), or "" when it has only been compiled ("compiled, not run").
-std::string verifiedOn(const std::string &templ, const std::string &arch);
+std::string verifiedOn(const std::string &templ, Pass pass, const std::string &arch);
 
 } // namespace fagen
 

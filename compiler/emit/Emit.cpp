@@ -165,6 +165,16 @@ std::string forwardConfig(const KernelPlan &p) {
 
 /// The config of a backward plan.
 std::string backwardConfig(const KernelPlan &p) {
+  if (p.templ == "sm90ws")
+    return optionsDecl(
+        "fagen::sm90::WsBwdOptions", p.dtype,
+        llvm::formatv("  static constexpr int kHeadDimQK = {0}, kHeadDimV = {1};\n"
+                      "  static constexpr int kBlockM = {2}, kBlockN = {3}, kStages = {4};\n"
+                      "  static constexpr bool kDeterministic = {5};\n",
+                      p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
+                      boolText(p.deterministic))
+            .str(),
+        "fagen::sm90::WsBwdConfig");
   return optionsDecl(
       "fagen::sm80::BwdOptions", p.dtype,
       llvm::formatv("  static constexpr int kHeadDimQK = {0}, kHeadDimV = {1};\n"
@@ -202,12 +212,12 @@ std::string agreement(const KernelPlan &p) {
 /// a TMA kernel also takes its tensor maps (abi/tma_params.h).
 std::string entryPoint(const std::string &bounds, const std::string &name,
                        const std::string &params, const std::string &function,
-                       bool tmaMaps = false) {
+                       const std::string &tmaMaps = "") {
   return llvm::formatv("\nextern \"C\" __global__ void __launch_bounds__({0})\n{1}(const "
                        "__grid_constant__ {2} params{4}) {{\n  {3}<Config>(params{5});\n}\n",
                        bounds, name, params, function,
-                       tmaMaps ? ",\n    const __grid_constant__ fagen_fwd_tma_maps maps" : "",
-                       tmaMaps ? ", maps" : "");
+                       tmaMaps.empty() ? "" : ",\n    const __grid_constant__ " + tmaMaps + " maps",
+                       tmaMaps.empty() ? "" : ", maps");
 }
 
 } // namespace
@@ -215,6 +225,17 @@ std::string entryPoint(const std::string &bounds, const std::string &name,
 std::string emitKernelSource(const KernelPlan &p) {
   const std::string mainBounds = "Config::kThreads, Config::kMinBlocksPerSm";
   std::string out = planComment(p);
+  if (p.pass == Pass::Backward && p.templ == "sm90ws") {
+    out += "#include \"sm90/bwd_ws_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +
+           backwardConfig(p) + agreement(p);
+    out += entryPoint("Config::kPrePostThreads", p.name + "_pre", "fagen_bwd_params",
+                      "fagen::sm90::bwd_ws_preprocess");
+    out += entryPoint(mainBounds, p.name, "fagen_bwd_params", "fagen::sm90::bwd_ws_kernel",
+                      "fagen_bwd_tma_maps");
+    out += entryPoint("Config::kPrePostThreads", p.name + "_post", "fagen_bwd_params",
+                      "fagen::sm90::bwd_ws_postprocess");
+    return out;
+  }
   if (p.pass == Pass::Backward) {
     out += "#include \"sm80/bwd_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +
            backwardConfig(p) + agreement(p);
@@ -229,7 +250,7 @@ std::string emitKernelSource(const KernelPlan &p) {
     out += "#include \"sm90/fwd_ws_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +
            forwardConfig(p) + agreement(p);
     out += entryPoint(mainBounds, p.name, "fagen_fwd_params", "fagen::sm90::fwd_ws_kernel",
-                      /*tmaMaps=*/true);
+                      "fagen_fwd_tma_maps");
     return out;
   }
   out += "#include \"" + p.templ + "/fwd_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +

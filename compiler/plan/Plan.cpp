@@ -108,6 +108,10 @@ constexpr BwdDefault kBwdDefaults[] = {
 /// Threads of the backward's _pre and _post kernels: BwdConfig::kPrePostThreads.
 constexpr int kBwdPrePostThreads = 256;
 
+/// Whether backward plans for sm_90a take the sm90ws template where it serves the variant
+/// (else the portable one).
+constexpr bool kSm90WsBackwardDefault = true;
+
 Tile defaultBwdTile(int headDim) {
   for (const BwdDefault &d : kBwdDefaults)
     if (headDim <= d.maxHeadDim)
@@ -254,8 +258,9 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
     problem = llvm::formatv("head dims {0}/{1} are not multiples of 8 in 32..256", p.headDimQK,
                             p.headDimV);
   if (problem.empty() && p.pass == Pass::Backward)
-    problem = p.templ == "sm80" ? sm80BwdConfigProblem(p)
-                                : "the backward pass has only the sm80 template";
+    problem = p.templ == "sm80"     ? sm80BwdConfigProblem(p)
+              : p.templ == "sm90ws" ? sm90WsBwdConfigProblem(p)
+                                    : "the backward pass has the sm80 and sm90ws templates";
   else if (problem.empty())
     problem = p.templ == "sm90" || p.templ == "sm90ws"
                   ? sm90ConfigProblem(p, /*ws=*/p.templ == "sm90ws")
@@ -337,7 +342,8 @@ void finalizePlan(KernelPlan &p) {
   // whichever SM frees up: the static deal measured 11 % slower at hd 128 causal and 23-28 % at
   // hd 256 causal (hd 64 causal gains, +17 % at 2k).
   const bool evenTiles = p.mask == Mask::None && !p.varlen && p.sparsity == Sparsity::None;
-  p.persistent = p.templ == "sm90ws" && (evenTiles || (p.headDimQK == 64 && p.headDimV == 64));
+  p.persistent = p.templ == "sm90ws" && p.pass == Pass::Forward &&
+                 (evenTiles || (p.headDimQK == 64 && p.headDimV == 64));
   // Uneven tiles can also take them from a counter in the caller's forward workspace: one CTA
   // per SM, the next tile (heaviest first) to whichever frees up (H200, docs/perf/sm90-fwd.md).
   // Not the block-sparse kernels: their producer's walk over the layout then spills (24-52
@@ -355,7 +361,9 @@ void finalizePlan(KernelPlan &p) {
                 (p.headDimV == 128 || p.headDimV == 64) && !p.varlen && !p.stagedEpilogue &&
                 sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
                                    p.tileCounter, true) <= archSmemLimit(p.arch);
-  if (p.pass == Pass::Backward)
+  if (p.pass == Pass::Backward && p.templ == "sm90ws")
+    p.smemBytes = sm90WsBwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  else if (p.pass == Pass::Backward)
     p.smemBytes =
         sm80BwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.varlen);
   else if (p.templ == "sm90")
@@ -492,6 +500,15 @@ llvm::Expected<KernelPlan> basePlan(const VariantSpec &v, Pass pass, const std::
         ws.spillFallback = sm90WsElementwiseFallback(ws);
       return ws;
     }
+    llvm::consumeError(std::move(err));
+  }
+  // The sm90ws backward where it serves the variant (H100, docs/perf/sm90-bwd.md).
+  if (pass == Pass::Backward && arch == "sm_90a" && kSm90WsBackwardDefault &&
+      sm90WsBwdVariantProblem(p).empty()) {
+    KernelPlan ws = sm90WsBwdPlan(p);
+    llvm::Error err = checkKernelPlan(ws);
+    if (!err)
+      return ws;
     llvm::consumeError(std::move(err));
   }
   if (llvm::Error err = checkKernelPlan(p)) {

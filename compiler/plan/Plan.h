@@ -163,6 +163,9 @@ int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int st
                      bool varlen);
 /// Shared memory of the sm90 (wgmma) forward template; mirrors sm90::FwdConfig::kSmemBytes.
 int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
+/// Shared memory of the sm90ws backward template: WsBwdConfig::kSmemBytes (both read
+/// templates/common/ws_bwd_layout.h).
+int sm90WsBwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 /// Shared memory of the sm90ws (TMA, warp-specialized) forward template; mirrors
 /// sm90::WsFwdConfig::kSmemBytes.
 int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,

@@ -40,6 +40,12 @@ std::string sm90VariantProblem(const KernelPlan &p, bool ws);
 std::string sm90ConfigProblem(const KernelPlan &p, bool ws);
 /// The wgmma templates' defaults for `p` (`ws`: sm90ws).
 KernelPlan sm90Plan(KernelPlan p, bool ws);
+/// What of backward plan `p`'s variant the sm90ws backward cannot serve ("" when it serves it).
+std::string sm90WsBwdVariantProblem(const KernelPlan &p);
+/// "" when templates/sm90/bwd_ws_config.cuh can build backward plan `p`, else what is wrong.
+std::string sm90WsBwdConfigProblem(const KernelPlan &p);
+/// The sm90ws backward's defaults for backward plan `p`.
+KernelPlan sm90WsBwdPlan(KernelPlan p);
 
 // Plan.cpp
 /// Tiles must divide the block of a block mask or layout (variants.cuh static_asserts it).

@@ -7,6 +7,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "compiler/plan/PlanRules.h"
+#include "templates/common/ws_bwd_layout.h"
 #include "templates/common/ws_registers.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -34,6 +35,10 @@ int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int 
   int qk = sm90WsPaddedHeadDim(headDimQK), v = sm90WsPaddedHeadDim(headDimV);
   return (blockM * qk + stages * blockN * (qk + v) + (tmaStoreO ? blockM * v : 0)) * 2 + 1024 +
          8 * (2 + 4 * stages) + (tileCounter ? 8 * 4 + 16 * 2 : 0);
+}
+
+int sm90WsBwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
+  return WsBwdLayout(sm90WsPaddedHeadDim(headDim), blockM, blockN, stages).bytes;
 }
 
 namespace planner {
@@ -169,6 +174,65 @@ std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
 } // namespace planner
 
 bool sm90ServesVariant(const KernelPlan &p) { return sm90VariantProblem(p, /*ws=*/true).empty(); }
+
+namespace planner {
+
+std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
+  if (p.headDimQK != p.headDimV || (p.headDimQK != 64 && p.headDimQK != 128))
+    return llvm::formatv("head dims {0}/{1} (it serves 64/64 and 128/128)", p.headDimQK,
+                         p.headDimV);
+  if (p.dropout)
+    return "dropout";
+  if (p.varlen)
+    return "varlen";
+  if (p.deterministic)
+    return "the deterministic mode";
+  return "";
+}
+
+/// Mirrors the static_asserts of templates/sm90/bwd_ws_config.cuh.
+std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
+  if (p.arch != "sm_90a")
+    return "the sm90ws backward template (TMA, wgmma) needs the sm_90a target";
+  if (std::string variant = sm90WsBwdVariantProblem(p); !variant.empty())
+    return "the sm90ws backward template does not serve " + variant + " (use template sm80)";
+  if (p.blockN != 128)
+    return llvm::formatv("backward block_n must be 128 (two consumer warpgroups of 64 keys), "
+                         "got {0}",
+                         p.blockN);
+  // One 64 x 64 dQ sub-block per consumer warpgroup.
+  if (p.blockM * p.headDimQK != 2 * 64 * 64)
+    return llvm::formatv("backward block_m must be {0} at head dim {1} (one 64 x 64 dQ block per "
+                         "consumer warpgroup), got {2}",
+                         2 * 64 * 64 / p.headDimQK, p.headDimQK, p.blockM);
+  if (p.warps != p.blockN / 16)
+    return llvm::formatv("warps must be block_n / 16 = {0} (the consumer warps; the producer "
+                         "warpgroup comes on top), got {1}",
+                         p.blockN / 16, p.warps);
+  if (p.stages < 1 || p.stages > 3)
+    return llvm::formatv("backward stages must be in 1..3, got {0}", p.stages);
+  if (p.rescaleTau != 0 || p.exp2EmuPercent != 0 || p.stagedEpilogue)
+    return "the backward template has no rescale_tau, exp2 emulation or staged epilogue";
+  int smem = sm90WsBwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
+  if (smem > archSmemLimit(p.arch))
+    return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
+                         archSmemLimit(p.arch));
+  return "";
+}
+
+KernelPlan sm90WsBwdPlan(KernelPlan p) {
+  p.spillFallback.reset();
+  p.templ = "sm90ws";
+  p.blockN = 128;
+  p.blockM = 2 * 64 * 64 / p.headDimQK;
+  p.warps = p.blockN / 16;
+  p.stages = 2;
+  p.rescaleTau = 0;
+  finalizePlan(p);
+  return p;
+}
+
+} // namespace planner
 
 namespace planner {
 

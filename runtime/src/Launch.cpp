@@ -295,8 +295,22 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
                               plan->pre_post_block, 0, &params, stream, "_pre");
       s != FAGEN_OK)
     return s;
+  const KernelRecord &kernel = plan->bundle->bundle.kernels[plan->kernel_index];
+  fagen_bwd_tma_maps maps;
+  if (takesTmaMaps(kernel)) {
+    std::string what;
+    if (int r = encodeBwdTmaMaps(api->cuTensorMapEncodeTiled, params, kernel.headDimQK,
+                                 kernel.headDimV, kernel.blockM, kernel.blockN, maps, what))
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": " +
+                      cudaErrorText(*api, r, "cuTensorMapEncodeTiled") + " for tensor " + what +
+                      " of kernel " + kernel.name +
+                      ": TMA needs 16-byte aligned pointers and strides that are multiples of 8 "
+                      "elements, below 2^39 elements");
+  }
   if (fagen_status s = launch(*api, *plan, plan->function, plan->grid, plan->block,
-                              plan->smem_bytes, &params, stream, "");
+                              plan->smem_bytes, &params, stream, "",
+                              takesTmaMaps(kernel) ? &maps : nullptr);
       s != FAGEN_OK)
     return s;
   return launch(*api, *plan, plan->post_function, plan->pre_post_grid, plan->pre_post_block, 0,

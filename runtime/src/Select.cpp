@@ -57,11 +57,13 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
   // Varlen: packed tensors, whose batch stride is unused and whose rows are all sequences'.
   const int64_t rowsQ = p.varlen ? p.total_q : p.seqlen_q;
   const int64_t rowsK = p.varlen ? p.total_k : p.seqlen_k;
+  // The backward (sm90ws) loads dO where the forward may store O.
   const Tensor all[4] = {{"q", p.q_strides, p.heads_q, rowsQ, "loads"},
                          {"k", p.k_strides, p.heads_kv, rowsK, "loads"},
                          {"v", p.v_strides, p.heads_kv, rowsK, "loads"},
-                         {"o", p.o_strides, p.heads_q, rowsQ, "stores"}};
-  for (int i = 0; i < (k.tmaStoreO ? 4 : 3); ++i) { // O last
+                         k.isBackward() ? Tensor{"do", p.do_strides, p.heads_q, rowsQ, "loads"}
+                                        : Tensor{"o", p.o_strides, p.heads_q, rowsQ, "stores"}};
+  for (int i = 0; i < (k.tmaStoreO || k.isBackward() ? 4 : 3); ++i) { // O or dO last
     const Tensor &t = all[i];
     const int64_t extents[3] = {p.varlen ? 1 : p.batch, t.heads, t.seqlen};
     for (int d = 0; d < 3; ++d) {

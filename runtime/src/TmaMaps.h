@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "templates/abi/bwd_params.h"
 #include "templates/abi/fwd_params.h"
 #include "templates/abi/tma_params.h"
 
@@ -91,6 +92,39 @@ inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_param
       return r;
     }
   }
+  return 0;
+}
+
+/// Fills `maps` for a backward call (fagen_bwd_tma_maps): Q and dO with boxes of blockM rows,
+/// K and V of blockN, from the call's fagen_bwd_params (dense tensors: the sm90 backward has no
+/// varlen kernels). Returns 0, or the first failing driver result with the tensor's name in
+/// `what`.
+inline int encodeBwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_bwd_params &b,
+                            int headDimQK, int headDimV, int blockM, int blockN,
+                            fagen_bwd_tma_maps &maps, std::string &what) {
+  const fagen_fwd_params &p = b.fwd;
+  struct Tensor {
+    const char *name;
+    fagen_tensor_map &map;
+    const void *address;
+    int64_t headDim, seqlen, heads, rowStride, headStride, batchStride;
+    int boxRows;
+  };
+  const Tensor tensors[4] = {
+      {"q", maps.q, p.q, headDimQK, p.seqlen_q, p.heads_q, p.q_row_stride, p.q_head_stride,
+       p.q_batch_stride, blockM},
+      {"k", maps.k, p.k, headDimQK, p.seqlen_k, p.heads_kv, p.k_row_stride, p.k_head_stride,
+       p.k_batch_stride, blockN},
+      {"v", maps.v, p.v, headDimV, p.seqlen_k, p.heads_kv, p.v_row_stride, p.v_head_stride,
+       p.v_batch_stride, blockN},
+      {"dout", maps.dout, b.dout, headDimV, p.seqlen_q, p.heads_q, b.do_row_stride,
+       b.do_head_stride, b.do_batch_stride, blockM}};
+  for (const Tensor &t : tensors)
+    if (int r = encodeTensorMap(encode, t.map, t.address, t.headDim, t.seqlen, t.heads, p.batch,
+                                t.rowStride, t.headStride, t.batchStride, t.boxRows)) {
+      what = t.name;
+      return r;
+    }
   return 0;
 }
 

@@ -39,6 +39,17 @@ typedef struct fagen_fwd_tma_maps {
   fagen_tensor_map o;
 } fagen_fwd_tma_maps;
 
+/// The backward's (sm90 warp-specialized backward, kernels taking `const __grid_constant__
+/// fagen_bwd_params` and this): Q, K, V and dO, encoded as the forward's maps (rank 4, 16-bit,
+/// 128-byte swizzle, zero fill) from fagen_bwd_params' pointers and strides; boxes {64, rows,
+/// 1, 1} with rows = the kernel's block_m for Q and dO, block_n for K and V.
+typedef struct fagen_bwd_tma_maps {
+  fagen_tensor_map q;
+  fagen_tensor_map k;
+  fagen_tensor_map v;
+  fagen_tensor_map dout;
+} fagen_bwd_tma_maps;
+
 #ifdef __cplusplus
 } // extern "C"
 #endif

@@ -113,6 +113,22 @@ template <int kPending> __device__ __forceinline__ void bulk_wait_group_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
 }
 
+/// Adds `bytes` (a multiple of 16) of fp32 from shared memory at `src` into global memory at
+/// `dst` (both 16-byte aligned), element by element, as one bulk group of the issuing thread
+/// (cp.reduce.async.bulk .add.f32: the additions are atomic per element, in no fixed order
+/// against other CTAs'). The writes to `src` must be fenced for the async proxy first.
+__device__ __forceinline__ void bulk_reduce_add_f32(float *dst, u32 src, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(
+                   dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+/// Waits until the issuing thread's bulk groups but the newest kPending have completed (their
+/// global writes done).
+template <int kPending> __device__ __forceinline__ void bulk_wait_group() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
 // --- warpgroups --------------------------------------------------------------------------------
 /// Lowers (kDec) or raises the register limit of every thread of the executing warpgroup to
 /// kRegs (a multiple of 8 in [24, 256]); all warps of the warpgroup execute it.

@@ -132,6 +132,33 @@ template <> struct Wgmma<64, half_t> {
   }
 };
 
+/// m64n64k16 with both operands MN-major (transposed); only N = 64.
+template <class Element> struct WgmmaTransposed;
+
+template <> struct WgmmaTransposed<bfloat16_t> {
+  /// d (64, 64) (+)= A (64, 16) * B (16, 64), both from shared memory and MN-major (A's rows
+  /// and B's columns contiguous: dQ = dS K of the backward, with dS^T and K stored key-major).
+  static __device__ __forceinline__ void ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
+                                            int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <> struct WgmmaTransposed<half_t> {
+  /// d (64, 64) (+)= A (64, 16) * B (16, 64), both from shared memory and MN-major (A's rows
+  /// and B's columns contiguous: dQ = dS K of the backward, with dS^T and K stored key-major).
+  static __device__ __forceinline__ void ss(float (&d)[8][4], uint64_t desc_a, uint64_t desc_b,
+                                            int accumulate) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
 template <> struct Wgmma<80, bfloat16_t> {
   /// d (64, 80) (+)= A (64, 16) from shared memory * B (16, 80) from shared memory (both K-major).
   /// No `rs`: the N of O += P V is a padded head dim (64, 128, 192 or 256).

@@ -1,4 +1,4 @@
-"""Times torch SDPA's flash backend (FlashAttention-2) backward on the bwd harness's benchmark
+"""Times torch SDPA's flash (FlashAttention-2) and cuDNN backends' backward on the bwd harness's benchmark
 shapes and prints it beside fagen's backward from the harness's CSV.
 Usage: bwd_bench.py FAGEN_CSV [OUT_TABLE_CSV]
        bwd_bench.py --profile HD SEQLEN CAUSAL   (SDPA flash forward, then 3 backward calls: a
@@ -42,27 +42,34 @@ def main():
                                requires_grad=True) for _ in range(3))
         dout = torch.randn(batch, heads, seqlen, hd, device="cuda", dtype=torch.bfloat16)
         flops = 10.0 * batch * heads * seqlen * seqlen * hd * (0.5 if causal else 1.0)
-        try:
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                out = torch.nn.functional.scaled_dot_product_attention(q, k, v,
-                                                                       is_causal=bool(causal))
-                ms = time_ms(lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
-                             warmup=3, reps=20)
-            flash = flops / (ms * 1e-3) / 1e12
-        except RuntimeError as e:
-            print(f"flash hd={hd} seqlen={seqlen}: {str(e).splitlines()[0]}")
-            flash = float("nan")
+        base = {}
+        for name, backend in (("flash", SDPBackend.FLASH_ATTENTION),
+                              ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            try:
+                with sdpa_kernel(backend):
+                    out = torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, is_causal=bool(causal))
+                    ms = time_ms(
+                        lambda: torch.autograd.grad(out, (q, k, v), dout, retain_graph=True),
+                        warmup=3, reps=20)
+                base[name] = flops / (ms * 1e-3) / 1e12
+            except RuntimeError as e:
+                print(f"{name} hd={hd} seqlen={seqlen}: {str(e).splitlines()[0]}")
+                base[name] = float("nan")
         del q, k, v, dout
         for tflops, kernel in sorted(fagen[(hd, causal, seqlen)], reverse=True):
-            rows.append((hd, causal, seqlen, kernel, tflops, flash))
-    header = f"{'hd':>3} {'causal':>6} {'seqlen':>6}  {'fagen kernel':<52} {'fagen':>6} {'flash':>6} {'x flash':>7}"
+            rows.append((hd, causal, seqlen, kernel, tflops, base["flash"], base["cudnn"]))
+    header = (f"{'hd':>3} {'causal':>6} {'seqlen':>6}  {'fagen kernel':<48} {'fagen':>6} "
+              f"{'flash':>6} {'cudnn':>6} {'x flash':>7} {'x cudnn':>7}")
     print("\n" + header)
-    for hd, causal, seqlen, kernel, t, fl in rows:
-        print(f"{hd:>3} {causal:>6} {seqlen:>6}  {kernel.replace('fagen_bwd_', ''):<52} {t:6.1f} {fl:6.1f} {t / fl:7.3f}")
+    for hd, causal, seqlen, kernel, t, fl, cu in rows:
+        print(f"{hd:>3} {causal:>6} {seqlen:>6}  {kernel.replace('fagen_bwd_', ''):<48} {t:6.1f} "
+              f"{fl:6.1f} {cu:6.1f} {t / fl:7.3f} {t / cu:7.3f}")
     if len(sys.argv) > 2:
         with open(sys.argv[2], "w") as f:
             w = csv.writer(f)
-            w.writerow(["head_dim", "causal", "seqlen", "kernel", "fagen_tflops", "flash_tflops"])
+            w.writerow(["head_dim", "causal", "seqlen", "kernel", "fagen_tflops", "flash_tflops",
+                        "cudnn_tflops"])
             w.writerows(rows)
 
 

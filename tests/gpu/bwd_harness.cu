@@ -15,6 +15,10 @@
 // out of fp32 sums as rounding noise of the size of the others (hd 256, Sk 1: dK 1.2e-5 with
 // dV up to 4.2, H200, 2026-11-30).
 #include "sm80/bwd_kernel.cuh"
+#ifdef FAGEN_HARNESS_SM90
+#include "sm90/bwd_ws_kernel.cuh"
+#include "TmaMaps.h"
+#endif
 #include "config_options.cuh"
 
 #include <algorithm>
@@ -84,6 +88,7 @@ struct BwdKernel {
   VariantDesc var;
   int block_m, block_n, threads, pre_threads, smem_bytes;
   bool deterministic;
+  bool ws = false; // the sm90 warp-specialized template: the main kernel takes TMA maps too
 };
 /// A kernel's dq_accum copies (bwd_params.h) from its description, as the runtime computes
 /// them from a bundle record; BWD_KERNEL asserts it against the template's kDqSlots.
@@ -121,6 +126,29 @@ struct Register {
                               (const void *)NAME##_post, TYPE, HQK, HV, DESC, BM, BN,              \
                               cfg_##NAME::kThreads, cfg_##NAME::kPrePostThreads,                   \
                               cfg_##NAME::kSmemBytes, DET});
+
+#ifdef FAGEN_HARNESS_SM90
+#define WS_BWD_KERNEL(...) WS_BWD_KERNEL_(__VA_ARGS__)
+#define WS_BWD_KERNEL_(NAME, EL, TYPE, HD, BM, BN, S, VARIANT, DESC)                                \
+  using cfg_##NAME = fagen::sm90::WsBwdConfig<harness::Sm90WsBwd<fagen::EL, HD, BM, BN, S, VARIANT>>; \
+  extern "C" __global__ void __launch_bounds__(cfg_##NAME::kPrePostThreads)                        \
+      NAME##_pre(const __grid_constant__ fagen_bwd_params params) {                                \
+    fagen::sm90::bwd_ws_preprocess<cfg_##NAME>(params);                                            \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(cfg_##NAME::kThreads, cfg_##NAME::kMinBlocksPerSm)  \
+      NAME(const __grid_constant__ fagen_bwd_params params,                                        \
+           const __grid_constant__ fagen_bwd_tma_maps maps) {                                      \
+    fagen::sm90::bwd_ws_kernel<cfg_##NAME>(params, maps);                                          \
+  }                                                                                                \
+  extern "C" __global__ void __launch_bounds__(cfg_##NAME::kPrePostThreads)                        \
+      NAME##_post(const __grid_constant__ fagen_bwd_params params) {                               \
+    fagen::sm90::bwd_ws_postprocess<cfg_##NAME>(params);                                           \
+  }                                                                                                \
+  static Register reg_##NAME({#NAME, (const void *)NAME##_pre, (const void *)NAME,                 \
+                              (const void *)NAME##_post, TYPE, HD, HD, DESC, BM, BN,               \
+                              cfg_##NAME::kThreads, cfg_##NAME::kPrePostThreads,                   \
+                              cfg_##NAME::kSmemBytes, false, true});
+#endif
 
 using namespace fagen;
 using V_none = Variant<NoMask>;
@@ -163,8 +191,30 @@ constexpr VariantDesc D_none_varlen{MaskK::None, ModK::None, false, SparseK::Non
              BN, W, S, V_none, D_none, true)                                                       \
   BWD_KERNEL(fagen_bwd_bf16_hd##HD##_causal_det_sm80_m##BM##n##BN##w##W##s##S, KBF16, HD, HD, BM,  \
              BN, W, S, V_causal, D_causal, true)
+#ifdef FAGEN_HARNESS_SM90
+// The sm90 warp-specialized backward: defaults, fp16, every variant it serves.
+#define WS_DEFAULTS(HD, BM, BN, S)                                                                 \
+  WS_BWD_KERNEL(fagen_bwd_bf16_hd##HD##_none_sm90ws_m##BM##n##BN##s##S, KBF16, HD, BM, BN, S,      \
+                V_none, D_none)                                                                    \
+  WS_BWD_KERNEL(fagen_bwd_bf16_hd##HD##_causal_sm90ws_m##BM##n##BN##s##S, KBF16, HD, BM, BN, S,    \
+                V_causal, D_causal)
+WS_DEFAULTS(64, 128, 128, 2)
+WS_DEFAULTS(128, 64, 128, 2)
+WS_BWD_KERNEL(fagen_bwd_f16_hd128_causal_sm90ws_m64n128s2, KF16, 128, 64, 128, 2, V_causal, D_causal)
+WS_BWD_KERNEL(fagen_bwd_f16_hd64_none_sm90ws_m128n128s2, KF16, 64, 128, 128, 2, V_none, D_none)
+#define WS_VAR(NAME, V, D)                                                                         \
+  WS_BWD_KERNEL(fagen_bwd_bf16_hd128_##NAME##_sm90ws_m64n128s2, KBF16, 128, 64, 128, 2, V, D)
+WS_VAR(causaltl, V_causaltl, D_causaltl)
+WS_VAR(window, V_window, D_window)
+WS_VAR(windowtl, V_windowtl, D_windowtl)
+WS_VAR(causal_softcap, V_softcap, D_softcap)
+WS_VAR(none_alibi, V_alibi, D_alibi)
+WS_VAR(none_bsr128, V_bsr, D_bsr)
+WS_VAR(causal_bs128, V_bs, D_bs)
+#endif
 DEFAULTS(64, 128, 128, 8, 2)
 DEFAULTS(128, 64, 128, 8, 2)
+#ifndef FAGEN_HARNESS_SM90_ONLY
 DEFAULTS(256, 64, 64, 8, 1)
 DEFAULTS(256, 64, 64, 8, 2)
 // Candidates: 4-warp CTAs (2 a SM by shared memory and registers), other tile shapes.
@@ -215,6 +265,7 @@ BWD_KERNEL(fagen_bwd_bf16_hd40_none_varlen_det_sm80_m64n64w4s2, KBF16, 40, 40, 6
 // Deterministic dQ on the defaults (last: a deadlock would hang here, after the other checks).
 DETS(64, 128, 128, 8, 2)
 DETS(128, 64, 128, 8, 2)
+#endif
 
 // --- host numerics -------------------------------------------------------------------------
 static float bf16_to_float(uint16_t h) {
@@ -642,11 +693,43 @@ struct DeviceBuffer {
   }
 };
 
+#ifdef FAGEN_HARNESS_SM90
+/// cuTensorMapEncodeTiled from the driver, through the CUDA runtime.
+static fagen::TensorMapEncodeTiledFn tensor_map_encoder() {
+  static fagen::TensorMapEncodeTiledFn fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &q));
+    if (f == nullptr || q != cudaDriverEntryPointSuccess) {
+      std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
+      std::exit(1);
+    }
+    return reinterpret_cast<fagen::TensorMapEncodeTiledFn>(f);
+  }();
+  return fn;
+}
+#endif
+
 static void launch(const BwdKernel &k, const fagen_bwd_params &p, int m_blocks) {
   void *args[] = {const_cast<fagen_bwd_params *>(&p)};
   dim3 grid_q(m_blocks, p.fwd.heads_q, p.fwd.batch);
   dim3 grid_k((p.fwd.seqlen_k + k.block_n - 1) / k.block_n, p.fwd.heads_kv, p.fwd.batch);
   CUDA_CHECK(cudaLaunchKernel(k.pre, grid_q, dim3(k.pre_threads), args, 0, 0));
+#ifdef FAGEN_HARNESS_SM90
+  if (k.ws) {
+    fagen_bwd_tma_maps maps;
+    std::string what;
+    if (int r = fagen::encodeBwdTmaMaps(tensor_map_encoder(), p, k.hd_qk, k.hd_v, k.block_m,
+                                        k.block_n, maps, what)) {
+      std::fprintf(stderr, "%s: cuTensorMapEncodeTiled failed for %s (CUresult %d)\n", k.name,
+                   what.c_str(), r);
+      std::exit(1);
+    }
+    void *ws_args[] = {const_cast<fagen_bwd_params *>(&p), &maps};
+    CUDA_CHECK(cudaLaunchKernel(k.main, grid_k, dim3(k.threads), ws_args, k.smem_bytes, 0));
+  } else
+#endif
   CUDA_CHECK(cudaLaunchKernel(k.main, grid_k, dim3(k.threads), args, k.smem_bytes, 0));
   CUDA_CHECK(cudaLaunchKernel(k.post, grid_q, dim3(k.pre_threads), args, 0, 0));
 }

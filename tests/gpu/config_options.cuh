@@ -30,6 +30,15 @@ struct Sm80Bwd : fagen::sm80::BwdOptions {
 };
 #endif
 
+#ifdef FAGEN_TEMPLATES_SM90_BWD_WS_CONFIG_CUH
+template <class El, int HD, int BM, int BN, int S, class V>
+struct Sm90WsBwd : fagen::sm90::WsBwdOptions {
+  using Element = El;
+  using Variant = V;
+  static constexpr int kHeadDimQK = HD, kHeadDimV = HD, kBlockM = BM, kBlockN = BN, kStages = S;
+};
+#endif
+
 #ifdef FAGEN_TEMPLATES_SM90_FWD_CONFIG_CUH
 template <class El, int HD, int BM, int BN, int S, class V, int Emu = 0, int Deg = 3,
           bool Refill = (HD == 256)>

@@ -135,7 +135,8 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
                      : sizeof(fagen_fwd_params);
   const auto *block = static_cast<const unsigned char *>(params[0]);
   launch.params.assign(block, block + bytes);
-  if (s->function.find("_sm90ws_") != std::string::npos) {
+  // TMA kernels take their maps second (a backward's _pre and _post take none).
+  if (s->function.find("_sm90ws_") != std::string::npos && params[1] != nullptr) {
     const auto *maps = static_cast<const unsigned char *>(params[1]);
     launch.tmaMaps.assign(maps, maps + 4 * 128);
   }

@@ -810,6 +810,73 @@ TEST_F(FakeVariantTest, BackwardLaunchesPreMainPostInOrder) {
   EXPECT_EQ(fake().launchLog.size(), before + 3);
 }
 
+TEST_F(FakeVariantTest, TmaBackwardGetsItsTensorMaps) {
+  // The sm90ws backward (sm_90a): its main kernel takes Q, K, V and dO as tensor maps, boxes of
+  // block_m rows for Q and dO, block_n for K and V; _pre and _post take none.
+  Bundle b = makeVariantBundle();
+  b.archs = {"sm_90a"};
+  for (KernelRecord &k : b.kernels)
+    k.arch = "sm_90a";
+  KernelRecord &k = b.kernels[1];
+  ASSERT_EQ(k.name, "fagen_bwd_fp16_hd128_causal_sm80");
+  k.name = "fagen_bwd_fp16_hd128_causal_sm90ws_m64n128w8s2";
+  k.templ = "sm90ws";
+  k.blockM = 64;
+  k.blockN = 128;
+  k.threads = 384;
+  k.smemBytes = 198696;
+  load(b);
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1); // B2 Hq16 Hkv4 Sq1000 Sk577
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), k.name);
+  EXPECT_EQ(plan.grid[0], 5); // ceil(577 / 128) key tiles, kv heads, batch
+  EXPECT_EQ(plan.grid[1], 4);
+  EXPECT_EQ(plan.grid[2], 2);
+  EXPECT_EQ(plan.block[0], 384);
+  EXPECT_EQ(plan.pre_post_grid[0], 16); // ceil(1000 / 64) query tiles
+  alignas(256) static char q[16], kk[16], v[16], o[16], dout[16], dq[16], dk[16], dv[16];
+  alignas(256) static char workspace[256];
+  static float lse[4];
+  fake().tensorMaps.clear();
+  size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_backward(&plan, q, kk, v, o, lse, dout, dq, dk, dv, workspace, nullptr,
+                               nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  std::vector<FakeLaunch> launches = launchesSince(before);
+  ASSERT_EQ(launches.size(), 3u);
+  EXPECT_TRUE(launches[0].tmaMaps.empty());
+  EXPECT_TRUE(launches[2].tmaMaps.empty());
+  ASSERT_EQ(launches[1].tmaMaps.size(), 512u);
+  ASSERT_EQ(fake().tensorMaps.size(), 4u);
+  const void *addresses[4] = {q, kk, v, dout};
+  const unsigned rows[4] = {64, 128, 128, 64};
+  const unsigned long long seqlens[4] = {1000, 577, 577, 1000}, heads[4] = {16, 4, 4, 16};
+  for (int t = 0; t < 4; ++t) {
+    const FakeTensorMap &m = fake().tensorMaps[t];
+    EXPECT_EQ(m.address, addresses[t]) << t;
+    EXPECT_EQ(m.box[0], 64u) << t;
+    EXPECT_EQ(m.box[1], rows[t]) << t;
+    EXPECT_EQ(m.dims[1], seqlens[t]) << t;
+    EXPECT_EQ(m.dims[2], heads[t]) << t;
+    const void *address;
+    std::memcpy(&address, launches[1].tmaMaps.data() + 128 * t, sizeof address);
+    EXPECT_EQ(address, addresses[t]) << "the maps travel in the order Q, K, V, dO";
+  }
+  // dO must meet TMA's rules as Q does: with a stride of 2^39 elements the plan takes the
+  // bundle's portable kernel of the variant (here the deterministic one), and without one it
+  // says why.
+  p.do_strides[0] = int64_t(1) << 39;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_bwd_fp16_hd128_causal_det_sm80");
+  b.kernels.erase(b.kernels.begin() + 2);
+  load(b);
+  EXPECT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(fagen_last_error()).find("loads do through TMA"), std::string::npos)
+      << fagen_last_error();
+}
+
 TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
   fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
   fagen_plan plan;

@@ -186,7 +186,8 @@ TEST(Plan, Sm90WsServesEveryForwardVariant) {
   ASSERT_EQ(p.size(), 12u);
   for (const KernelPlan &k : p) {
     // Blocks of 64 tokens are below its 128-row query tiles; hd 72 is not one of its head dims.
-    bool portable = k.variant == "bs64" || k.variant == "hd72" || k.variant == "bwd";
+    // (The backward at hd 64 takes sm90ws too: Plan.Sm90WsBackwardServes.)
+    bool portable = k.variant == "bs64" || k.variant == "hd72";
     EXPECT_EQ(k.templ, portable ? "sm80" : "sm90ws") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
   }
@@ -321,9 +322,11 @@ TEST(Plan, BackwardDefaultsFitEveryArch) {
         std::vector<KernelPlan> plans = planOf(yaml, {arch});
         ASSERT_EQ(plans.size(), 1u) << qk << " " << v << " " << arch;
         const KernelPlan &k = plans[0];
-        EXPECT_EQ(k.templ, "sm80");
+        // sm_90a: the sm90ws backward at equal head dims 64 and 128 (+ a producer warpgroup).
+        const bool ws = arch == "sm_90a" && qk == v && (qk == 64 || qk == 128);
+        EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
         EXPECT_LE(k.smemBytes, archSmemLimit(arch)) << k.name;
-        EXPECT_EQ(k.threads, 32 * k.warps);
+        EXPECT_EQ(k.threads, 32 * k.warps + (ws ? 128 : 0));
         EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
       }
   // The measured defaults per head dim, on an arch where everything fits.
@@ -716,3 +719,42 @@ TEST(Plan, Sm90WsTmaStoreOWhereTheOTileFits) {
 }
 
 } // namespace
+
+TEST(Plan, Sm90WsBackwardServes) {
+  std::vector<KernelPlan> p = planOf(R"(variants:
+  - {name: d64, dtype: bf16, head_dim: 64, passes: [bwd]}
+  - {name: c128, dtype: fp16, head_dim: 128, mask: causal, passes: [bwd]}
+  - {name: win, dtype: bf16, head_dim: 128, mask: window, score_mod: alibi, passes: [bwd]}
+  - {name: bs, dtype: bf16, head_dim: 64, block_sparse: {block: 128, layout: runtime}, passes: [bwd]}
+  - {name: bs64, dtype: bf16, head_dim: 64, block_sparse: {block: 64, layout: runtime}, passes: [bwd]}
+  - {name: drop, dtype: bf16, head_dim: 64, dropout: true, passes: [bwd]}
+  - {name: vl, dtype: bf16, head_dim: 128, varlen: true, passes: [bwd]}
+  - {name: det, dtype: bf16, head_dim: 128, deterministic: true, passes: [bwd]}
+  - {name: hd96, dtype: bf16, head_dim: 96, passes: [bwd]}
+  - {name: mla, dtype: bf16, head_dim_qk: 192, head_dim_v: 128, passes: [bwd]}
+)",
+                                     {"sm_90a"});
+  ASSERT_EQ(p.size(), 10u);
+  for (const KernelPlan &k : p) {
+    const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
+                    k.variant == "bs";
+    EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
+    EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
+    EXPECT_FALSE(k.persistent) << k.name;
+    if (!ws)
+      continue;
+    // One 64 x 64 dQ block per consumer warpgroup, two warpgroups of 64 keys.
+    EXPECT_EQ(k.blockN, 128) << k.name;
+    EXPECT_EQ(k.blockM * k.headDimQK, 2 * 64 * 64) << k.name;
+    EXPECT_EQ(k.threads, 384) << k.name;
+    EXPECT_EQ(k.smemBytes, sm90WsBwdSmemBytes(k.headDimQK, k.blockM, k.blockN, k.stages));
+    EXPECT_LE(k.smemBytes, archSmemLimit("sm_90a")) << k.name;
+  }
+  // What it cannot build is refused with the reason.
+  KernelConfig c = configOf(planNamed(p, "c128"));
+  c.blockM = 128;
+  llvm::Expected<KernelPlan> refused = applyConfig(planNamed(p, "c128"), c);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("block_m must be 64 at head dim 128"),
+            std::string::npos);
+}

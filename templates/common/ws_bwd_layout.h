@@ -1,0 +1,27 @@
+// fagen: the shared-memory layout of the sm90 warp-specialized backward (sm90/bwd_ws_config.cuh),
+// in one place for the template and the planner's budget (compiler/plan/PlanSm90.cpp). Plain
+// C++, host and device.
+#ifndef FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H
+#define FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H
+
+namespace fagen {
+
+/// Byte offsets from the 1024-byte-aligned base, tiles in 128-byte-swizzled 64-column blocks:
+/// K, V (block_n rows), stages x (Q, dO) (block_m rows), two dS^T tiles (block_n rows of block_m
+/// 16-bit columns), a 64 x 64 fp32 dQ staging sub-block per consumer warpgroup (block_n / 64),
+/// stages x (LSE, D) rows, then the mbarriers: K/V full, Q full per stage, Q empty per stage;
+/// `bytes` adds the 1024 bytes that align the base. `dim`: the head dim padded to 64.
+struct WsBwdLayout {
+  int k_bytes, q_bytes, ds_bytes, dq_bytes, stats_bytes;
+  int v, q, dout, ds, dq, stats, barriers, bytes;
+  constexpr WsBwdLayout(int dim, int block_m, int block_n, int stages)
+      : k_bytes(block_n * dim * 2), q_bytes(block_m * dim * 2), ds_bytes(block_n * block_m * 2),
+        dq_bytes(64 * 64 * 4), stats_bytes(block_m * 4 * 2), v(k_bytes), q(v + k_bytes),
+        dout(q + stages * q_bytes), ds(dout + stages * q_bytes), dq(ds + 2 * ds_bytes),
+        stats(dq + block_n / 64 * dq_bytes), barriers(stats + stages * stats_bytes),
+        bytes(barriers + 8 * (1 + 2 * stages) + 1024) {}
+};
+
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H

@@ -1,0 +1,100 @@
+// fagen sm90: the compile-time configuration of the warp-specialized backward (bwd_ws_kernel.cuh).
+//
+// One CTA per key tile of kBlockN keys (FlashAttention-3's backward): a producer warpgroup
+// loads K and V once and then Q, dO, LSE and D of each query tile of kBlockM rows into a ring
+// of kStages slots; kBlockN / 64 consumer warpgroups each own 64 keys and keep their dK and
+// dV in registers over every query tile (and every query head of a GQA group). S and dP are
+// computed transposed (S^T = K Q^T, dP^T = V dO^T: rows are keys), so that P^T and dS^T come
+// out of the accumulators in the A-operand layout of dV += P^T dO and dK += dS^T Q. dQ = dS K
+// reads dS^T from shared memory: the (kBlockM, head dim) dQ tile is split into 64 x 64
+// sub-blocks, one per consumer warpgroup, added to dq_accum by one bulk reduction each.
+#ifndef FAGEN_TEMPLATES_SM90_BWD_WS_CONFIG_CUH
+#define FAGEN_TEMPLATES_SM90_BWD_WS_CONFIG_CUH
+
+#include "abi/bwd_params.h"
+#include "common/variants.cuh"
+#include "common/ws_bwd_layout.h"
+#include "common/ws_registers.h"
+
+namespace fagen {
+namespace sm90 {
+
+/// Options: a struct (the generated kernel's KernelOptions) that derives from WsBwdOptions and
+/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN and kStages.
+struct WsBwdOptions {
+  static constexpr bool kDeterministic = false;
+};
+
+template <class Options> struct WsBwdConfig : VariantParts<typename Options::Variant> {
+  using Variant = typename Options::Variant;
+  using Element = typename Options::Element;
+  static constexpr int kHeadDimQK = Options::kHeadDimQK;
+  static constexpr int kHeadDimV = Options::kHeadDimV;
+  static constexpr int kDim = kHeadDimQK;
+  static constexpr int kBlockM = Options::kBlockM;
+  static constexpr int kBlockN = Options::kBlockN;
+  static constexpr int kStages = Options::kStages;
+  static constexpr bool kDeterministic = Options::kDeterministic;
+  /// The query-tile walk of the portable backward (sm80::QueryTileCursor): first first.
+  static constexpr bool kDqAscending = false;
+  static constexpr int kDqSlots = 1;
+
+  static constexpr int kConsumers = kBlockN / 64;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kMinBlocksPerSm = 1;
+  static constexpr int kPrePostThreads = 256;
+  // Registers a thread after setmaxnreg: the forward's split (common/ws_registers.h).
+  static constexpr int kProducerRegs = ws_producer_registers(kConsumers, false);
+  static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, false);
+  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
+                "the warpgroups' registers after setmaxnreg exceed what the CTA was launched "
+                "with");
+
+  /// dQ sub-blocks of 64 x 64: consumer c owns rows 64 (c % kRowBlocks) .., columns
+  /// 64 (c / kRowBlocks) .. of the query tile's dQ.
+  static constexpr int kRowBlocks = kBlockM / 64;
+  static constexpr int kSubBlockFloats = 64 * 64;
+  /// Where dQ element (row, col) of a query tile lies in its kBlockM x kDim block of dq_accum:
+  /// sub-block after sub-block, each in the accumulator order of the warpgroup that adds it
+  /// (accumulator column tile j = col / 8, then the thread, then its four floats), so that the
+  /// warpgroup stages it in shared memory with conflict-free 16-byte stores and adds it with
+  /// one contiguous bulk reduction. bwd_ws_postprocess reads it back.
+  static __host__ __device__ constexpr int dq_accum_offset(int row, int col) {
+    return ((col / 64) * kRowBlocks + row / 64) * kSubBlockFloats +
+           ((col % 64 / 8) * 128 + (row % 64 / 16) * 32 + 4 * (row % 8) + (col % 8) / 2) * 4 +
+           (col % 2) + 2 * (row % 16 / 8);
+  }
+
+  // Shared memory (common/ws_bwd_layout.h, which the planner's budget reads too).
+  static constexpr WsBwdLayout kLayout{kDim, kBlockM, kBlockN, kStages};
+  static constexpr int kSmemKBytes = kLayout.k_bytes, kSmemQBytes = kLayout.q_bytes;
+  static constexpr int kSmemDsBytes = kLayout.ds_bytes, kSmemDqBytes = kLayout.dq_bytes;
+  static constexpr int kSmemStatsBytes = kLayout.stats_bytes;
+  static constexpr int kVOffset = kLayout.v, kQOffset = kLayout.q, kDoOffset = kLayout.dout;
+  static constexpr int kDsOffset = kLayout.ds, kDqOffset = kLayout.dq;
+  static constexpr int kStatsOffset = kLayout.stats, kBarrierOffset = kLayout.barriers;
+  static constexpr int kSmemBytes = kLayout.bytes;
+  static_assert(kSmemDqBytes == kSubBlockFloats * 4, "a dQ staging block holds one sub-block");
+
+  static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
+  static_assert(kHeadDimQK == kHeadDimV && (kDim == 64 || kDim == 128),
+                "the sm90 backward serves head dims 64 and 128 (Q/K and V equal)");
+  static_assert(kBlockN == 128, "kBlockN must be 128 (two consumer warpgroups of 64 keys)");
+  static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM must be 64 or 128 (the wgmma N of S^T)");
+  static_assert(kRowBlocks * (kDim / 64) == kConsumers,
+                "one 64 x 64 dQ sub-block per consumer warpgroup: kBlockM x head dim must be "
+                "64 x 128 or 128 x 64");
+  static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
+  static_assert(!kDeterministic, "the sm90 backward has no deterministic mode: use the sm80 "
+                                 "template");
+  static_assert(!Variant::Dropout::kEnabled && !Variant::kVarlen,
+                "the sm90 backward serves neither dropout nor varlen: use the sm80 template");
+  static_assert(kSmemBytes <= 227 * 1024, "kSmemBytes exceeds 227 KB: lower kStages");
+  static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
+};
+
+} // namespace sm90
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM90_BWD_WS_CONFIG_CUH

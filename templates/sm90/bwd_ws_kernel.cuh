@@ -1,0 +1,383 @@
+// fagen sm90: warp-specialized attention backward (sm_90a), FlashAttention-3's structure: one CTA
+// per key tile; a producer warp loads K and V once, then each visible query tile's Q, dO (TMA)
+// and LSE, D rows into a ring of slots handed over by mbarriers; the consumer warpgroups
+// (bwd_ws_config.cuh: 64 keys each) run, per query tile,
+//   S^T = K Q^T, dP^T = V dO^T            wgmma from shared memory
+//   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - D)    in registers (masks, score mods)
+//   dV += P^T dO, dK += dS^T Q            wgmma, A from registers
+//   dQ_sub = dS K                         wgmma from dS^T in shared memory, bulk-added to dq_accum
+// and store dK, dV at the end. Three kernels per plan, as abi/bwd_params.h describes:
+// bwd_ws_preprocess (D, dq_accum zeroed), bwd_ws_kernel, bwd_ws_postprocess (dQ out).
+// Semantics as the portable backward (docs/design/variants-and-backward.md): with the identity
+// score mod dS is kept unscaled, the softmax scale applied to dK here and to dQ in _post.
+#ifndef FAGEN_TEMPLATES_SM90_BWD_WS_KERNEL_CUH
+#define FAGEN_TEMPLATES_SM90_BWD_WS_KERNEL_CUH
+
+#include "abi/bwd_params.h"
+#include "abi/tma_params.h"
+#include "common/ptx.cuh"
+#include "sm80/bwd_kernel.cuh"
+#include "sm90/bwd_ws_config.cuh"
+#include "sm90/tile_ops.cuh"
+#include "sm90/tma.cuh"
+
+namespace fagen {
+namespace sm90 {
+
+/// The CTA's shared memory (WsBwdConfig's layout): addresses in the shared window, and the same
+/// bytes through a generic pointer for the threads' own loads and stores.
+template <class Config> struct WsBwdSmem {
+  u32 base;
+  unsigned char *ptr; // = base
+  __device__ explicit WsBwdSmem(unsigned char *smem) {
+    const u32 raw = smem_addr(smem);
+    base = (raw + 1023) & ~1023u;
+    ptr = smem + (base - raw);
+  }
+  __device__ u32 k() const { return base; }
+  __device__ u32 v() const { return base + Config::kVOffset; }
+  __device__ u32 q(int s) const { return base + Config::kQOffset + s * Config::kSmemQBytes; }
+  __device__ u32 dout(int s) const { return base + Config::kDoOffset + s * Config::kSmemQBytes; }
+  __device__ u32 ds(int i) const { return base + Config::kDsOffset + (i & 1) * Config::kSmemDsBytes; }
+  __device__ u32 dq(int c) const { return base + Config::kDqOffset + c * Config::kSmemDqBytes; }
+  /// LSE (log2 units) and D of slot s's query rows.
+  __device__ float *lse(int s) const {
+    return reinterpret_cast<float *>(ptr + Config::kStatsOffset + s * Config::kSmemStatsBytes);
+  }
+  __device__ float *d(int s) const { return lse(s) + Config::kBlockM; }
+  __device__ u32 kv_full() const { return base + Config::kBarrierOffset; }
+  __device__ u32 q_full(int s) const { return kv_full() + 8 * (1 + s); }
+  __device__ u32 q_empty(int s) const { return kv_full() + 8 * (1 + Config::kStages + s); }
+  template <class T> __device__ T *at(u32 addr) const {
+    return reinterpret_cast<T *>(ptr + (addr - base));
+  }
+};
+
+/// The producer warp: K and V once, then per visible (query head, query tile) its LSE and D
+/// rows (every lane, then an arrival each) and Q and dO (lane 0, TMA) into the next slot.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
+                                               const fagen_bwd_params &params,
+                                               const fagen_bwd_tma_maps &maps, int n_block,
+                                               int kv_head, int batch, AttentionShape shape) {
+  constexpr int kBlockM = Config::kBlockM, kBlocks = Config::kDim / 64;
+  const int lane = threadIdx.x % 32;
+  if (lane == 0) {
+    mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Config::kSmemKBytes);
+    for (int b = 0; b < kBlocks; ++b) {
+      tma_load_4d(sm.k() + b * Config::kBlockN * 128, maps.k, sm.kv_full(), 64 * b,
+                  n_block * Config::kBlockN, kv_head, batch);
+      tma_load_4d(sm.v() + b * Config::kBlockN * 128, maps.v, sm.kv_full(), 64 * b,
+                  n_block * Config::kBlockN, kv_head, batch);
+    }
+  }
+  const float kInf = __int_as_float(0x7f800000);
+  const fagen_fwd_params &f = params.fwd;
+  sm80::QueryTileCursor<Config> tile(f, batch, kv_head, n_block, shape);
+  for (int it = 0; tile.valid(); tile.advance(), ++it) {
+    const int s = it % Config::kStages, round = it / Config::kStages;
+    mbarrier_wait(sm.q_empty(s), (round & 1) ^ 1);
+    // Rows past seqlen_q, and rows that saw no key (LSE -inf), get LSE +inf: P = 0 there.
+    const float *lse = f.lse + batch * f.lse_batch_stride + tile.head * f.lse_head_stride;
+    const float *d = params.d + batch * params.d_batch_stride + tile.head * params.d_head_stride;
+    for (int r = lane; r < kBlockM; r += 32) {
+      const int row = tile.m_block * kBlockM + r;
+      float l = kInf, dr = 0.f;
+      if (row < shape.seqlen_q) {
+        l = lse[row];
+        l = l == -kInf ? kInf : l * sm80::kLog2e;
+        dr = d[row];
+      }
+      sm.lse(s)[r] = l;
+      sm.d(s)[r] = dr;
+    }
+    if (lane == 0) {
+      mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Config::kSmemQBytes);
+      for (int b = 0; b < kBlocks; ++b) {
+        tma_load_4d(sm.q(s) + b * kBlockM * 128, maps.q, sm.q_full(s), 64 * b,
+                    tile.m_block * kBlockM, tile.head, batch);
+        tma_load_4d(sm.dout(s) + b * kBlockM * 128, maps.dout, sm.q_full(s), 64 * b,
+                    tile.m_block * kBlockM, tile.head, batch);
+      }
+    } else {
+      mbarrier_arrive(sm.q_full(s));
+    }
+  }
+}
+
+/// dq (64, 64) = ds (64 query rows, kBlockN keys) * k (kBlockN keys, 64 columns), issued by one
+/// warpgroup: ds_smem is the rows' 64-column block of the dS^T tile, k_smem the columns' block
+/// of K (both key-major: MN-major operands).
+template <class Element, int kBlockN>
+__device__ __forceinline__ void gemm_dq_issue(float (&dq)[8][4], u32 ds_smem, u32 k_smem) {
+  const SmemDescSw128<kBlockN * 128, 1024> a(ds_smem), b(k_smem);
+#pragma unroll
+  for (int k = 0; k < kBlockN / 16; ++k)
+    WgmmaTransposed<Element>::ss(dq, a.at(k * 16 * 128), b.at(k * 16 * 128), k > 0);
+}
+
+/// P^T and dS^T of one consumer warpgroup's 64 keys against a query tile, from S^T (st) and
+/// dP^T (dpt) in place: st becomes P^T, dpt dS^T. key0: the warpgroup's first key (in the
+/// sequence), q0: the tile's first query row.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
+                                            float (&dpt)[Config::kBlockM / 8][4],
+                                            const fagen_bwd_params &params, const float *lse2,
+                                            const float *d, int key0, int q0, int head,
+                                            int batch, bool masked, AttentionShape shape) {
+  using Mask = typename Config::Mask;
+  using ScoreMod = typename Config::ScoreMod;
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const ScoreMod mod(params.fwd, batch, head, shape);
+  const float scale_log2 = params.fwd.scale_log2;
+#pragma unroll
+  for (int j = 0; j < Config::kBlockM / 8; ++j) {
+    const int c = 8 * j + 2 * (lane % 4);
+    const float2 l = *reinterpret_cast<const float2 *>(lse2 + c);
+    const float2 dd = *reinterpret_cast<const float2 *>(d + c);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key0 + 16 * warp + lane / 4 + 8 * (e / 2), q = q0 + c + e % 2;
+      const float s = st[j][e];
+      float p;
+      if constexpr (ScoreMod::kIdentity)
+        p = exp2_approx(fmaf(s, scale_log2, -(e % 2 ? l.y : l.x)));
+      else
+        p = exp2_approx(fmaf(mod.logit(s, q, key), sm80::kLog2e, -(e % 2 ? l.y : l.x)));
+      if (masked && !(key < shape.seqlen_k && Mask::is_visible(q, key, shape)))
+        p = 0.f;
+      float ds = p * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+      if constexpr (!ScoreMod::kIdentity)
+        ds *= mod.dlogit(s, q, key);
+      st[j][e] = p;
+      dpt[j][e] = ds;
+    }
+  }
+}
+
+/// One consumer warpgroup: its 64 keys' dK and dV over every visible query tile, and its dQ
+/// sub-block of each tile added to dq_accum.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
+                                               const fagen_bwd_params &params, int n_block,
+                                               int kv_head, int batch, AttentionShape shape) {
+  using Element = typename Config::Element;
+  using Mask = typename Config::Mask;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kDim = Config::kDim;
+  const int consumer = threadIdx.x / 128 - 1, tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  const int key0 = n_block * kBlockN + 64 * consumer;
+  // The warpgroup's 64 rows of K and V (in every 64-column block), its dQ sub-block's rows
+  // (a 64-column block of dS^T) and columns (a 64-column block of K).
+  const u32 k_rows = sm.k() + consumer * 64 * 128, v_rows = sm.v() + consumer * 64 * 128;
+  const int sub_row = consumer % Config::kRowBlocks, sub_col = consumer / Config::kRowBlocks;
+  const u32 k_cols = sm.k() + sub_col * kBlockN * 128;
+  float dk[kDim / 8][4], dv[kDim / 8][4];
+  zero_fill(dk);
+  zero_fill(dv);
+  const fagen_fwd_params &f = params.fwd;
+  mbarrier_wait(sm.kv_full(), 0);
+  sm80::QueryTileCursor<Config> tile(f, batch, kv_head, n_block, shape);
+  for (int it = 0; tile.valid(); tile.advance(), ++it) {
+    const int s = it % Config::kStages, round = it / Config::kStages;
+    mbarrier_wait(sm.q_full(s), round & 1);
+    float st[kBlockM / 8][4], dpt[kBlockM / 8][4];
+    wgmma_fence();
+    gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(st, k_rows, sm.q(s));
+    wgmma_commit();
+    gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(dpt, v_rows, sm.dout(s));
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_operands(st);
+    fence_operands(dpt);
+    const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
+                        Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
+    bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), key0, tile.m_block * kBlockM,
+                        tile.head, batch, masked, shape);
+    u32 pt[kBlockM / 16][4], dst[kBlockM / 16][4];
+    convert_p<Element, kBlockM / 8>(pt, st);
+    convert_p<Element, kBlockM / 8>(dst, dpt);
+    wgmma_fence();
+    gemm_pv_issue<Element, kDim, kBlockM>(dv, pt, sm.dout(s));
+    gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
+    wgmma_commit();
+    // dS^T to shared memory (rows: keys, 64-column blocks of query rows), for dQ = dS K of
+    // every consumer warpgroup; then all of them past the barrier.
+    const u32 ds = sm.ds(it);
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 64 * consumer + 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4);
+        *sm.template at<u32>(ds + swizzled_offset<kBlockN>(row, col / 8) + (col % 8) * 2) =
+            dst[j / 2][2 * (j % 2) + h];
+      }
+    fence_proxy_async_smem();
+    named_barrier_sync<128 * Config::kConsumers>(1);
+    float dq[8][4];
+    wgmma_fence();
+    gemm_dq_issue<Element, kBlockN>(dq, ds + sub_row * kBlockN * 128, k_cols);
+    wgmma_commit();
+    wgmma_wait<1>(); // dV and dK have read Q and dO: the slot goes back
+    fence_operands(dv);
+    fence_operands(dk);
+    if (lane == 0)
+      mbarrier_arrive(sm.q_empty(s));
+    wgmma_wait<0>();
+    fence_operands(dq);
+    // The sub-block through shared memory (once the previous one's reduction has read it) and
+    // one bulk reduction into dq_accum.
+    if (tid == 0)
+      bulk_wait_group_read<0>();
+    named_barrier_sync<128>(2 + consumer);
+    float4 *staged = sm.template at<float4>(sm.dq(consumer));
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      staged[j * 128 + tid] = make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
+    fence_proxy_async_smem();
+    named_barrier_sync<128>(2 + consumer);
+    if (tid == 0)
+      bulk_reduce_add_f32(params.dq_accum + batch * params.dq_accum_batch_stride +
+                              tile.head * params.dq_accum_head_stride +
+                              int64_t(tile.m_block) * kBlockM * kDim +
+                              consumer * Config::kSubBlockFloats,
+                          sm.dq(consumer), Config::kSmemDqBytes);
+    if (tid == 0)
+      bulk_commit_group();
+  }
+  // dK (times the softmax scale for the identity score mod) and dV of the warpgroup's rows.
+  if constexpr (Config::ScoreMod::kIdentity) {
+#pragma unroll
+    for (int j = 0; j < kDim / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        dk[j][e] *= f.softmax_scale;
+  }
+  const int row = key0 + 16 * warp;
+  store_o_rows<Element, kDim>(static_cast<Element *>(params.dk) + batch * params.dk_batch_stride +
+                                  kv_head * params.dk_head_stride + row * params.dk_row_stride,
+                              params.dk_row_stride, shape.seqlen_k - row, dk);
+  store_o_rows<Element, kDim>(static_cast<Element *>(params.dv) + batch * params.dv_batch_stride +
+                                  kv_head * params.dv_head_stride + row * params.dv_row_stride,
+                              params.dv_row_stride, shape.seqlen_k - row, dv);
+  if (tid == 0)
+    bulk_wait_group<0>();
+}
+
+/// Launch: grid (ceil(seqlen_k / kBlockN), heads_kv, batch), block kThreads, kSmemBytes of
+/// dynamic shared memory, after bwd_ws_preprocess on the same stream; `maps` as
+/// abi/tma_params.h describes (fagen_bwd_tma_maps), from the same tensors.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
+                                              const fagen_bwd_tma_maps &maps) {
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const WsBwdSmem<Config> sm(smem);
+  const int n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;
+  const AttentionShape shape = sequence_span<false>(params.fwd, batch).shape;
+  if (threadIdx.x == 0) {
+    prefetch_tensor_map(maps.q);
+    prefetch_tensor_map(maps.k);
+    prefetch_tensor_map(maps.v);
+    prefetch_tensor_map(maps.dout);
+    mbarrier_init(sm.kv_full(), 1);
+    for (int s = 0; s < Config::kStages; ++s) {
+      mbarrier_init(sm.q_full(s), 32);                       // the producer warp's lanes
+      mbarrier_init(sm.q_empty(s), 4 * Config::kConsumers); // one arrival per consumer warp
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    setmaxnreg_dec<Config::kProducerRegs>();
+    if (threadIdx.x < 32)
+      bwd_ws_produce<Config>(sm, params, maps, n_block, kv_head, batch, shape);
+    return;
+  }
+  setmaxnreg_inc<Config::kConsumerRegs>();
+  bwd_ws_consume<Config>(sm, params, n_block, kv_head, batch, shape);
+}
+
+/// D = rowsum(dO o O) of one query tile in fp32, and its dq_accum block (kBlockM x head dim,
+/// the padding rows of a last tile too) zeroed. Launch: grid (ceil(seqlen_q / kBlockM),
+/// heads_q, batch), block kPrePostThreads.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_preprocess(const fagen_bwd_params &params) {
+  using Element = typename Config::Element;
+  constexpr int kBlockM = Config::kBlockM, kThreads = Config::kPrePostThreads;
+  constexpr int kLanesPerRow = 8, kRowsPerRound = kThreads / kLanesPerRow;
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const fagen_fwd_params &f = params.fwd;
+  const int rows = min(kBlockM, f.seqlen_q - m_block * kBlockM);
+  if (rows <= 0)
+    return;
+  const int64_t row0 = int64_t(m_block) * kBlockM;
+  const Element *o = static_cast<const Element *>(f.o) + batch * f.o_batch_stride +
+                     head * f.o_head_stride + row0 * f.o_row_stride;
+  const Element *dout = static_cast<const Element *>(params.dout) +
+                        batch * params.do_batch_stride + head * params.do_head_stride +
+                        row0 * params.do_row_stride;
+  float *d = params.d + batch * params.d_batch_stride + head * params.d_head_stride + row0;
+  const int lane8 = threadIdx.x % kLanesPerRow;
+  for (int r0 = 0; r0 < kBlockM; r0 += kRowsPerRound) {
+    const int r = r0 + threadIdx.x / kLanesPerRow;
+    float sum = 0.f;
+    if (r < rows)
+      for (int c = lane8; c < Config::kHeadDimV / 8; c += kLanesPerRow) {
+        const uint4 a = *reinterpret_cast<const uint4 *>(o + r * f.o_row_stride + c * 8);
+        const uint4 b = *reinterpret_cast<const uint4 *>(dout + r * params.do_row_stride + c * 8);
+        const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 x = sm80::unpack2<Element>(av[i]), y = sm80::unpack2<Element>(bv[i]);
+          sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
+        }
+      }
+#pragma unroll
+    for (int m = 1; m < kLanesPerRow; m *= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, m);
+    if (lane8 == 0 && r < rows)
+      d[r] = sum;
+  }
+  float4 *accum = reinterpret_cast<float4 *>(params.dq_accum +
+                                             batch * params.dq_accum_batch_stride +
+                                             head * params.dq_accum_head_stride +
+                                             row0 * Config::kDim);
+  for (int i = threadIdx.x; i < kBlockM * Config::kDim / 4; i += kThreads)
+    accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+/// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype,
+/// read back in WsBwdConfig::dq_accum_offset's order. Launch: like bwd_ws_preprocess, after
+/// bwd_ws_kernel.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &params) {
+  using Element = typename Config::Element;
+  constexpr int kBlockM = Config::kBlockM, kChunks = Config::kDim / 8;
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const fagen_fwd_params &f = params.fwd;
+  const int rows = min(kBlockM, f.seqlen_q - m_block * kBlockM);
+  if (rows <= 0)
+    return;
+  const float scale = Config::ScoreMod::kIdentity ? f.softmax_scale : 1.f;
+  const int64_t row0 = int64_t(m_block) * kBlockM;
+  const float *accum = params.dq_accum + batch * params.dq_accum_batch_stride +
+                       head * params.dq_accum_head_stride + row0 * Config::kDim;
+  Element *dq = static_cast<Element *>(params.dq) + batch * params.dq_batch_stride +
+                head * params.dq_head_stride + row0 * params.dq_row_stride;
+  for (int c = threadIdx.x; c < rows * kChunks; c += Config::kPrePostThreads) {
+    const int r = c / kChunks, col = 8 * (c % kChunks);
+    u32 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 x =
+          *reinterpret_cast<const float2 *>(accum + Config::dq_accum_offset(r, col + 2 * i));
+      v[i] = pack2<Element>(x.x * scale, x.y * scale);
+    }
+    st_global_v4(dq + r * params.dq_row_stride + col, v);
+  }
+}
+
+} // namespace sm90
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM90_BWD_WS_KERNEL_CUH
