@@ -53,6 +53,50 @@ template <class Config> struct WsBwdSmem {
   }
 };
 
+/// The (query head, query tile) pairs one key tile visits: the heads of its GQA group, each over
+/// the query tiles the mask lets see the key tile (sm80::QueryTileCursor's range), less those
+/// the sparsity layout hides. Without a causal mask each key tile starts its walk at a different
+/// query tile (key tile n at the n-th of the range, wrapping around), so that the CTAs of a
+/// head, which run in step, add into different dq_accum blocks at a time instead of all into the
+/// same one (causal key tiles start at different query tiles anyway). Measured with the P^T /
+/// dP^T overlap below (H100, bf16, 2k-16k, docs/perf/sm90-bwd.md): hd 64 +1-4 %, hd 128
+/// non-causal within the noise; hd 128 causal lost 3-7 % with the rotation, hence none there.
+template <class Config> struct WsQueryWalk {
+  using Mask = typename Config::Mask;
+  using Sparsity = typename Config::Sparsity;
+  static constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
+  const fagen_fwd_params &params;
+  int batch, n_block, head_end, m_begin, count, offset, step;
+  int head, m_block; // the current pair; head == head_end: done
+
+  __device__ __forceinline__ WsQueryWalk(const fagen_fwd_params &p, int batch_, int kv_head,
+                                         int n_block_, AttentionShape shape)
+      : params(p), batch(batch_), n_block(n_block_), head_end((kv_head + 1) * p.group_size),
+        m_begin(Mask::template m_block_begin<kBlockM, kBlockN>(n_block_, shape)),
+        count(max(0, Mask::template m_block_end<kBlockM, kBlockN>(n_block_, shape) - m_begin)),
+        offset(count > 0 && !Mask::kCausal ? n_block_ % count : 0), step(-1),
+        head(kv_head * p.group_size) {
+    if (count == 0)
+      head = head_end;
+    advance();
+  }
+  __device__ __forceinline__ bool valid() const { return head < head_end; }
+  /// Moves to the next visible pair.
+  __device__ __forceinline__ void advance() {
+    while (head < head_end) {
+      if (++step == count) {
+        step = -1;
+        ++head;
+        continue;
+      }
+      const int i = step + offset;
+      m_block = m_begin + (i >= count ? i - count : i);
+      if (Sparsity(params, batch, head).template visible<kBlockM, kBlockN>(m_block, n_block))
+        return;
+    }
+  }
+};
+
 /// The producer warp: K and V once, then per visible (query head, query tile) its LSE and D
 /// rows (every lane, then an arrival each) and Q and dO (lane 0, TMA) into the next slot.
 template <class Config>
@@ -73,7 +117,7 @@ __device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
   }
   const float kInf = __int_as_float(0x7f800000);
   const fagen_fwd_params &f = params.fwd;
-  sm80::QueryTileCursor<Config> tile(f, batch, kv_head, n_block, shape);
+  WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
   for (int it = 0; tile.valid(); tile.advance(), ++it) {
     const int s = it % Config::kStages, round = it / Config::kStages;
     mbarrier_wait(sm.q_empty(s), (round & 1) ^ 1);
@@ -155,6 +199,44 @@ __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
   }
 }
 
+/// bwd_ws_p_ds's P^T alone, for the identity score mod: st (S^T) becomes P^T.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_p(float (&st)[Config::kBlockM / 8][4],
+                                         const fagen_bwd_params &params, const float *lse2,
+                                         int key0, int q0, bool masked, AttentionShape shape) {
+  using Mask = typename Config::Mask;
+  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
+  const float scale_log2 = params.fwd.scale_log2;
+#pragma unroll
+  for (int j = 0; j < Config::kBlockM / 8; ++j) {
+    const int c = 8 * j + 2 * (lane % 4);
+    const float2 l = *reinterpret_cast<const float2 *>(lse2 + c);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int key = key0 + 16 * warp + lane / 4 + 8 * (e / 2), q = q0 + c + e % 2;
+      float p = exp2_approx(fmaf(st[j][e], scale_log2, -(e % 2 ? l.y : l.x)));
+      if (masked && !(key < shape.seqlen_k && Mask::is_visible(q, key, shape)))
+        p = 0.f;
+      st[j][e] = p;
+    }
+  }
+}
+
+/// bwd_ws_p_ds's dS^T from P^T (pt), for the identity score mod: dpt (dP^T) becomes dS^T.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kBlockM / 8][4],
+                                          const float (&pt)[Config::kBlockM / 8][4],
+                                          const float *d) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < Config::kBlockM / 8; ++j) {
+    const float2 dd = *reinterpret_cast<const float2 *>(d + 8 * j + 2 * (lane % 4));
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      dpt[j][e] = pt[j][e] * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+  }
+}
+
 /// One consumer warpgroup: its 64 keys' dK and dV over every visible query tile, and its dQ
 /// sub-block of each tile added to dq_accum.
 template <class Config>
@@ -177,7 +259,7 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
   zero_fill(dv);
   const fagen_fwd_params &f = params.fwd;
   mbarrier_wait(sm.kv_full(), 0);
-  sm80::QueryTileCursor<Config> tile(f, batch, kv_head, n_block, shape);
+  WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
   for (int it = 0; tile.valid(); tile.advance(), ++it) {
     const int s = it % Config::kStages, round = it / Config::kStages;
     mbarrier_wait(sm.q_full(s), round & 1);
@@ -187,13 +269,23 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     wgmma_commit();
     gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(dpt, v_rows, sm.dout(s));
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_operands(st);
-    fence_operands(dpt);
     const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
                         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
-    bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), key0, tile.m_block * kBlockM,
-                        tile.head, batch, masked, shape);
+    if constexpr (Config::ScoreMod::kIdentity) {
+      // P^T while dP^T is still in the tensor cores.
+      wgmma_wait<1>();
+      fence_operands(st);
+      bwd_ws_p<Config>(st, params, sm.lse(s), key0, tile.m_block * kBlockM, masked, shape);
+      wgmma_wait<0>();
+      fence_operands(dpt);
+      bwd_ws_ds<Config>(dpt, st, sm.d(s));
+    } else {
+      wgmma_wait<0>();
+      fence_operands(st);
+      fence_operands(dpt);
+      bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), key0, tile.m_block * kBlockM,
+                          tile.head, batch, masked, shape);
+    }
     u32 pt[kBlockM / 16][4], dst[kBlockM / 16][4];
     convert_p<Element, kBlockM / 8>(pt, st);
     convert_p<Element, kBlockM / 8>(dst, dpt);
@@ -221,8 +313,9 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     wgmma_wait<1>(); // dV and dK have read Q and dO: the slot goes back
     fence_operands(dv);
     fence_operands(dk);
-    if (lane == 0)
-      mbarrier_arrive(sm.q_empty(s));
+    // Every thread arrives: each read the slot's LSE and D itself (racecheck does not see a
+    // warp's reads ordered before lane 0's arrive).
+    mbarrier_arrive(sm.q_empty(s));
     wgmma_wait<0>();
     fence_operands(dq);
     // The sub-block through shared memory (once the previous one's reduction has read it) and
@@ -282,7 +375,7 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
     mbarrier_init(sm.kv_full(), 1);
     for (int s = 0; s < Config::kStages; ++s) {
       mbarrier_init(sm.q_full(s), 32);                       // the producer warp's lanes
-      mbarrier_init(sm.q_empty(s), 4 * Config::kConsumers); // one arrival per consumer warp
+      mbarrier_init(sm.q_empty(s), 128 * Config::kConsumers); // every consumer thread
     }
     fence_mbarrier_init();
   }

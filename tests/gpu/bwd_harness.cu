@@ -1029,13 +1029,28 @@ static void run_bench(const Options &opt) {
           CUDA_CHECK(cudaDeviceSynchronize());
           std::vector<float> total, main_ms;
           void *args[] = {&p};
+          void *main_args[] = {&p, nullptr};
+#ifdef FAGEN_HARNESS_SM90
+          fagen_bwd_tma_maps maps;
+          if (kern.ws) {
+            std::string what;
+            if (fagen::encodeBwdTmaMaps(tensor_map_encoder(), p, kern.hd_qk, kern.hd_v,
+                                        kern.block_m, kern.block_n, maps, what) != 0) {
+              std::fprintf(stderr, "%s: cuTensorMapEncodeTiled failed for %s\n", kern.name,
+                           what.c_str());
+              std::exit(1);
+            }
+            main_args[1] = &maps;
+          }
+#endif
           dim3 grid_k((seqlen + kern.block_n - 1) / kern.block_n, heads, batch);
           dim3 grid_q(m_blocks, heads, batch);
           for (int i = 0; i < reps; ++i) {
             CUDA_CHECK(cudaEventRecord(ev[0]));
             CUDA_CHECK(cudaLaunchKernel(kern.pre, grid_q, dim3(kern.pre_threads), args, 0, 0));
             CUDA_CHECK(cudaEventRecord(ev[1]));
-            CUDA_CHECK(cudaLaunchKernel(kern.main, grid_k, dim3(kern.threads), args, kern.smem_bytes, 0));
+            CUDA_CHECK(cudaLaunchKernel(kern.main, grid_k, dim3(kern.threads), main_args,
+                                        kern.smem_bytes, 0));
             CUDA_CHECK(cudaEventRecord(ev[2]));
             CUDA_CHECK(cudaLaunchKernel(kern.post, grid_q, dim3(kern.pre_threads), args, 0, 0));
             CUDA_CHECK(cudaEventRecord(ev[3]));
