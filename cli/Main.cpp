@@ -219,7 +219,9 @@ int commandBuild(const BuildRequest &req, Verbosity verbosity) {
   if (!in)
     return reportError(in.takeError(), code);
   // The layout files are inputs too: -o must not name one.
-  inputs.insert(inputs.end(), in->spec.inputFiles.begin(), in->spec.inputFiles.end());
+  for (const std::string &file : in->spec.inputFiles)
+    if (std::find(inputs.begin(), inputs.end(), file) == inputs.end())
+      inputs.push_back(file);
   if (int code = checkOutput(req, inputs))
     return code;
 

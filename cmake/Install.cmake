@@ -40,6 +40,15 @@ if(IS_ABSOLUTE "${CMAKE_INSTALL_INCLUDEDIR}")
 else()
   set(FAGEN_PC_INCLUDEDIR "\${prefix}/${CMAKE_INSTALL_INCLUDEDIR}")
 endif()
+# Relocatable: the prefix is found from the .pc file's own folder, so an install moved or made
+# with `cmake --install --prefix DIR` still points at itself.
+if(IS_ABSOLUTE "${CMAKE_INSTALL_LIBDIR}")
+  set(FAGEN_PC_PREFIX "${CMAKE_INSTALL_PREFIX}")
+else()
+  file(RELATIVE_PATH FAGEN_PC_UP "/root/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/root")
+  string(REGEX REPLACE "/$" "" FAGEN_PC_UP "${FAGEN_PC_UP}")
+  set(FAGEN_PC_PREFIX "\${pcfiledir}/${FAGEN_PC_UP}")
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/fagen.pc.in ${PROJECT_BINARY_DIR}/cmake/fagen.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/cmake/fagen.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
 
