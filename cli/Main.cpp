@@ -24,6 +24,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <CLI/CLI.hpp>
@@ -135,6 +136,7 @@ std::string depfileText(const std::string &output, const std::vector<std::string
   auto escape = [](const std::string &path) {
     llvm::SmallString<256> abs(path);
     llvm::sys::fs::make_absolute(abs);
+    llvm::sys::path::remove_dots(abs, /*remove_dot_dot=*/true);
     std::string out;
     for (char c : abs.str()) {
       if (c == ' ' || c == '#' || c == '\\')
