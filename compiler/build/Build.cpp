@@ -4,6 +4,7 @@
 
 #include "compiler/build/EmbeddedTemplates.h"
 #include "compiler/build/Subprocess.h"
+#include "core/FileIO.h"
 #include "compiler/emit/Emit.h"
 
 #include "llvm/ADT/ScopeExit.h"
@@ -34,12 +35,12 @@ std::string sha256Hex(llvm::StringRef data) {
   return llvm::toHex(digest, /*LowerCase=*/true);
 }
 
+/// Reads a cubin, a ptxas report or a log, bounded as a bundle is.
 llvm::Expected<std::string> readFile(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    return llvm::createStringError(buffer.getError(), "cannot read %s: %s", path.c_str(),
-                                   buffer.getError().message().c_str());
-  return (*buffer)->getBuffer().str();
+  std::string bytes, error;
+  if (!readFileBounded(path, kMaxBundleBytes, path.c_str(), bytes, error))
+    return llvm::createStringError(std::errc::io_error, "%s", error.c_str());
+  return bytes;
 }
 
 /// Runs a program, capturing stdout+stderr into `output`. Returns its exit code (-1 when it
