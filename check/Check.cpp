@@ -340,12 +340,8 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
 
 /// Loads the bundle (records and runtime handle) into `session`; an exit code on failure.
 int openSession(const CheckOptions &opt, Session &session) {
+  // The bundle first: a missing or invalid one is reported the same with or without a GPU.
   std::string error;
-  session.api = getDriver(error);
-  if (!session.api) {
-    llvm::errs() << "fagen check: " << error << "\n";
-    return 4;
-  }
   std::string bytes;
   if (!readFileBounded(opt.bundlePath, kMaxBundleBytes, ("the bundle " + opt.bundlePath).c_str(),
                        bytes, error)) {
@@ -356,6 +352,11 @@ int openSession(const CheckOptions &opt, Session &session) {
                    session.records, error)) {
     llvm::errs() << "fagen check: " << opt.bundlePath << ": " << error << "\n";
     return 1;
+  }
+  session.api = getDriver(error);
+  if (!session.api) {
+    llvm::errs() << "fagen check: " << error << "\n";
+    return 4;
   }
   if (fagen_bundle_load_file(opt.bundlePath.c_str(), &session.bundle) != FAGEN_OK) {
     llvm::errs() << "fagen check: " << fagen_last_error() << "\n";

@@ -563,6 +563,14 @@ int main(int argc, char **argv) {
         return reportError(seqlens.takeError(), kExitUsage);
       tuneOptions.seqlens = *seqlens;
     }
+    // A spec that cannot be read exits as in build and plan (the tuner would call it rejected).
+    std::string text, error;
+    if (tuneOptions.specPath != "-" &&
+        !readFileBounded(tuneOptions.specPath, kMaxSpecBytes,
+                         ("the spec " + tuneOptions.specPath).c_str(), text, error)) {
+      llvm::errs() << "fagen: " << error << "\n";
+      return kExitToolchain;
+    }
     cleanUpOnInterrupt("fagen");
     if (verbosity.quiet) { // tune's progress lines go to standard output; its errors to stderr
       int sink = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
