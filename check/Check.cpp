@@ -7,6 +7,8 @@
 //===----------------------------------------------------------------------===//
 
 #include "check/Check.h"
+
+#include "core/FileIO.h"
 #include "check/CheckGolden.h"
 
 #include "check/Reference.h"
@@ -338,22 +340,23 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
 
 /// Loads the bundle (records and runtime handle) into `session`; an exit code on failure.
 int openSession(const CheckOptions &opt, Session &session) {
+  // The bundle first: a missing or invalid one is reported the same with or without a GPU.
   std::string error;
+  std::string bytes;
+  if (!readFileBounded(opt.bundlePath, kMaxBundleBytes, ("the bundle " + opt.bundlePath).c_str(),
+                       bytes, error)) {
+    llvm::errs() << "fagen check: " << error << "\n";
+    return 3;
+  }
+  if (!parseBundle(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(),
+                   session.records, error)) {
+    llvm::errs() << "fagen check: " << opt.bundlePath << ": " << error << "\n";
+    return 1;
+  }
   session.api = getDriver(error);
   if (!session.api) {
     llvm::errs() << "fagen check: " << error << "\n";
     return 4;
-  }
-  auto buffer = llvm::MemoryBuffer::getFile(opt.bundlePath, false, false);
-  if (!buffer) {
-    llvm::errs() << "fagen check: cannot read " << opt.bundlePath << ": "
-                 << buffer.getError().message() << "\n";
-    return 3;
-  }
-  if (!parseBundle(reinterpret_cast<const uint8_t *>((*buffer)->getBufferStart()),
-                   (*buffer)->getBufferSize(), session.records, error)) {
-    llvm::errs() << "fagen check: " << opt.bundlePath << ": " << error << "\n";
-    return 1;
   }
   if (fagen_bundle_load_file(opt.bundlePath.c_str(), &session.bundle) != FAGEN_OK) {
     llvm::errs() << "fagen check: " << fagen_last_error() << "\n";
@@ -403,10 +406,25 @@ int runCheck(const CheckOptions &opt) {
     printHeader();
   Tally tally;
   bool usable = true;
+  if (opt.summary)
+    opt.summary->gpu = session.gpuName;
   for (size_t i = 0; i < session.records.kernels.size() && usable; ++i) {
     const KernelRecord &k = session.records.kernels[i];
-    if (opt.kernelFilter.empty() || k.name.find(opt.kernelFilter) != std::string::npos)
-      usable = checkKernel(opt, session, int(i), tally);
+    if (!opt.kernelFilter.empty() && k.name.find(opt.kernelFilter) == std::string::npos)
+      continue;
+    const unsigned passed = tally.passed, failed = tally.failed, skipped = tally.skipped;
+    usable = checkKernel(opt, session, int(i), tally);
+    if (opt.summary) {
+      CheckKernelResult r{k.name, k.arch, "passed", int(tally.passed - passed),
+                          int(tally.failed - failed)};
+      r.result = tally.skipped > skipped ? "skipped" : r.casesFailed ? "failed" : "passed";
+      opt.summary->kernels.push_back(std::move(r));
+    }
+  }
+  if (opt.summary) {
+    opt.summary->passed = int(tally.passed);
+    opt.summary->failed = int(tally.failed);
+    opt.summary->skipped = int(tally.skipped);
   }
   fagen_bundle_destroy(session.bundle);
   if (!opt.goldenDir.empty() && usable) {

@@ -253,6 +253,18 @@ int checkNonFiniteKernel(const DriverApi &api, const fagen_bundle *bundle, int k
 /// "B x Hq/Hkv Sq x Sk layout", as the check table prints a shape.
 std::string checkShapeText(const CheckShape &shape);
 
+/// What a check found, kernel by kernel (for `fagen check --json`).
+struct CheckKernelResult {
+  std::string name, arch;
+  std::string result; ///< "passed", "failed" or "skipped"
+  int casesPassed = 0, casesFailed = 0;
+};
+struct CheckSummary {
+  std::string gpu; ///< "" when no GPU was opened
+  int passed = 0, failed = 0, skipped = 0;
+  std::vector<CheckKernelResult> kernels;
+};
+
 struct CheckOptions {
   std::string bundlePath;
   std::string goldenDir;      ///< "" = no golden digests, else their folder (CheckGolden.h)
@@ -262,6 +274,7 @@ struct CheckOptions {
   std::string kernelFilter;   ///< only kernels whose name contains this
   bool nonFinite = false;     ///< the non-finite input cases instead of the shape grid
   bool explain = false;       ///< print every case's largest errors, not only a mismatch's
+  CheckSummary *summary = nullptr; ///< filled when set
 };
 
 /// Exit codes: 0 all passed, 1 a mismatch, 4 no GPU / driver, 3 other errors.

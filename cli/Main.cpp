@@ -15,17 +15,22 @@
 #include "tuner/TuningTable.h"
 #include "tuner/Tuner.h"
 
+#include "cli/Output.h"
+#include "compiler/build/Subprocess.h"
 #include "compiler/bundle/Bundle.h"
+#include "core/FileIO.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <CLI/CLI.hpp>
 
 #include <chrono>
+#include <fcntl.h>
 #include <unistd.h>
 
 using namespace fagen;
@@ -44,8 +49,10 @@ const char *kExitCodesHelp = R"(Exit codes:
   0  success
   1  rejected input: a spec error (FILE:LINE:COL), an invalid bundle or tuning database,
      a failed check, or a tune that found no passing candidate or hit a CUDA error
-  2  bad command-line usage
-  3  toolchain or I/O failure: nvcc missing or failing, an unreadable or unwritable file
+  2  bad command-line usage: an unknown --arch, -o naming a device, FIFO or an input
+  3  toolchain or I/O failure: nvcc missing or failing, a missing, unreadable or unwritable
+     file (a spec or a bundle alike), a file over fagen's size limit
+  130, 143  interrupted by SIGINT, SIGTERM (children stopped, temporary files removed)
   4  no GPU or no CUDA driver (check and tune)
 )";
 
@@ -53,6 +60,12 @@ int reportError(llvm::Error err, int code) {
   llvm::errs() << "fagen: " << llvm::toString(std::move(err)) << "\n";
   return code;
 }
+
+/// How much a command prints besides its result: -q only errors, -v more detail.
+struct Verbosity {
+  bool quiet = false;
+  bool verbose = false;
+};
 
 /// Canonicalizes --arch values; the error carries a "did you mean".
 llvm::Expected<std::vector<std::string>> canonicalArchs(const std::vector<std::string> &in) {
@@ -67,32 +80,47 @@ llvm::Expected<std::vector<std::string>> canonicalArchs(const std::vector<std::s
   return out;
 }
 
+void printJson(llvm::json::Value value) {
+  llvm::outs() << llvm::formatv("{0:2}", value) << "\n";
+}
+
 struct PlanInputs {
   AttentionSpec spec;
   std::vector<KernelPlan> plans;
 };
 
-/// Parses the spec and plans its kernels (with the tuned configs of `tuning`, if any).
+/// Reads (bounded) and parses the spec, then plans its kernels (with the tuned configs of
+/// `tuning`, if any). A spec that cannot be read is an I/O failure (exit 3), as a bundle that
+/// cannot be read; a spec that can be read but is wrong is rejected input (exit 1).
 llvm::Expected<PlanInputs> loadAndPlan(const std::string &specPath,
-                                       const std::vector<std::string> &archFlags,
+                                       const std::vector<std::string> &archs, int &exitCode,
                                        const TuningTable *tuning = nullptr) {
-  llvm::Expected<std::vector<std::string>> archs = canonicalArchs(archFlags);
-  if (!archs)
-    return archs.takeError();
-  llvm::Expected<AttentionSpec> spec = parseSpecFile(specPath);
+  std::string text, error;
+  exitCode = kExitToolchain;
+  if (!readFileBounded(specPath, kMaxSpecBytes, ("the spec " + specPath).c_str(), text, error))
+    return llvm::createStringError(std::errc::io_error, "%s", error.c_str());
+  exitCode = kExitRejected;
+  llvm::Expected<AttentionSpec> spec = parseSpec(text, specPath == "-" ? "<stdin>" : specPath);
   if (!spec)
     return spec.takeError();
-  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, *archs, tuning);
+  if (specPath != "-")
+    spec->inputFiles.insert(spec->inputFiles.begin(), specPath);
+  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, archs, tuning);
   if (!plans)
     return plans.takeError();
   return PlanInputs{std::move(*spec), std::move(*plans)};
 }
 
-int commandPlan(const std::string &specPath, const std::vector<std::string> &archFlags,
-                bool emit) {
-  llvm::Expected<PlanInputs> in = loadAndPlan(specPath, archFlags);
+int commandPlan(const std::string &specPath, const std::vector<std::string> &archs, bool emit,
+                bool json) {
+  int code = kExitRejected;
+  llvm::Expected<PlanInputs> in = loadAndPlan(specPath, archs, code);
   if (!in)
-    return reportError(in.takeError(), kExitRejected);
+    return reportError(in.takeError(), code);
+  if (json) {
+    printJson(plansJson(specPath, in->plans));
+    return kExitOk;
+  }
   if (!emit) {
     llvm::outs() << formatPlans(in->plans);
     return kExitOk;
@@ -102,37 +130,121 @@ int commandPlan(const std::string &specPath, const std::vector<std::string> &arc
   return kExitOk;
 }
 
-int commandBuild(const std::string &specPath, const std::vector<std::string> &archFlags,
-                 const std::string &output, const BuildOptions &baseOptions, bool quiet,
-                 const std::string &tuningPath, bool tuningAllowMismatch) {
+/// Make syntax: OUTPUT: INPUT... with spaces, '#' and '$' escaped; absolute paths, so the
+/// build tool that reads it may run from any folder.
+std::string depfileText(const std::string &output, const std::vector<std::string> &inputs) {
+  auto escape = [](const std::string &path) {
+    llvm::SmallString<256> abs(path);
+    llvm::sys::fs::make_absolute(abs);
+    llvm::sys::path::remove_dots(abs, /*remove_dot_dot=*/true);
+    std::string out;
+    for (char c : abs.str()) {
+      if (c == ' ' || c == '#' || c == '\\')
+        out += '\\';
+      if (c == '$')
+        out += '$';
+      out += c;
+    }
+    return out;
+  };
+  std::string text = escape(output) + ":";
+  for (const std::string &in : inputs)
+    text += " \\\n  " + escape(in);
+  return text + "\n";
+}
+
+struct BuildRequest {
+  std::string specPath, output, depfile, tuningPath;
+  bool tuningAllowMismatch = false;
+  std::vector<std::string> archs;
+  BuildOptions options;
+};
+
+/// Where the bundle may go: standard output ("-"), or a regular file (new or replaced) that is
+/// none of the inputs. An exit code when not.
+int checkOutput(const BuildRequest &req, const std::vector<std::string> &inputs) {
+  if (req.output == "-") {
+    if (!req.depfile.empty()) {
+      llvm::errs() << "fagen: --depfile needs a bundle file (-o FILE), not standard output\n";
+      return kExitUsage;
+    }
+    if (isatty(STDOUT_FILENO)) {
+      llvm::errs() << "fagen: refusing to write a binary bundle to a terminal: redirect "
+                      "standard output or name a file with -o FILE\n";
+      return kExitUsage;
+    }
+    return kExitOk;
+  }
+  std::string error;
+  for (const std::string &path : {req.output, req.depfile})
+    if (!path.empty() && !checkOutputPath(path, inputs, error)) {
+      llvm::errs() << "fagen: " << error << "\n";
+      return kExitUsage;
+    }
+  return kExitOk;
+}
+
+int writeAll(int fd, const std::vector<uint8_t> &bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return errno ? errno : EIO;
+    done += size_t(n);
+  }
+  return 0;
+}
+
+int commandBuild(const BuildRequest &req, Verbosity verbosity) {
   auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> inputs = {req.specPath};
+  if (!req.tuningPath.empty())
+    inputs.push_back(req.tuningPath);
+  if (int code = checkOutput(req, inputs))
+    return code;
   llvm::Expected<Toolchain> toolchain = findToolchain();
   if (!toolchain)
     return reportError(toolchain.takeError(), kExitToolchain);
   std::optional<TuningTable> tuning;
-  if (!tuningPath.empty()) {
+  if (!req.tuningPath.empty()) {
     llvm::Expected<TuningTable> table =
-        loadTuningTable(tuningPath, *toolchain, tuningAllowMismatch);
+        loadTuningTable(req.tuningPath, *toolchain, req.tuningAllowMismatch);
     if (!table)
       return reportError(table.takeError(), kExitRejected);
     tuning = std::move(*table);
   }
-  llvm::Expected<PlanInputs> in = loadAndPlan(specPath, archFlags, tuning ? &*tuning : nullptr);
+  int code = kExitRejected;
+  llvm::Expected<PlanInputs> in =
+      loadAndPlan(req.specPath, req.archs, code, tuning ? &*tuning : nullptr);
   if (!in)
-    return reportError(in.takeError(), kExitRejected);
+    return reportError(in.takeError(), code);
+  // The layout files are inputs too: -o must not name one.
+  for (const std::string &file : in->spec.inputFiles)
+    if (std::find(inputs.begin(), inputs.end(), file) == inputs.end())
+      inputs.push_back(file);
+  if (int code = checkOutput(req, inputs))
+    return code;
 
-  BuildOptions options = baseOptions;
+  BuildOptions options = req.options;
   options.spillFallbacks = true;
   bool tty = isatty(STDERR_FILENO);
-  if (!quiet)
+  if (!verbosity.quiet)
     options.progress = [tty](unsigned done, unsigned total, const std::string &status) {
       llvm::errs() << (tty ? "\r\033[K" : "") << "[" << done << "/" << total << "] " << status
                    << (tty && done < total ? "" : "\n");
       llvm::errs().flush();
     };
-  if (!quiet)
-    llvm::errs() << "fagen: building " << in->plans.size() << " kernel(s) from " << specPath
+  if (!verbosity.quiet)
+    llvm::errs() << "fagen: building " << in->plans.size() << " kernel(s) from " << req.specPath
                  << " with " << toolchain->describe() << "\n";
+  if (verbosity.verbose)
+    llvm::errs() << "fagen: nvcc " << toolchain->nvcc << ", compile cache "
+                 << (options.useCache ? (options.cacheDir.empty() ? defaultCacheDir()
+                                                                  : options.cacheDir)
+                                      : std::string("off"))
+                 << ", inputs " << llvm::join(inputs, " ") << "\n";
   llvm::Expected<std::vector<CompiledKernel>> kernels =
       compileKernels(*toolchain, in->plans, options);
   if (!kernels)
@@ -140,73 +252,99 @@ int commandBuild(const std::string &specPath, const std::vector<std::string> &ar
 
   Bundle bundle = assembleBundle(*toolchain, *kernels);
   std::vector<uint8_t> bytes = serializeBundle(bundle);
-  if (llvm::Error err =
-          writeFileAtomically(output, std::string(bytes.begin(), bytes.end())))
+  if (req.output == "-") {
+    if (int err = writeAll(STDOUT_FILENO, bytes))
+      return reportError(llvm::createStringError(std::error_code(err, std::generic_category()),
+                                                 "cannot write the bundle to standard output: %s",
+                                                 std::strerror(err)),
+                         kExitToolchain);
+  } else if (llvm::Error err =
+                 writeFileAtomically(req.output, std::string(bytes.begin(), bytes.end()))) {
     return reportError(std::move(err), kExitToolchain);
+  }
+  if (!req.depfile.empty())
+    if (llvm::Error err = writeFileAtomically(req.depfile, depfileText(req.output, inputs)))
+      return reportError(std::move(err), kExitToolchain);
 
   unsigned cached = 0;
   double compileSeconds = 0;
   for (const CompiledKernel &k : *kernels) {
     cached += k.cached;
     compileSeconds += k.seconds;
+    std::string warning = spillWarning(k.plan.name, k.plan.arch, k.report.maxSpillBytes,
+                                       k.report.maxRegisters);
+    if (!verbosity.quiet && !warning.empty())
+      llvm::errs() << "fagen: " << warning << "\n";
   }
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  if (!quiet)
+  if (!verbosity.quiet)
     llvm::errs() << llvm::formatv("fagen: wrote {0}: {1} kernel(s) for {2}, {3} bytes, in {4:f2} s "
                                   "({5} compiled, {6} cached; {7:f1} s of compile time)\n",
-                                  output, kernels->size(), llvm::join(bundle.archs, ", "),
-                                  bytes.size(), total, kernels->size() - cached, cached,
-                                  compileSeconds);
+                                  req.output == "-" ? "standard output" : req.output,
+                                  kernels->size(), llvm::join(bundle.archs, ", "), bytes.size(),
+                                  total, kernels->size() - cached, cached, compileSeconds);
   return kExitOk;
 }
 
-int commandInspect(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, false, false);
-  if (!buffer)
-    return reportError(llvm::createStringError(buffer.getError(), "cannot read %s: %s",
-                                               path.c_str(),
-                                               buffer.getError().message().c_str()),
-                       kExitToolchain);
+int commandInspect(const std::string &path, bool json, Verbosity verbosity) {
+  std::string bytes, error;
+  if (!readFileBounded(path, kMaxBundleBytes, ("the bundle " + path).c_str(), bytes, error)) {
+    llvm::errs() << "fagen: " << error << "\n";
+    return kExitToolchain;
+  }
   Bundle bundle;
-  std::string error;
-  const auto *data = reinterpret_cast<const uint8_t *>((*buffer)->getBufferStart());
-  if (!parseBundle(data, (*buffer)->getBufferSize(), bundle, error)) {
+  if (!parseBundle(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), bundle,
+                   error)) {
     llvm::errs() << "fagen: " << path << ": " << error << "\n";
     return kExitRejected;
   }
-  llvm::outs() << llvm::formatv("bundle {0}\n  format version {1}, built by fagen {2} with {3}\n"
-                                "  archs: {4}\n  kernels: {5}\n",
-                                path, kBundleFormatVersion, bundle.fagenVersion, bundle.toolchain,
-                                llvm::join(bundle.archs, ", "), bundle.kernels.size());
-  for (const KernelRecord &k : bundle.kernels) {
-    std::string status = verifiedOn(k.templ, k.pass, k.arch);
-    llvm::outs() << llvm::formatv(
-        "\nkernel {0}\n  arch={1} template={2} pass={3} variant={4}\n"
-        "  dtype={5} head_dim_qk={6} head_dim_v={7} mask={8}\n"
-        "  block_m={9} block_n={10} warps={11} stages={12} threads={13} smem={14}\n"
-        "  rescale_tau={15} exp2_emu_percent={16} exp2_poly_degree={17}\n",
-        k.name, k.arch, k.templ, toText(k.pass), k.variant, toText(k.dtype), k.headDimQK,
-        k.headDimV, toText(k.mask), k.blockM, k.blockN, k.warps, k.stages, k.threads, k.smemBytes,
-        k.rescaleTau, k.exp2EmuPercent, k.exp2PolyDegree);
-    if (k.persistent)
-      llvm::outs() << "  persistent: one thread block per SM, each walking its work tiles\n";
-    if (k.tileCounter)
-      llvm::outs() << "  tile counter: with a forward workspace (4 bytes), one thread block per "
-                      "SM takes the next work tile, heaviest first; without, "
-                   << (k.persistent ? "as persistent says" : "one thread block per work tile")
-                   << "\n";
-    if (k.tmaStoreO)
-      llvm::outs() << "  O stored through shared memory with TMA (O's strides must meet TMA's "
-                      "rules, as Q's)\n";
-    if (k.seqlenMin != 0 || k.seqlenMax != kSeqlenUnbounded)
-      llvm::outs() << llvm::formatv("  serves max(seqlen_q, seqlen_k) in {0}..{1}\n", k.seqlenMin,
-                                    k.seqlenMax);
-    llvm::outs() << llvm::formatv(
-        "  registers={0} spill_bytes={1} cubin_bytes={2}\n  tuning: {3}\n  status: {4}\n",
-        k.registers, k.spillBytes, bundle.cubins[k.cubinSection].size(), k.tuning,
-        status.empty() ? std::string("compiled, not run") : "verified on " + status);
-  }
+  if (json)
+    printJson(inspectJson(path, bundle));
+  else
+    llvm::outs() << inspectText(path, bundle, verbosity.verbose);
   return kExitOk;
+}
+
+/// `fagen check`: with --json or -q, the check's own lines go to standard error (-q: nowhere)
+/// and standard output gets the JSON object or the summary line.
+int commandCheck(CheckOptions options, bool json, Verbosity verbosity) {
+  if (verbosity.verbose)
+    options.explain = true;
+  if (!json && !verbosity.quiet)
+    return runCheck(options);
+  CheckSummary summary;
+  options.summary = &summary;
+  llvm::outs().flush();
+  int saved = dup(STDOUT_FILENO);
+  int sink = verbosity.quiet ? ::open("/dev/null", O_WRONLY | O_CLOEXEC) : dup(STDERR_FILENO);
+  dup2(sink, STDOUT_FILENO);
+  close(sink);
+  int code = runCheck(options);
+  llvm::outs().flush();
+  dup2(saved, STDOUT_FILENO);
+  close(saved);
+  if (!json) {
+    if (!summary.gpu.empty())
+      llvm::outs() << llvm::formatv("{0} passed, {1} failed, {2} skipped\n", summary.passed,
+                                    summary.failed, summary.skipped);
+    return code;
+  }
+  llvm::json::Array kernels;
+  for (const CheckKernelResult &k : summary.kernels)
+    kernels.push_back(llvm::json::Object{{"name", k.name},
+                                         {"arch", k.arch},
+                                         {"result", k.result},
+                                         {"cases_passed", k.casesPassed},
+                                         {"cases_failed", k.casesFailed}});
+  printJson(llvm::json::Object{
+      {"bundle", options.bundlePath},
+      {"gpu", summary.gpu.empty() ? llvm::json::Value(nullptr) : summary.gpu},
+      {"exit_code", code},
+      {"passed", summary.passed},
+      {"failed", summary.failed},
+      {"skipped", summary.skipped},
+      {"kernels", std::move(kernels)}});
+  return code;
 }
 
 } // namespace
@@ -232,17 +370,31 @@ int main(int argc, char **argv) {
   app.set_version_flag("--version", std::string("fagen ") + FAGEN_VERSION_STRING);
   app.require_subcommand(1);
 
-  std::string specPath, output, bundlePath;
+  std::string specPath, bundlePath;
   std::vector<std::string> archs;
-  BuildOptions buildOptions;
-  bool noCache = false, quiet = false;
+  BuildRequest buildReq;
+  BuildOptions &buildOptions = buildReq.options;
+  bool noCache = false, json = false;
+  Verbosity verbosity;
+  // -q and -v, before or after the command.
+  auto addVerbosity = [&](CLI::App *cmd) {
+    cmd->add_flag("-q,--quiet", verbosity.quiet, "print nothing but errors (and the result)");
+    cmd->add_flag("-v,--verbose", verbosity.verbose, "print more detail");
+  };
+  addVerbosity(&app);
 
   auto archHelp = "target arch, repeatable: sm_80 sm_86 sm_89 sm_90 sm_90a sm_100 sm_100a "
                   "(replaces the spec's targets)";
 
   CLI::App *build = app.add_subcommand("build", "compile a spec into a bundle");
   build->add_option("spec", specPath, "the attention spec (YAML)")->required();
-  build->add_option("-o,--output", output, "the bundle to write (written atomically)")->required();
+  build->add_option("-o,--output", buildReq.output,
+                    "the bundle to write: a regular file, written to a temporary file and "
+                    "renamed (never a device, FIFO or the spec), or - for standard output")
+      ->required();
+  build->add_option("--depfile", buildReq.depfile,
+                    "also write a Make depfile naming the bundle and every file it was built "
+                    "from (the spec, its block layout files, the tuning database)");
   build->add_option("--arch", archs, archHelp);
   build->add_option("-j,--jobs", buildOptions.jobs, "parallel nvcc jobs (default: one per core)");
   build->add_option("--dump-dir", buildOptions.dumpDir,
@@ -251,14 +403,12 @@ int main(int argc, char **argv) {
                     "compile cache folder (default: $FAGEN_CACHE_DIR, $XDG_CACHE_HOME/fagen or "
                     "~/.cache/fagen)");
   build->add_flag("--no-cache", noCache, "compile everything, read and write no cache");
-  std::string tuningPath;
-  bool tuningAllowMismatch = false;
-  build->add_option("--tuning", tuningPath,
+  build->add_option("--tuning", buildReq.tuningPath,
                     "use the winners of this `fagen tune` database: one kernel per tuned seqlen "
                     "bucket, dispatched by the runtime on each call's shape");
-  build->add_flag("--tuning-allow-mismatch", tuningAllowMismatch,
+  build->add_flag("--tuning-allow-mismatch", buildReq.tuningAllowMismatch,
                   "use tuning records made with another nvcc or fagen version");
-  build->add_flag("-q,--quiet", quiet, "print nothing but errors");
+  addVerbosity(build);
   build->footer(kExitCodesHelp);
 
   CLI::App *plan = app.add_subcommand("plan", "print the kernels a spec would build");
@@ -266,10 +416,14 @@ int main(int argc, char **argv) {
   plan->add_option("--arch", archs, archHelp);
   bool emit = false;
   plan->add_flag("--emit", emit, "print the generated CUDA source of each kernel instead");
+  plan->add_flag("--json", json, "print the plans as one JSON object");
+  addVerbosity(plan);
   plan->footer(kExitCodesHelp);
 
   CLI::App *inspect = app.add_subcommand("inspect", "print a bundle's versions, archs and kernels");
   inspect->add_option("bundle", bundlePath, "a bundle written by fagen build")->required();
+  inspect->add_flag("--json", json, "print the bundle's description as one JSON object");
+  addVerbosity(inspect);
   inspect->footer(kExitCodesHelp);
 
   CheckOptions checkOptions;
@@ -324,6 +478,10 @@ int main(int argc, char **argv) {
                   "element per case (forward: NaN in K, V, Q, +Inf in Q; backward: NaN in dO), "
                   "each output element checked against docs/numerics.md's guarantee; one "
                   "PASS/FAIL line per case");
+  check->add_flag("--json", json,
+                  "print the result as one JSON object (per kernel: passed, failed, skipped); "
+                  "the case lines go to standard error");
+  addVerbosity(check);
   check->footer(checkDetails + kExitCodesHelp);
 
   TuneOptions tuneOptions;
@@ -348,6 +506,7 @@ int main(int argc, char **argv) {
   tune->add_option("--kernel", tuneOptions.kernelFilter,
                    "only kernels whose name or workload contains this text");
   tune->add_option("--cache-dir", tuneOptions.cacheDir, "compile cache folder (as for build)");
+  addVerbosity(tune);
   tune->footer(kExitCodesHelp);
 
   try {
@@ -363,14 +522,28 @@ int main(int argc, char **argv) {
     return kExitUsage;
   }
 
+  if (verbosity.quiet && verbosity.verbose) {
+    llvm::errs() << "fagen: -q and -v contradict each other: pass one\n";
+    return kExitUsage;
+  }
+  // An unknown arch is a usage error, found before any file is read.
+  std::vector<std::string> &archFlags = *tune ? tuneOptions.archs : archs;
+  llvm::Expected<std::vector<std::string>> canonical = canonicalArchs(archFlags);
+  if (!canonical)
+    return reportError(canonical.takeError(), kExitUsage);
+  archFlags = *canonical;
+
   buildOptions.useCache = !noCache;
-  if (*build)
-    return commandBuild(specPath, archs, output, buildOptions, quiet, tuningPath,
-                        tuningAllowMismatch);
+  if (*build) {
+    buildReq.specPath = specPath;
+    buildReq.archs = archs;
+    cleanUpOnInterrupt("fagen");
+    return commandBuild(buildReq, verbosity);
+  }
   if (*plan)
-    return commandPlan(specPath, archs, emit);
+    return commandPlan(specPath, archs, emit, json);
   if (*inspect)
-    return commandInspect(bundlePath);
+    return commandInspect(bundlePath, json, verbosity);
   if (*check) {
     if (checkOptions.updateGolden && checkOptions.goldenDir.empty()) {
       llvm::errs() << "fagen: --update-golden needs --golden DIR\n";
@@ -381,7 +554,7 @@ int main(int argc, char **argv) {
                       "run them separately\n";
       return kExitUsage;
     }
-    return runCheck(checkOptions);
+    return commandCheck(checkOptions, json, verbosity);
   }
   if (*tune) {
     if (!shapes.empty()) {
@@ -389,6 +562,20 @@ int main(int argc, char **argv) {
       if (!seqlens)
         return reportError(seqlens.takeError(), kExitUsage);
       tuneOptions.seqlens = *seqlens;
+    }
+    // A spec that cannot be read exits as in build and plan (the tuner would call it rejected).
+    std::string text, error;
+    if (tuneOptions.specPath != "-" &&
+        !readFileBounded(tuneOptions.specPath, kMaxSpecBytes,
+                         ("the spec " + tuneOptions.specPath).c_str(), text, error)) {
+      llvm::errs() << "fagen: " << error << "\n";
+      return kExitToolchain;
+    }
+    cleanUpOnInterrupt("fagen");
+    if (verbosity.quiet) { // tune's progress lines go to standard output; its errors to stderr
+      int sink = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+      dup2(sink, STDOUT_FILENO);
+      close(sink);
     }
     return runTune(tuneOptions);
   }

@@ -2,6 +2,9 @@
 
 #include "tuner/TuningDb.h"
 
+#include "core/FileIO.h"
+
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -325,32 +328,27 @@ llvm::Expected<TuningDb> TuningDb::parse(llvm::StringRef text, const std::string
 }
 
 llvm::Expected<TuningDb> TuningDb::load(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false,
-                                            /*RequiresNullTerminator=*/false);
-  if (!buffer) {
-    if (buffer.getError() == std::errc::no_such_file_or_directory) {
-      TuningDb db;
-      db.Path = path;
-      return db;
-    }
-    return llvm::createStringError(buffer.getError(), "cannot read %s: %s", path.c_str(),
-                                   buffer.getError().message().c_str());
+  if (!llvm::sys::fs::exists(path)) {
+    TuningDb db;
+    db.Path = path;
+    return db;
   }
-  return parse((*buffer)->getBuffer(), path);
+  std::string text, error;
+  if (!readFileBounded(path, kMaxTextFileBytes, ("the tuning database " + path).c_str(), text,
+                       error))
+    return llvm::createStringError(std::errc::io_error, "%s", error.c_str());
+  return parse(text, path);
 }
 
 llvm::Error TuningDb::append(llvm::ArrayRef<TuningRecord> records) {
   if (records.empty())
     return llvm::Error::success();
   // Re-read the file rather than re-serializing Records: existing lines stay byte for byte.
-  std::string bytes;
-  auto buffer = llvm::MemoryBuffer::getFile(Path, false, false);
-  if (buffer) {
-    bytes = (*buffer)->getBuffer().str();
-  } else if (buffer.getError() != std::errc::no_such_file_or_directory) {
-    return llvm::createStringError(buffer.getError(), "cannot read %s: %s", Path.c_str(),
-                                   buffer.getError().message().c_str());
-  }
+  std::string bytes, error;
+  if (llvm::sys::fs::exists(Path) &&
+      !readFileBounded(Path, kMaxTextFileBytes, ("the tuning database " + Path).c_str(), bytes,
+                       error))
+    return llvm::createStringError(std::errc::io_error, "%s", error.c_str());
   if (!bytes.empty() && bytes.back() != '\n')
     bytes += '\n'; // a hand-edited last line without its newline
   for (const TuningRecord &r : records)

@@ -3,6 +3,8 @@
 #include "compiler/build/Build.h"
 
 #include "compiler/build/EmbeddedTemplates.h"
+#include "compiler/build/Subprocess.h"
+#include "core/FileIO.h"
 #include "compiler/emit/Emit.h"
 
 #include "llvm/ADT/ScopeExit.h"
@@ -33,30 +35,23 @@ std::string sha256Hex(llvm::StringRef data) {
   return llvm::toHex(digest, /*LowerCase=*/true);
 }
 
+/// Reads a cubin, a ptxas report or a log, bounded as a bundle is.
 llvm::Expected<std::string> readFile(const std::string &path) {
-  auto buffer = llvm::MemoryBuffer::getFile(path, /*IsText=*/false, /*RequiresNullTerminator=*/false);
-  if (!buffer)
-    return llvm::createStringError(buffer.getError(), "cannot read %s: %s", path.c_str(),
-                                   buffer.getError().message().c_str());
-  return (*buffer)->getBuffer().str();
+  std::string bytes, error;
+  if (!readFileBounded(path, kMaxBundleBytes, path.c_str(), bytes, error))
+    return llvm::createStringError(std::errc::io_error, "%s", error.c_str());
+  return bytes;
 }
 
 /// Runs a program, capturing stdout+stderr into `output`. Returns its exit code (-1 when it
-/// could not be started; `output` then holds the reason).
-int runProgram(const std::string &program, const std::vector<std::string> &args,
-               const std::string &workDir, std::string &output) {
+/// could not be started or was killed; `output` then holds the reason).
+int runProgram(const std::vector<std::string> &args, const std::string &workDir,
+               std::string &output) {
   std::string logPath = workDir + "/nvcc.log";
-  std::vector<llvm::StringRef> argRefs;
-  for (const std::string &a : args)
-    argRefs.push_back(a);
-  std::optional<llvm::StringRef> redirects[] = {llvm::StringRef(""), llvm::StringRef(logPath),
-                                                llvm::StringRef(logPath)};
-  std::string errMsg;
-  bool failedToStart = false;
-  int rc = llvm::sys::ExecuteAndWait(program, argRefs, std::nullopt, redirects, 0, 0, &errMsg,
-                                     &failedToStart);
-  if (failedToStart || rc < 0) {
-    output = errMsg;
+  std::string error;
+  int rc = runProcess(args, logPath, error);
+  if (rc < 0) {
+    output = error;
     return -1;
   }
   llvm::Expected<std::string> log = readFile(logPath);
@@ -117,10 +112,7 @@ llvm::Expected<CompiledKernel> compileOne(const Toolchain &tc, const KernelPlan 
   result.plan = plan;
   std::string source = emitKernelSource(plan);
   std::vector<std::string> flags = nvccFlags(plan.arch);
-  std::string key = sha256Hex(llvm::formatv("fagen-cache-1\n{0}\n{1}\n{2}\n{3}\n{4}",
-                                            FAGEN_VERSION_STRING, tc.version,
-                                            llvm::join(flags, " "), templatesHash(), source)
-                                  .str());
+  std::string key = compileCacheKey(tc, flags, source);
   CacheEntry entry = cachePaths(cacheDir, key);
   std::string stem = plan.name + "." + plan.arch;
 
@@ -138,10 +130,9 @@ llvm::Expected<CompiledKernel> compileOne(const Toolchain &tc, const KernelPlan 
   }
 
   llvm::SmallString<256> workDir;
-  if (std::error_code ec = llvm::sys::fs::createUniqueDirectory("fagen-build", workDir))
-    return llvm::createStringError(ec, "cannot create a temporary folder: %s",
-                                   ec.message().c_str());
-  llvm::scope_exit cleanup([&] { llvm::sys::fs::remove_directories(workDir); });
+  if (llvm::Error err = createTempDir("fagen-build", workDir))
+    return err;
+  llvm::scope_exit cleanup([&] { removeTempDir(workDir.str().str()); });
   std::string cuPath = (workDir + "/kernel.cu").str();
   if (llvm::Error err = writeFileAtomically(cuPath, source))
     return err;
@@ -151,7 +142,7 @@ llvm::Expected<CompiledKernel> compileOne(const Toolchain &tc, const KernelPlan 
   args.insert(args.end(), flags.begin(), flags.end());
   args.insert(args.end(), {"-Xptxas", "-v", "-o", (workDir + "/kernel.cubin").str(), cuPath});
   std::string output;
-  int rc = runProgram(tc.nvcc, args, workDir.str().str(), output);
+  int rc = runProgram(args, workDir.str().str(), output);
   if (rc != 0) {
     if (!opt.dumpDir.empty())
       llvm::consumeError(writeFileAtomically(opt.dumpDir + "/" + stem + ".cu", source));
@@ -176,7 +167,7 @@ llvm::Expected<CompiledKernel> compileOne(const Toolchain &tc, const KernelPlan 
     ptxArgs.insert(ptxArgs.end(), flags.begin(), flags.end());
     ptxArgs.insert(ptxArgs.end(), {"-o", (workDir + "/kernel.ptx").str(), cuPath});
     std::string ptxOut;
-    if (runProgram(tc.nvcc, ptxArgs, workDir.str().str(), ptxOut) != 0)
+    if (runProgram(ptxArgs, workDir.str().str(), ptxOut) != 0)
       return llvm::createStringError(std::errc::io_error, "nvcc -ptx failed for %s:\n%s",
                                      plan.name.c_str(), ptxOut.c_str());
     llvm::Expected<std::string> ptx = readFile((workDir + "/kernel.ptx").str());
@@ -216,16 +207,20 @@ llvm::Expected<Toolchain> findToolchain() {
     if (!llvm::sys::fs::can_execute(nvcc))
       continue;
     llvm::SmallString<128> tmp;
-    llvm::sys::fs::createUniqueDirectory("fagen-nvcc", tmp);
+    if (llvm::Error err = createTempDir("fagen-nvcc", tmp))
+      return err;
     std::string output;
-    int rc = runProgram(nvcc, {nvcc, "--version"}, tmp.str().str(), output);
-    llvm::sys::fs::remove_directories(tmp);
+    int rc = runProgram({nvcc, "--version"}, tmp.str().str(), output);
+    removeTempDir(tmp.str().str());
     if (rc != 0)
       continue;
     std::smatch m;
     if (!std::regex_search(output, m, std::regex(R"(V(\d+\.\d+\.\d+))")))
       continue;
-    return Toolchain{nvcc, m[1].str()};
+    llvm::SmallString<256> real;
+    if (llvm::sys::fs::real_path(nvcc, real))
+      real = nvcc;
+    return Toolchain{nvcc, m[1].str(), real.str().str() + "\n" + output};
   }
   return llvm::createStringError(
       std::errc::no_such_file_or_directory,
@@ -282,6 +277,22 @@ std::vector<std::string> nvccFlags(const std::string &arch) {
   return {"-gencode", "arch=compute_" + num + ",code=sm_" + num};
 }
 
+std::string compileCacheKey(const Toolchain &tc, const std::vector<std::string> &flags,
+                            const std::string &source) {
+  // nvcc adds these variables' flags to every command line (a -lineinfo or -G there changes
+  // the cubin), so a cubin built under them is another cubin.
+  auto env = [](const char *name) {
+    const char *value = std::getenv(name);
+    return std::string(value ? value : "");
+  };
+  return sha256Hex(llvm::formatv("fagen-cache-2\n{0}\n{1}\n{2}\n{3}\nprepend={4}\n"
+                                 "append={5}\n{6}\n{7}",
+                                 FAGEN_VERSION_STRING, tc.version, tc.identity,
+                                 llvm::join(flags, " "), env("NVCC_PREPEND_FLAGS"),
+                                 env("NVCC_APPEND_FLAGS"), templatesHash(), source)
+                       .str());
+}
+
 std::string templatesHash() {
   static const std::string hash = [] {
     llvm::SHA256 h;
@@ -311,6 +322,13 @@ std::string defaultCacheDir() {
 }
 
 llvm::Error writeFileAtomically(const std::string &path, const std::string &bytes) {
+  // The rename would replace a device node or FIFO with a regular file.
+  llvm::sys::fs::file_status status;
+  if (!llvm::sys::fs::status(path, status) && llvm::sys::fs::exists(status) &&
+      !llvm::sys::fs::is_regular_file(status))
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "refusing to write %s: it is not a regular file",
+                                   path.c_str());
   int fd = -1;
   llvm::SmallString<256> tmp;
   if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%%%", fd, tmp))

@@ -23,6 +23,9 @@ namespace fagen {
 struct Toolchain {
   std::string nvcc;    ///< path to nvcc
   std::string version; ///< e.g. "13.0.88"
+  /// What identifies this nvcc beyond its version number: its resolved path and its whole
+  /// `--version` text (build date, branch). Part of the compile cache key.
+  std::string identity;
   /// "nvcc 13.0.88", as recorded in bundles.
   std::string describe() const { return "nvcc " + version; }
 };
@@ -57,6 +60,12 @@ PtxasReport parsePlanReport(const std::string &output, const KernelPlan &plan);
 
 /// The nvcc arguments (after the input file) for `arch`: "-gencode arch=compute_90a,code=sm_90a"…
 std::vector<std::string> nvccFlags(const std::string &arch);
+
+/// The compile cache key of one kernel: SHA-256 (hex) over fagen's version, nvcc's version and
+/// identity, the nvcc flags, the environment variables nvcc reads flags from
+/// (NVCC_PREPEND_FLAGS, NVCC_APPEND_FLAGS), the templates and the generated source.
+std::string compileCacheKey(const Toolchain &toolchain, const std::vector<std::string> &flags,
+                            const std::string &source);
 
 /// SHA-256 (hex) over every embedded template file's path and bytes.
 std::string templatesHash();

@@ -21,6 +21,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <map>
+#include <tuple>
 
 namespace fagen {
 namespace {
@@ -480,6 +481,13 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
   if (ok && k.seqlenMin > k.seqlenMax)
     ok = r.fail("seqlen_min " + std::to_string(k.seqlenMin) + " is above seqlen_max " +
                 std::to_string(k.seqlenMax));
+  // The planner's head dims (compiler/plan: a multiple of 8 in 32..256); no template was
+  // ever instantiated for another.
+  for (auto [key, dim] : {std::pair<const char *, int>{"head_dim_qk", k.headDimQK},
+                          {"head_dim_v", k.headDimV}})
+    if (ok && (dim % 8 != 0 || dim < 32 || dim > 256))
+      ok = r.fail(std::string(key) + " " + std::to_string(dim) +
+                  " is impossible: fagen builds head dims that are multiples of 8 in 32..256");
   if (ok)
     ok = checkKernelConsistency(k, r);
   if (ok && archComputeCapability(k.arch) < 0)
@@ -492,6 +500,31 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
   }
   k.cubinSection = uint32_t(cubin);
   out.kernels.push_back(std::move(k));
+  return true;
+}
+
+/// Two records of one kernel (name, arch and seqlen range) would make the runtime's choice
+/// depend on their order.
+bool checkUniqueKernels(const Bundle &bundle, std::string &error) {
+  using Key = std::tuple<const std::string *, const std::string *, int64_t, int64_t>;
+  std::vector<Key> keys;
+  keys.reserve(bundle.kernels.size());
+  for (const KernelRecord &k : bundle.kernels)
+    keys.emplace_back(&k.name, &k.arch, k.seqlenMin, k.seqlenMax);
+  auto less = [](const Key &a, const Key &b) {
+    return std::tie(*std::get<0>(a), *std::get<1>(a), std::get<2>(a), std::get<3>(a)) <
+           std::tie(*std::get<0>(b), *std::get<1>(b), std::get<2>(b), std::get<3>(b));
+  };
+  std::sort(keys.begin(), keys.end(), less);
+  for (size_t i = 1; i < keys.size(); ++i) {
+    if (less(keys[i - 1], keys[i]))
+      continue;
+    auto [name, arch, lo, hi] = keys[i];
+    error = "bundle manifest: kernel " + *name + " (" + *arch + ", seqlen " +
+            std::to_string(lo) + ".." + std::to_string(hi) +
+            ") is recorded twice: the manifest is malformed; rebuild the bundle with this fagen";
+    return false;
+  }
   return true;
 }
 
@@ -541,7 +574,7 @@ bool parseManifest(const uint8_t *data, size_t size, size_t cubinCount, Bundle &
     if (!parseKernelRecord(line, std::move(fields), cubinCount, out, error))
       return false;
   }
-  return true;
+  return checkUniqueKernels(out, error);
 }
 
 std::string at(uint64_t byte) { return "byte " + std::to_string(byte); }
@@ -608,6 +641,13 @@ bool parseBundle(const uint8_t *data, size_t size, Bundle &out, std::string &err
     return false;
   }
   uint32_t version = getU32(data + 8);
+  if (version > kBundleFormatVersion) {
+    error = "bundle format version " + std::to_string(version) +
+            " is newer than this fagen reads (format " + std::to_string(kBundleFormatVersion) +
+            "): the bundle was written by a newer fagen; upgrade fagen (and the runtime "
+            "library) to read it";
+    return false;
+  }
   if (version != kBundleFormatVersion) {
     error = "bundle format version " + std::to_string(version) +
             " is not supported by this fagen (expects " + std::to_string(kBundleFormatVersion) +

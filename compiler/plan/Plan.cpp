@@ -614,6 +614,14 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
   return plans;
 }
 
+std::string seqlenRangeText(int64_t min, int64_t max) {
+  if (max >= (int64_t(1) << 40))
+    return min <= 1 ? "any" : std::to_string(min) + " and longer";
+  if (min <= 1)
+    return "up to " + std::to_string(max);
+  return std::to_string(min) + " to " + std::to_string(max);
+}
+
 std::string formatPlans(const std::vector<KernelPlan> &plans) {
   std::string out;
   for (const KernelPlan &p : plans) {
@@ -657,7 +665,7 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                            p.spillFallback->text(), spillFallbackBytes(p.templ))
                  .str();
     if (p.seqlenMin != 0 || p.seqlenMax != (int64_t(1) << 40))
-      out += llvm::formatv("  seqlen={0}..{1}\n", p.seqlenMin, p.seqlenMax).str();
+      out += "  seqlen: " + seqlenRangeText(p.seqlenMin, p.seqlenMax) + "\n";
   }
   return out;
 }

@@ -194,6 +194,10 @@ std::vector<TunedConfig> builtinSeqlenConfigs(const KernelPlan &base);
 /// The printable artifact of this stage (`fagen plan`): one block per kernel.
 std::string formatPlans(const std::vector<KernelPlan> &plans);
 
+/// A range of max(seqlen_q, seqlen_k) in words: "any", "up to 4096", "4097 and longer",
+/// "2049 to 8192" (1 << 40 is open-ended).
+std::string seqlenRangeText(int64_t min, int64_t max);
+
 } // namespace fagen
 
 #endif // FAGEN_COMPILER_PLAN_H

@@ -9,6 +9,8 @@
 
 #include "compiler/spec/SpecParser.h"
 
+#include "core/FileIO.h"
+
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
 #include "llvm/ADT/StringExtras.h"
@@ -191,10 +193,12 @@ llvm::Expected<AttentionSpec> fagen::parseSpec(const std::string &text, const st
 }
 
 llvm::Expected<AttentionSpec> fagen::parseSpecFile(const std::string &path) {
-  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
-      llvm::MemoryBuffer::getFileOrSTDIN(path, /*IsText=*/true);
+  std::string text, error;
   std::string file = path == "-" ? "<stdin>" : path;
-  if (!buffer)
-    return makeSpecError(SourceLoc{file}, "cannot read the spec: " + buffer.getError().message());
-  return parseSpec((*buffer)->getBuffer().str(), file);
+  if (!readFileBounded(path, kMaxSpecBytes, "the spec", text, error))
+    return makeSpecError(SourceLoc{file}, error);
+  llvm::Expected<AttentionSpec> spec = parseSpec(text, file);
+  if (spec && path != "-")
+    spec->inputFiles.insert(spec->inputFiles.begin(), path);
+  return spec;
 }

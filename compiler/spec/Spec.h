@@ -102,6 +102,9 @@ struct AttentionSpec {
   SourceLoc loc;                     ///< of the top-level mapping
   /// Where each top-level key's value stands; "targets.<arch>" for each default target.
   std::map<std::string, SourceLoc> keyLocs;
+  /// Every file the spec was read from: the spec itself (unless standard input), then each
+  /// block layout file, as opened (`fagen build --depfile` lists them).
+  std::vector<std::string> inputFiles;
   /// Location of `key`'s value, or of the spec when the key is absent.
   const SourceLoc &locOf(const std::string &key) const;
 };

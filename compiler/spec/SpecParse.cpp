@@ -12,6 +12,7 @@
 #include "llvm/Support/Path.h"
 
 #include <yaml-cpp/eventhandler.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -71,6 +72,11 @@ llvm::Expected<YAML::Node> SpecParser::loadDocument(const std::string &text) {
                            "a spec is one YAML document: remove the '---' and what follows, or "
                            "split it into several spec files");
     return YAML::Load(text);
+  } catch (const YAML::DeepRecursion &e) {
+    return makeSpecError(locOf(e.mark),
+                         "invalid YAML: nested too deeply: the YAML reader stops at its depth "
+                         "limit of " + std::to_string(e.depth()) +
+                         " levels (a spec nests a few levels: variants, a variant, its keys)");
   } catch (const YAML::ParserException &e) {
     return makeSpecError(locOf(e.mark),
                          "invalid YAML: " + printable(e.msg) + tabHint(text, e.mark));
@@ -97,6 +103,7 @@ llvm::Expected<AttentionSpec> SpecParser::parse(const std::string &text) {
   }
   if (!diagnostics.empty())
     return takeErrors();
+  spec.inputFiles = layoutFiles;
   return spec;
 }
 
@@ -481,6 +488,7 @@ void SpecParser::readLayoutFile(const Entry &entry, BlockSparseSpec &sparse) {
     error(entry.valueLoc, "the block layout '" + printable(pathText) + "' is larger than 4 MB");
     return;
   }
+  layoutFiles.push_back(pathText);
   llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> buffer =
       llvm::MemoryBuffer::getFile(pathText, /*IsText=*/true);
   if (!buffer) {

@@ -116,6 +116,7 @@ private:
   void checkUniqueNames(const AttentionSpec &spec);
 
   std::string file;
+  std::vector<std::string> layoutFiles; ///< block layout files read, as opened
   /// In walk order; reported sorted by position.
   std::vector<std::pair<SourceLoc, std::string>> diagnostics;
 };

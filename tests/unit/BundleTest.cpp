@@ -222,8 +222,10 @@ TEST(BundleTest, NamesTheProblem) {
 
   b = good;
   put(b, 8, 7, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 7 is not supported by this fagen (expects 6): "
-                           "rebuild the bundle with this fagen version");
+  // A newer format is fixed by a newer fagen, not by rebuilding the bundle.
+  EXPECT_EQ(parseError(b), "bundle format version 7 is newer than this fagen reads (format 6): "
+                           "the bundle was written by a newer fagen; upgrade fagen (and the "
+                           "runtime library) to read it");
 
   // Version 2 bundles (before the variant and backward keys) are refused the same way.
   b = good;
@@ -360,6 +362,28 @@ TEST(BundleTest, RefusesBadManifests) {
 
   // Every message says what to do.
   EXPECT_TRUE(has(kernelLineError("block_m=128", "block_m=0"), "rebuild the bundle"));
+}
+
+// Values that parse but that no fagen writes: head dims no template was built for, and one
+// kernel recorded twice (the runtime's choice between them would depend on their order).
+TEST(BundleTest, RefusesImpossibleManifestSemantics) {
+  EXPECT_NE(kernelLineError("head_dim_qk=64", "head_dim_qk=7")
+                .find("head_dim_qk 7 is impossible: fagen builds head dims that are multiples "
+                      "of 8 in 32..256"),
+            std::string::npos);
+  EXPECT_NE(kernelLineError("head_dim_v=64", "head_dim_v=512").find("head_dim_v 512 is impossible"),
+            std::string::npos);
+  std::string twice = parseError(rawBundle(std::string(kBundleLine) + kKernelLine + kKernelLine,
+                                           {fakeCubin("")}));
+  EXPECT_NE(twice.find("kernel k (sm_80, seqlen 0..1099511627776) is recorded twice"),
+            std::string::npos)
+      << twice;
+  // The same kernel for two seqlen buckets is two kernels.
+  std::string second = kKernelLine;
+  second.replace(second.find("seqlen_min=0"), 12, "seqlen_min=5000");
+  EXPECT_EQ(parseError(rawBundle(std::string(kBundleLine) + kKernelLine + second,
+                                 {fakeCubin("")})),
+            "");
 }
 
 TEST(BundleTest, RefusesAKernelWhenThereIsNoCubin) {
