@@ -336,17 +336,30 @@ struct SequenceSpan {
   AttentionShape shape;
 };
 
+/// Varlen: sequence b's first row, cu[b] clamped to [0, total]. The host cannot read the
+/// device's cu_seqlens, so every row a kernel touches comes through here or sequence_span:
+/// whatever the arrays hold, no load or store leaves the packed tensors. A valid array (0 <=
+/// cu[b] <= cu[b + 1] <= total) is unchanged.
+__device__ __forceinline__ int sequence_row0(const int32_t *cu, int batch, int total) {
+  return min(max(cu[batch], 0), total);
+}
+
 template <bool kVarlen>
 __device__ __forceinline__ SequenceSpan sequence_span(const fagen_fwd_params &p, int batch) {
   SequenceSpan s;
   s.shape.window_left = p.window_left;
   s.shape.window_right = p.window_right;
   if constexpr (kVarlen) {
-    const int q0 = p.cu_seqlens_q[batch], k0 = p.cu_seqlens_k[batch];
+    // Rows [row0, end) with end clamped to [row0, total], and no longer than the longest
+    // sequence the grid and the workspace are sized for (seqlen_q / seqlen_k).
+    const int q0 = sequence_row0(p.cu_seqlens_q, batch, p.total_q);
+    const int k0 = sequence_row0(p.cu_seqlens_k, batch, p.total_k);
+    const int q1 = min(max(p.cu_seqlens_q[batch + 1], q0), p.total_q);
+    const int k1 = min(max(p.cu_seqlens_k[batch + 1], k0), p.total_k);
     s.q_row0 = q0;
     s.k_row0 = k0;
-    s.shape.seqlen_q = p.cu_seqlens_q[batch + 1] - q0;
-    s.shape.seqlen_k = p.cu_seqlens_k[batch + 1] - k0;
+    s.shape.seqlen_q = min(q1 - q0, p.seqlen_q);
+    s.shape.seqlen_k = min(k1 - k0, p.seqlen_k);
   } else {
     s.q_row0 = 0;
     s.k_row0 = 0;
