@@ -210,7 +210,8 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
                                                 "below 2^39 elements: o_strides[0] is "
                                                 "1099511627776") != nullptr)
         << fagen_last_error();
-    load(b);
+    load(b); // the plans of the bundle before are void now
+    ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
   }
   // An encoding the driver refuses fails the call, naming the tensor and the rule.
   setenv("FAKE_CUDA_TMA_ERROR", "1", 1);
@@ -265,7 +266,7 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   // One call of plan `pl` with workspace `ws` (fagen_run_forward when ws is null), then the
   // grid it launched and the counter the kernel got.
   auto expectLaunch = [&](fagen_plan &pl, void *ws, unsigned grid, void *counter) {
-    ASSERT_EQ(ws ? fagen_run_forward_with_workspace(&pl, q, kk, v, o, lse, ws, nullptr, nullptr)
+    ASSERT_EQ(ws ? fagen_run_forward_with_workspace(&pl, q, kk, v, o, lse, ws, 4, nullptr, nullptr)
                  : fagen_run_forward(&pl, q, kk, v, o, lse, nullptr),
               FAGEN_OK)
         << fagen_last_error();
@@ -273,7 +274,7 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
     EXPECT_EQ(fake().params.tile_counter, counter);
   };
   fake().memsetLog.clear();
-  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, nullptr, stream),
+  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, 4, nullptr, stream),
             FAGEN_OK)
       << fagen_last_error();
   ASSERT_EQ(fake().memsetLog.size(), 1u);
@@ -289,7 +290,7 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   EXPECT_EQ(fake().params.work_tiles, 256);
   // Without a workspace (any of the three run calls): one CTA per tile, no counter, no memset.
   expectLaunch(plan, nullptr, 256u, nullptr);
-  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, nullptr, nullptr, nullptr),
+  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, nullptr, 0, nullptr, nullptr),
             FAGEN_OK)
       << fagen_last_error();
   EXPECT_EQ(fake().grid[0], 256u);
@@ -297,13 +298,13 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   EXPECT_EQ(fake().memsetLog.size(), 1u);
   // A misaligned workspace is named; a failed memset is a CUDA error that says what it zeroed.
   EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse,
-                                             reinterpret_cast<char *>(workspace) + 2, nullptr,
-                                             nullptr),
+                                             reinterpret_cast<char *>(workspace) + 2, 4,
+                                             nullptr, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(),
                "fagen_run_forward_with_workspace: workspace is not 4-byte aligned");
   setenv("FAKE_CUDA_MEMSET_ERROR", "1", 1);
-  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, nullptr,
+  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, 4, nullptr,
                                              nullptr),
             FAGEN_ERROR_CUDA);
   unsetenv("FAKE_CUDA_MEMSET_ERROR");
@@ -342,7 +343,7 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   EXPECT_EQ(noCounter.workspace_bytes, 0u);
   EXPECT_EQ(noCounter.grid[0], 256);
   fake().memsetLog.clear();
-  ASSERT_EQ(fagen_run_forward_with_workspace(&noCounter, q, kk, v, o, lse, workspace, nullptr,
+  ASSERT_EQ(fagen_run_forward_with_workspace(&noCounter, q, kk, v, o, lse, workspace, 4, nullptr,
                                              nullptr),
             FAGEN_OK)
       << fagen_last_error();
@@ -601,7 +602,7 @@ TEST_F(FakeVariantTest, ForwardFillsEveryVariantField) {
   alignas(16) static char q[16], k[16], v[16], o[16];
   static float lse[4];
   static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
-  fagen_run_args args = {};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
   args.cu_seqlens_q = cuQ;
   args.cu_seqlens_k = cuK;
   args.dropout_seed = 0x123456789abcdefull;
@@ -682,7 +683,7 @@ TEST_F(FakeVariantTest, AlibiAndRuntimeBlockMask) {
   alignas(16) static char buf[16];
   static float slopes[16], lse[4];
   static uint8_t mask[2 * 16 * 8 * 5];
-  fagen_run_args args = {};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
   args.block_mask = mask;
   args.block_mask_batch_stride = 16 * 8 * 5;
   args.block_mask_head_stride = 8 * 5;
@@ -758,8 +759,8 @@ TEST_F(FakeVariantTest, BackwardLaunchesPreMainPostInOrder) {
   static float lse[4];
   void *stream = reinterpret_cast<void *>(0x77);
   size_t before = fake().launchLog.size();
-  ASSERT_EQ(fagen_run_backward(&plan, q, k, v, o, lse, dout, dq, dk, dv, workspace, nullptr,
-                               stream),
+  ASSERT_EQ(fagen_run_backward(&plan, q, k, v, o, lse, dout, dq, dk, dv, workspace,
+                               plan.workspace_bytes, nullptr, stream),
             FAGEN_OK)
       << fagen_last_error();
   std::vector<FakeLaunch> launches = launchesSince(before);
@@ -825,7 +826,7 @@ TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
   static float lse[4];
   size_t before = fake().launchLog.size();
   ASSERT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
-                               nullptr, nullptr),
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_OK)
       << fagen_last_error();
   fagen_bwd_params bp = paramsOf<fagen_bwd_params>(launchesSince(before).at(1));
@@ -890,7 +891,7 @@ TEST_F(FakeVariantTest, TmaMapsOfVarlenCallsSpanThePackedTensors) {
   alignas(16) static char q[16], kk[16], v[16], o[16];
   static float lse[4];
   static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
-  fagen_run_args args = {};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
   args.cu_seqlens_q = cuQ;
   args.cu_seqlens_k = cuK;
   fake().tensorMaps.clear();
@@ -922,19 +923,19 @@ TEST_F(FakeVariantTest, VarlenBackwardWorkspaceAndArguments) {
   alignas(256) static char buf[16], workspace[256];
   static float lse[4];
   static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
-  fagen_run_args args = {};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
   args.cu_seqlens_q = cuQ;
   args.cu_seqlens_k = cuK;
   args.dropout_seed = 7;
   args.dropout_offset = 9;
   EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
-                               nullptr, nullptr),
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: args is null but the plan's variant "
                                    "reads cu_seqlens_q/_k, dropout_seed/_offset");
   size_t before = fake().launchLog.size();
   ASSERT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
-                               &args, nullptr),
+                               plan.workspace_bytes, &args, nullptr),
             FAGEN_OK)
       << fagen_last_error();
   std::vector<FakeLaunch> launches = launchesSince(before);
@@ -961,14 +962,14 @@ TEST_F(FakeVariantTest, BackwardLaunchFailureNamesTheKernel) {
   static float lse[4];
   setenv("FAKE_CUDA_LAUNCH_ERROR", "701", 1);
   EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
-                               nullptr, nullptr),
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_ERROR_CUDA);
   EXPECT_EQ(std::string(fagen_last_error()),
             "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (701): fake error text "
             "for kernel fagen_bwd_fp16_hd128_causal_sm80_pre");
   unsetenv("FAKE_CUDA_LAUNCH_ERROR");
   EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace + 16,
-                               nullptr, nullptr),
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(std::string(fagen_last_error()).find("workspace is not 256-byte aligned") !=
               std::string::npos)

@@ -204,7 +204,7 @@ TEST(RuntimeTest, PlanRefusesOtherParamsLayouts) {
   fagen_plan plan;
   EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
   EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 1 but this runtime "
-                                           "fills version 5: rebuild the bundle"))
+                                           "fills version 6: rebuild the bundle"))
       << fagen_last_error();
   fagen_bundle_destroy(bundle);
 }
@@ -255,11 +255,11 @@ TEST(RuntimeTest, CudaErrorTextWithoutADriver) {
 
 // bench/fagen_rt.py mirrors these layouts with ctypes (and its test checks the same sizes):
 // change both together.
-static_assert(sizeof(void *) != 8 || sizeof(fagen_fwd_problem) == 296, "fagen_rt.py _Problem");
-static_assert(sizeof(void *) != 8 || offsetof(fagen_fwd_problem, do_strides) == 200, "_Problem");
-static_assert(sizeof(void *) != 8 || sizeof(fagen_run_args) == 80, "fagen_rt.py RunArgs");
-static_assert(sizeof(void *) != 8 || sizeof(fagen_plan) == 1152, "fagen_rt.py _Plan");
-static_assert(sizeof(void *) != 8 || offsetof(fagen_plan, params) == 128, "fagen_rt.py _Plan");
+static_assert(sizeof(void *) != 8 || sizeof(fagen_fwd_problem) == 304, "fagen_rt.py _Problem");
+static_assert(sizeof(void *) != 8 || offsetof(fagen_fwd_problem, do_strides) == 208, "_Problem");
+static_assert(sizeof(void *) != 8 || sizeof(fagen_run_args) == 88, "fagen_rt.py RunArgs");
+static_assert(sizeof(void *) != 8 || sizeof(fagen_plan) == 1192, "fagen_rt.py _Plan");
+static_assert(sizeof(void *) != 8 || offsetof(fagen_plan, params) == 168, "fagen_rt.py _Plan");
 
 TEST(RuntimeTest, AbiVersion) { EXPECT_EQ(fagen_abi_version(), FAGEN_RUNTIME_ABI_VERSION); }
 
@@ -520,6 +520,8 @@ TEST(RuntimeTest, BackwardParamsVersionIsChecked) {
 TEST(RuntimeTest, RunChecksTheVariantsArguments) {
   // A plan as fagen_plan_* leaves it; nothing here reaches the driver or the bundle.
   fagen_plan plan = {};
+  plan.struct_size = sizeof plan;
+  plan.abi_tag = FAGEN_ABI_TAG;
   plan.bundle = reinterpret_cast<const fagen_bundle *>(16);
   plan.function = reinterpret_cast<void *>(16);
   plan.run_args = FAGEN_RUN_ARG_ALIBI_SLOPES | FAGEN_RUN_ARG_DROPOUT_SEED;
@@ -534,7 +536,15 @@ TEST(RuntimeTest, RunChecksTheVariantsArguments) {
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_forward_with_args: args is null but the plan's "
                                    "variant reads alibi_slopes, dropout_seed/_offset");
-  fagen_run_args args = {};
+  fagen_run_args args = {}; // no struct_size / abi_tag: a caller of another ABI
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
+            FAGEN_ERROR_ABI_MISMATCH);
+  EXPECT_TRUE(contains(fagen_last_error(), "fagen_run_forward_with_args: args->struct_size is 0 "
+                                           "and abi_tag 0x00000000; this library (ABI 3) takes "
+                                           "a fagen_run_args of 88 bytes"))
+      << fagen_last_error();
+  EXPECT_TRUE(contains(fagen_last_error(), "FAGEN_RUN_ARGS_INIT"));
+  fagen_run_args_init(&args);
   EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_forward_with_args: args->alibi_slopes is null");
@@ -560,7 +570,7 @@ TEST(RuntimeTest, RunChecksTheVariantsArguments) {
                "fagen_run_forward_with_args: args->cu_seqlens_k is not 4-byte aligned");
 
   // Plans of one pass do not run as the other.
-  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, &args,
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, 0, &args,
                                nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: the plan is a forward plan; make it with "
@@ -570,7 +580,7 @@ TEST(RuntimeTest, RunChecksTheVariantsArguments) {
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_forward: the plan is a backward plan; make it with "
                                    "fagen_plan_forward");
-  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, &args,
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, 0, &args,
                                nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: the plan was not filled by a successful "
@@ -578,10 +588,10 @@ TEST(RuntimeTest, RunChecksTheVariantsArguments) {
   plan.pre_function = plan.post_function = reinterpret_cast<void *>(16);
   plan.workspace_bytes = 4096;
   EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf + 8, buf, buf,
-                               &args, nullptr),
+                               4096, &args, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: dk is not 16-byte aligned");
-  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, nullptr,
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, nullptr, 0,
                                &args, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: workspace is null (it must hold "
