@@ -453,6 +453,98 @@ TEST_F(FakeDriverTest, ConcurrentPlansShareOneModule) {
   EXPECT_EQ(fake().moduleLoads, loads + 1);
 }
 
+/// An entry point of the fake driver, from the instance the runtime opened.
+template <class Fn> Fn fakeEntry(const char *name) {
+  void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  return reinterpret_cast<Fn>(dlsym(lib, name));
+}
+
+TEST_F(FakeDriverTest, ModuleCacheNoticesAResetContext) {
+  fagen_fwd_problem p = testProblem();
+  fagen_plan before, after;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &before), FAGEN_OK) << fagen_last_error();
+  const int loads = fake().moduleLoads;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &after), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fake().moduleLoads, loads); // cached for the context
+  // The device is reset: a new primary context at the same address, with another id.
+  fakeEntry<void (*)(int)>("fake_cuda_reset_context")(0);
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &after), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fake().moduleLoads, loads + 1); // not the dead context's module
+  EXPECT_EQ(after.context, before.context);
+  EXPECT_NE(after.context_id, before.context_id);
+  alignas(16) static char buf[16];
+  static float lse[4];
+  EXPECT_EQ(fagen_run_forward(&before, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward: the plan was made on device 0 in a context that is not "
+               "current (or no longer exists; a device reset destroys it): plan again in the "
+               "current context");
+  EXPECT_EQ(fagen_run_forward(&after, buf, buf, buf, buf, lse, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  // The dead context's module went with it: only the live one is unloaded.
+  const int unloads = fake().moduleUnloads;
+  fagen_bundle_destroy(bundle);
+  bundle = nullptr;
+  EXPECT_EQ(fake().moduleUnloads, unloads + 1);
+}
+
+TEST_F(FakeDriverTest, RunWithAnotherDeviceCurrentNamesBoth) {
+  setenv("FAKE_CUDA_DEVICES", "2", 1);
+  fagen_fwd_problem p = testProblem();
+  fagen_plan plan0, plan1;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan0), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(plan0.device, 0);
+  auto getCurrent = fakeEntry<int (*)(void **)>("cuCtxGetCurrent");
+  auto setCurrent = fakeEntry<int (*)(void *)>("cuCtxSetCurrent");
+  auto retain = fakeEntry<int (*)(void **, int)>("cuDevicePrimaryCtxRetain");
+  void *ctx0 = nullptr, *ctx1 = nullptr;
+  getCurrent(&ctx0);
+  ASSERT_EQ(retain(&ctx1, 1), 0);
+  setCurrent(ctx1);
+  alignas(16) static char buf[16];
+  static float lse[4];
+  const size_t launches = fake().launchLog.size();
+  EXPECT_EQ(fagen_run_forward(&plan0, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward: the plan was made on device 0 but device 1 is current: make "
+               "device 0's context current (cudaSetDevice(0)), or plan again with device 1 "
+               "current");
+  EXPECT_EQ(fake().launchLog.size(), launches);
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan1), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(plan1.device, 1);
+  EXPECT_EQ(fagen_run_forward(&plan1, buf, buf, buf, buf, lse, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  setCurrent(nullptr);
+  EXPECT_EQ(fagen_run_forward(&plan1, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward: the plan was made on device 1 and this thread has no current "
+               "CUDA context: make device 1's context current (cudaSetDevice(1)) before the run");
+  setCurrent(ctx0);
+  unsetenv("FAKE_CUDA_DEVICES");
+}
+
+TEST_F(FakeDriverTest, PlansOfADestroyedBundleAreRefused) {
+  fagen_fwd_problem p = testProblem();
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  fagen_bundle_destroy(bundle);
+  bundle = nullptr;
+  // The next bundle may well be allocated where the old one was: the id tells them apart.
+  load(makeTestBundle());
+  const size_t launches = fake().launchLog.size();
+  alignas(16) static char buf[16];
+  static float lse[4];
+  EXPECT_EQ(fagen_run_forward(&plan, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward: the plan's bundle was destroyed (fagen_bundle_destroy): a "
+               "plan lives only as long as its bundle; load the bundle again and plan again");
+  EXPECT_EQ(fake().launchLog.size(), launches);
+}
+
 TEST_F(FakeDriverTest, CubinWithoutCodeForThisGpu) {
   Bundle b = makeTestBundle();
   b.cubins[1] = fakeCubin("nobinary");
@@ -985,5 +1077,121 @@ TEST_F(FakeVariantTest, BackwardNeedsAllThreeEntryPoints) {
   EXPECT_EQ(fagen_plan_backward_kernel(bundle, &p, 0, 1, &plan), FAGEN_ERROR_BUNDLE_INVALID);
   EXPECT_TRUE(std::string(fagen_last_error()).find("has no kernel named fagen_bwd_missing_sm80") !=
               std::string::npos)
+      << fagen_last_error();
+}
+
+TEST_F(FakeVariantTest, VarlenKernelsGetTheTotalsTheyClampTo) {
+  // The kernels cannot trust the device's cu_seqlens (the host never reads them): they clamp
+  // every sequence's rows to [0, total) with the totals of the call, here and in the backward.
+  fagen_fwd_problem p = windowProblem(); // total_q 1500, total_k 2000
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  alignas(16) static char buf[16];
+  static float lse[4];
+  static int32_t cuQ[4] = {0, 2000, 4000, 6000}; // past total_q: the kernels' business
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
+  args.cu_seqlens_q = args.cu_seqlens_k = cuQ;
+  const size_t from = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  fagen_fwd_params fp = paramsOf<fagen_fwd_params>(launchesSince(from).at(0));
+  EXPECT_EQ(fp.total_q, 1500);
+  EXPECT_EQ(fp.total_k, 2000);
+  EXPECT_EQ(fp.seqlen_q, 700);
+  EXPECT_EQ(fp.seqlen_k, 900);
+
+  fagen_plan back;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &back), FAGEN_OK) << fagen_last_error();
+  std::vector<char> workspace(back.workspace_bytes + 256);
+  char *ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256);
+  const size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_backward(&back, buf, buf, buf, buf, lse, buf, buf, buf, buf, ws,
+                               back.workspace_bytes, &args, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  for (const FakeLaunch &l : launchesSince(before)) {
+    fagen_bwd_params bp = paramsOf<fagen_bwd_params>(l);
+    EXPECT_EQ(bp.fwd.total_q, 1500) << l.function;
+    EXPECT_EQ(bp.fwd.total_k, 2000) << l.function;
+  }
+  // Dense calls leave them 0 (their kernels read the batch strides instead).
+  fagen_fwd_problem dense = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  ASSERT_EQ(fagen_plan_forward(bundle, &dense, &plan), FAGEN_OK) << fagen_last_error();
+  fagen_fwd_params dp;
+  std::memcpy(&dp, plan.params, sizeof dp);
+  EXPECT_EQ(dp.total_q, 0);
+  EXPECT_EQ(dp.total_k, 0);
+}
+
+TEST_F(FakeVariantTest, WorkspaceSmallerThanThePlansIsRefused) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 1, &plan), FAGEN_OK) << fagen_last_error();
+  ASSERT_GT(plan.workspace_bytes, 1024u);
+  alignas(256) static char buf[256];
+  static float lse[4];
+  const size_t from = fake().launchLog.size();
+  // A workspace made for a smaller call: refused before any launch.
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf,
+                               sizeof buf, nullptr, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(fagen_last_error()),
+            "fagen_run_backward: workspace_bytes (256) is less than plan->workspace_bytes (" +
+                std::to_string(plan.workspace_bytes) +
+                "): the backward would write past the workspace; allocate the plan's "
+                "workspace_bytes (it grows with batch, heads and seqlen_q)");
+  EXPECT_EQ(fake().launchLog.size(), from);
+}
+
+TEST_F(FakeVariantTest, WindowBoundsBeyondTheSequencesAreCapped) {
+  // INT32_MAX (as "everything") used to overflow the masks' last_row + off + right + 1 into
+  // O = 0, LSE = -inf; a bound this wide excludes no key, so it is capped where the sums fit.
+  fagen_fwd_problem p = windowProblem(); // seqlen_q 700, seqlen_k 900
+  p.window_left = INT32_MAX;
+  p.window_right = INT32_MAX - 1;
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  fagen_fwd_params fp;
+  std::memcpy(&fp, plan.params, sizeof fp);
+  EXPECT_EQ(fp.window_left, 900 + 256);
+  EXPECT_EQ(fp.window_right, 900 + 256);
+  // Bounds that can cut stay as they are.
+  p.window_left = 899;
+  p.window_right = 0;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  std::memcpy(&fp, plan.params, sizeof fp);
+  EXPECT_EQ(fp.window_left, 899);
+  EXPECT_EQ(fp.window_right, 0);
+}
+
+TEST_F(FakeVariantTest, DropoutZeroRunsADropoutKernelThatKeepsEverything) {
+  // The bundle has the window + softcap + varlen variant only with dropout: docs/spec.md says
+  // dropout_p = 0 runs it without dropout.
+  fagen_fwd_problem p = windowProblem();
+  p.dropout_p = 0;
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_fwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80");
+  EXPECT_EQ(plan.run_args, FAGEN_RUN_ARG_CU_SEQLENS); // no seed to pass
+  fagen_fwd_params fp;
+  std::memcpy(&fp, plan.params, sizeof fp);
+  EXPECT_EQ(fp.dropout_threshold, 0u); // no byte is below 0: every element kept
+  EXPECT_EQ(fp.dropout_rescale, 1.0f);
+  fagen_plan back;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &back), FAGEN_OK) << fagen_last_error();
+  fagen_bwd_params bp;
+  std::memcpy(&bp, back.params, sizeof bp);
+  EXPECT_EQ(bp.fwd.dropout_threshold, 0u);
+  EXPECT_EQ(bp.fwd.dropout_rescale, 1.0f);
+  // A variant that has a kernel without dropout gets that one (the dense fp16 causal).
+  fagen_fwd_problem dense = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  ASSERT_EQ(fagen_plan_forward(bundle, &dense, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(plan.run_args & FAGEN_RUN_ARG_DROPOUT_SEED, 0u);
+  // A variant with neither is refused as the call was made (no dropout in the message).
+  fagen_fwd_problem none = testProblem(FAGEN_DTYPE_BF16, 256, 0);
+  EXPECT_EQ(fagen_plan_forward(bundle, &none, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(std::string(fagen_last_error())
+                .find("no forward kernel in the bundle serves bf16 head_dim 256/256 mask none; "),
+            0u)
       << fagen_last_error();
 }
