@@ -182,6 +182,72 @@ fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
   return FAGEN_OK;
 }
 
+/// FAGEN_VALIDATE=1 (read at each call that has cu_seqlens): the arrays are copied to the host
+/// and checked before the launch. Synchronizes `stream` first, so it is a debugging mode, not
+/// one for graph capture; without it the kernels' clamps keep a bad array inside the tensors.
+bool validateMode() {
+  const char *v = std::getenv("FAGEN_VALIDATE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+/// The first bad entry of `cu` (batch + 1 offsets of a packed tensor of `total` rows whose
+/// longest sequence is `longest`), or "".
+std::string cuSeqlensProblem(const std::vector<int32_t> &cu, const char *name, int64_t total,
+                             const char *totalName, int32_t longest, const char *longestName) {
+  const std::string n = name;
+  if (cu[0] != 0)
+    return n + "[0] is " + str(cu[0]) + ", not 0";
+  for (size_t b = 0; b + 1 < cu.size(); ++b) {
+    const std::string at = n + "[" + str(int64_t(b + 1)) + "] (" + str(cu[b + 1]) + ")";
+    if (cu[b + 1] < cu[b])
+      return at + " is less than " + n + "[" + str(int64_t(b)) + "] (" + str(cu[b]) +
+             "): the offsets must ascend";
+    if (cu[b + 1] > total)
+      return at + " is past " + totalName + " (" + str(total) + ")";
+    if (cu[b + 1] - cu[b] > longest)
+      return "sequence " + str(int64_t(b)) + " has " + str(int64_t(cu[b + 1]) - cu[b]) +
+             " rows (" + at + " - " + n + "[" + str(int64_t(b)) + "]), more than " +
+             longestName + " (" + str(longest) + "), the longest the call declared";
+  }
+  if (cu.back() != total)
+    return n + "[batch] (" + str(cu.back()) + ") is not " + totalName + " (" + str(total) + ")";
+  return "";
+}
+
+fagen_status validateCuSeqlens(const char *function, const DriverApi &api,
+                               const fagen_fwd_params &fp, void *stream) {
+  if (CUresult r = api.cuStreamSynchronize(static_cast<CUstream>(stream)); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA, std::string(function) + ": FAGEN_VALIDATE: " +
+                                      cudaErrorText(api, r, "cuStreamSynchronize"));
+  struct Array {
+    const char *name;
+    const int32_t *device;
+    int64_t total;
+    const char *totalName;
+    int32_t longest;
+    const char *longestName;
+  };
+  for (const Array &a : {Array{"args->cu_seqlens_q", fp.cu_seqlens_q, fp.total_q, "total_q",
+                               fp.seqlen_q, "seqlen_q"},
+                         Array{"args->cu_seqlens_k", fp.cu_seqlens_k, fp.total_k, "total_k",
+                               fp.seqlen_k, "seqlen_k"}}) {
+    std::vector<int32_t> cu(size_t(fp.batch) + 1);
+    if (CUresult r = api.cuMemcpyDtoH(cu.data(), reinterpret_cast<CUdeviceptr>(a.device),
+                                      cu.size() * sizeof(int32_t));
+        r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": FAGEN_VALIDATE: " +
+                      cudaErrorText(api, r, "cuMemcpyDtoH") + " reading " + a.name + " (" +
+                      str(fp.batch + 1) + " int32 of device memory)");
+    if (std::string why = cuSeqlensProblem(cu, a.name, a.total, a.totalName, a.longest,
+                                           a.longestName);
+        !why.empty())
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": FAGEN_VALIDATE: " + why);
+  }
+  return FAGEN_OK;
+}
+
 /// Encodes the tensor maps of a TMA kernel's call from its parameter block.
 fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fagen_plan &plan,
                            const KernelRecord &k, const fagen_fwd_params &params,
@@ -248,6 +314,9 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
     return s;
   if (fagen_status s = checkContext(function, *api, *plan); s != FAGEN_OK)
     return s;
+  if ((plan->run_args & FAGEN_RUN_ARG_CU_SEQLENS) && validateMode())
+    if (fagen_status s = validateCuSeqlens(function, *api, params, stream); s != FAGEN_OK)
+      return s;
   params.q = q;
   params.k = k;
   params.v = v;
@@ -358,6 +427,9 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
     return s;
   if (fagen_status s = checkContext(function, *api, *plan); s != FAGEN_OK)
     return s;
+  if ((plan->run_args & FAGEN_RUN_ARG_CU_SEQLENS) && validateMode())
+    if (fagen_status s = validateCuSeqlens(function, *api, params.fwd, stream); s != FAGEN_OK)
+      return s;
   params.fwd.q = q;
   params.fwd.k = k;
   params.fwd.v = v;

@@ -1195,3 +1195,58 @@ TEST_F(FakeVariantTest, DropoutZeroRunsADropoutKernelThatKeepsEverything) {
             0u)
       << fagen_last_error();
 }
+
+TEST_F(FakeVariantTest, ValidateModeNamesTheFirstBadCuSeqlensEntry) {
+  fagen_fwd_problem p = windowProblem(); // batch 3, total_q 1500, total_k 2000, longest 700/900
+  fagen_plan plan, back;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &back), FAGEN_OK) << fagen_last_error();
+  alignas(256) static char buf[16];
+  static float lse[4];
+  std::vector<char> workspace(back.workspace_bytes + 256);
+  char *ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256);
+  static int32_t cuQ[4], cuK[4] = {0, 900, 1100, 2000};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
+  args.cu_seqlens_q = cuQ; // the fake's "device" memory is the host's
+  args.cu_seqlens_k = cuK;
+  auto forwardError = [&](std::initializer_list<int32_t> q) {
+    std::copy(q.begin(), q.end(), cuQ);
+    const size_t from = fake().launchLog.size();
+    fagen_status s = fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr);
+    EXPECT_EQ(fake().launchLog.size(), from + (s == FAGEN_OK ? 1 : 0));
+    return s == FAGEN_OK ? std::string("ok") : std::string(fagen_last_error());
+  };
+  // Without FAGEN_VALIDATE the host never reads the arrays: the kernels clamp.
+  unsetenv("FAGEN_VALIDATE");
+  EXPECT_EQ(forwardError({0, 700, 2000, 1500}), "ok");
+  setenv("FAGEN_VALIDATE", "1", 1);
+  EXPECT_EQ(forwardError({0, 700, 1000, 1500}), "ok");
+  EXPECT_EQ(forwardError({0, 700, 2000, 1500}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: args->cu_seqlens_q[2] (2000) is past "
+            "total_q (1500)");
+  EXPECT_EQ(forwardError({0, 700, 600, 1500}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: args->cu_seqlens_q[2] (600) is less "
+            "than args->cu_seqlens_q[1] (700): the offsets must ascend");
+  EXPECT_EQ(forwardError({0, 800, 1000, 1500}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: sequence 0 has 800 rows "
+            "(args->cu_seqlens_q[1] (800) - args->cu_seqlens_q[0]), more than seqlen_q (700), the longest "
+            "the call declared");
+  EXPECT_EQ(forwardError({3, 700, 1000, 1500}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: args->cu_seqlens_q[0] is 3, not 0");
+  EXPECT_EQ(forwardError({0, 700, 1000, 1400}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: args->cu_seqlens_q[batch] (1400) is "
+            "not total_q (1500)");
+  std::copy_n(std::begin({0, 700, 1000, 1500}), 4, cuQ);
+  cuK[1] = 2500;
+  EXPECT_EQ(fagen_run_backward(&back, buf, buf, buf, buf, lse, buf, buf, buf, buf, ws,
+                               back.workspace_bytes, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: FAGEN_VALIDATE: args->cu_seqlens_k[1] "
+                                   "(2500) is past total_k (2000)");
+  cuK[1] = 900;
+  EXPECT_EQ(fagen_run_backward(&back, buf, buf, buf, buf, lse, buf, buf, buf, buf, ws,
+                               back.workspace_bytes, &args, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  unsetenv("FAGEN_VALIDATE");
+}
