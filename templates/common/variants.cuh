@@ -82,6 +82,9 @@ __device__ __forceinline__ int diagonal_offset(AttentionShape shape) {
 
 /// Sliding window around the diagonal: query i sees key j iff
 /// i + off - left <= j <= i + off + right (off: diagonal_offset; a negative bound is unbounded).
+/// The sums below are ints: the runtime keeps them below 2^31 by refusing sequences longer than
+/// 2^30 - 1024 and capping a bound at max(seqlen_q, seqlen_k) + 256, where it excludes no key
+/// (tests/unit/RuntimeTest.cpp MaskSumsFitIn32BitsAtTheLimits evaluates them at the limits).
 /// Causal is the window (unbounded, 0) with compile-time bounds. Rows that see no key get
 /// O = 0 and LSE = -inf.
 template <Align kAlign, bool kCausal_>
