@@ -303,6 +303,17 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(),
                "fagen_run_forward_with_workspace: workspace is not 4-byte aligned");
+  // A workspace smaller than the plan's is refused, nothing zeroed or launched.
+  const size_t memsets = fake().memsetLog.size(), launched = fake().launchLog.size();
+  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, 3, nullptr,
+                                             nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward_with_workspace: workspace_bytes (3) is less than "
+               "plan->workspace_bytes (4): allocate the plan's workspace_bytes, or pass no "
+               "workspace");
+  EXPECT_EQ(fake().memsetLog.size(), memsets);
+  EXPECT_EQ(fake().launchLog.size(), launched);
   setenv("FAKE_CUDA_MEMSET_ERROR", "1", 1);
   EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, 4, nullptr,
                                              nullptr),
