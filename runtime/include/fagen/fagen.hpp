@@ -20,6 +20,12 @@
 #include <utility>
 
 namespace fagen {
+// The wrapper's classes live in an inline namespace: user code names them fagen::Bundle etc.,
+// while their symbols (fagen::abi3::Bundle) stay apart from the runtime's internal
+// fagen::Bundle (compiler/bundle), which a program linking libfagen_rt_static.a also holds:
+// with the same mangled names the linker would merge their inline functions (an ODR
+// violation; ASan saw ~Bundle of the one destroy the other).
+inline namespace abi3 {
 
 /// A failed runtime call: the status and the runtime's message.
 class Error : public std::runtime_error {
@@ -127,6 +133,7 @@ private:
   fagen_bundle *bundle_;
 };
 
+} // namespace abi3
 } // namespace fagen
 
 #endif // FAGEN_RUNTIME_FAGEN_HPP
