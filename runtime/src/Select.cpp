@@ -602,8 +602,12 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
   plan.post_function = functions[2];
   if (pass == FAGEN_PASS_BACKWARD) {
     fillBackwardPlan(problem, k, plan);
-    if (dropoutOff)
-      setKeepAll(reinterpret_cast<fagen_bwd_params *>(plan.params)->fwd);
+    if (dropoutOff) {
+      fagen_bwd_params bp;
+      std::memcpy(&bp, plan.params, sizeof bp);
+      setKeepAll(bp.fwd);
+      std::memcpy(plan.params, &bp, sizeof bp);
+    }
     return FAGEN_OK;
   }
   const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;
