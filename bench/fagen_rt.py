@@ -24,7 +24,8 @@ import glob
 import os
 
 FAGEN_OK = 0
-ABI_VERSION = 2
+ABI_VERSION = 3
+ABI_TAG = 0x46470000 | ABI_VERSION  # FAGEN_ABI_TAG: the second field of every versioned struct
 _DTYPES = {"torch.float16": 0, "torch.bfloat16": 1}
 _MASKS = {"none": 0, "causal": 1, "window": 2}
 _ALIGNS = {"bottom_right": 0, "top_left": 1}
@@ -45,9 +46,20 @@ class FagenError(RuntimeError):
 _I32, _I64, _F32, _P = ctypes.c_int32, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p
 
 
-class _Problem(ctypes.Structure):
+class _Versioned(ctypes.Structure):
+    """A struct that starts with struct_size and abi_tag (fagen.h's *_INIT macros)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.struct_size, self.abi_tag = ctypes.sizeof(self), ABI_TAG
+
+
+_HEADER = [("struct_size", ctypes.c_uint32), ("abi_tag", ctypes.c_uint32)]
+
+
+class _Problem(_Versioned):
     """fagen_fwd_problem."""
-    _fields_ = [(name, _I32) for name in
+    _fields_ = _HEADER + [(name, _I32) for name in
                 ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim_qk",
                  "head_dim_v", "dtype", "causal")] + [
         ("softmax_scale", _F32)] + [
@@ -59,9 +71,9 @@ class _Problem(ctypes.Structure):
         (name, _I64 * 3) for name in ("do_strides", "dq_strides", "dk_strides", "dv_strides")]
 
 
-class RunArgs(ctypes.Structure):
+class RunArgs(_Versioned):
     """fagen_run_args: device pointers and the dropout seed; make one with run_args()."""
-    _fields_ = [("alibi_slopes", _P), ("alibi_batch_stride", _I64), ("block_mask", _P),
+    _fields_ = _HEADER + [("alibi_slopes", _P), ("alibi_batch_stride", _I64), ("block_mask", _P),
                 ("block_mask_batch_stride", _I64), ("block_mask_head_stride", _I64),
                 ("block_mask_row_stride", _I64), ("cu_seqlens_q", _P), ("cu_seqlens_k", _P),
                 ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
@@ -69,7 +81,9 @@ class RunArgs(ctypes.Structure):
 
 class _Plan(ctypes.Structure):
     """fagen_plan."""
-    _fields_ = [("bundle", _P), ("kernel_index", _I32), ("pass_", _I32),
+    _fields_ = _HEADER + [("bundle", _P), ("bundle_id", ctypes.c_uint64), ("context", _P),
+                          ("context_id", ctypes.c_uint64), ("device", _I32),
+                          ("kernel_index", _I32), ("pass_", _I32),
                 ("grid", _I32 * 3), ("block", _I32 * 3), ("smem_bytes", _I32),
                 ("pre_post_grid", _I32 * 3), ("pre_post_block", _I32 * 3),
                 ("run_args", ctypes.c_uint32), ("function", _P), ("pre_function", _P),
@@ -116,10 +130,10 @@ def library(path=None):
         "fagen_run_forward": (c.c_int, [c.POINTER(_Plan), c.c_void_p, c.c_void_p, c.c_void_p,
                                         c.c_void_p, c.c_void_p, c.c_void_p]),
         "fagen_run_forward_with_args": (c.c_int, [Pl, P, P, P, P, P, A, P]),
-        "fagen_run_forward_with_workspace": (c.c_int, [Pl, P, P, P, P, P, P, A, P]),
+        "fagen_run_forward_with_workspace": (c.c_int, [Pl, P, P, P, P, P, P, c.c_size_t, A, P]),
         "fagen_plan_backward": (c.c_int, [P, Pr, c.c_int32, Pl]),
         "fagen_plan_backward_kernel": (c.c_int, [P, Pr, c.c_int32, c.c_int, Pl]),
-        "fagen_run_backward": (c.c_int, [Pl, P, P, P, P, P, P, P, P, P, P, A, P]),
+        "fagen_run_backward": (c.c_int, [Pl, P, P, P, P, P, P, P, P, P, P, c.c_size_t, A, P]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -164,6 +178,11 @@ def _strides(name, t, varlen=False):
 
 def _ptr(t):
     return None if t is None else t.data_ptr()
+
+
+def _nbytes(t):
+    """Bytes of a workspace tensor (0 for None), which the runtime checks against the plan's."""
+    return 0 if t is None else t.numel() * t.element_size()
 
 
 def run_args(alibi_slopes=None, block_mask=None, cu_seqlens_q=None, cu_seqlens_k=None,
@@ -232,8 +251,8 @@ class Plan:
             workspace = None
         _check(library().fagen_run_forward_with_workspace(
             ctypes.byref(self._plan), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
-            lse.data_ptr(), _ptr(workspace), None if args is None else ctypes.byref(args),
-            stream))
+            lse.data_ptr(), _ptr(workspace), _nbytes(workspace),
+            None if args is None else ctypes.byref(args), stream))
 
     def _own_workspace(self, device, stream):
         cache = self.__dict__.setdefault("_workspaces", {})
@@ -251,7 +270,8 @@ class Plan:
         _check(library().fagen_run_backward(
             ctypes.byref(self._plan), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
             lse.data_ptr(), do.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-            _ptr(workspace), None if args is None else ctypes.byref(args), stream))
+            _ptr(workspace), _nbytes(workspace), None if args is None else ctypes.byref(args),
+            stream))
 
 
 class Bundle:

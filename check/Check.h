@@ -81,7 +81,7 @@ constexpr int kCheckBlockDensityPercent = 30; ///< runtime block mask: blocks co
 /// The host side of one case: the call's problem for the kernel's variant, seeded inputs, and
 /// the variant's run-time arguments as host data (uploaded by the check).
 struct CaseInputs {
-  fagen_fwd_problem problem{};
+  fagen_fwd_problem problem = FAGEN_FWD_PROBLEM_INIT;
   reference::ElementType type = reference::ElementType::BF16;
   std::vector<uint16_t> q, k, v, dout; ///< dout: backward kernels only
   std::vector<float> alibiSlopes;      ///< slope of (b, h) at b * alibiBatchStride + h

@@ -124,7 +124,8 @@ llvm::Expected<std::string> runBackward(DeviceMemory &memory, const fagen_plan &
       &plan, devicePointer(d.q), devicePointer(d.k), devicePointer(d.v), devicePointer(d.o),
       static_cast<const float *>(devicePointer(d.lse)), devicePointer(g.dout),
       devicePointer(g.dq), devicePointer(g.dk), devicePointer(g.dv),
-      plan.workspace_bytes ? devicePointer(g.workspace) : nullptr, &d.args, nullptr);
+      plan.workspace_bytes ? devicePointer(g.workspace) : nullptr, plan.workspace_bytes, &d.args,
+      nullptr);
   if (st != FAGEN_OK)
     return check::runtimeFailure("run", st);
   if (llvm::Error e = memory.synchronize())

@@ -42,7 +42,8 @@ fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase 
   auto *lse = static_cast<float *>(devicePointer(d.lse));
   if (workspace != 0)
     return fagen_run_forward_with_workspace(&plan, q, k, v, o, lse, devicePointer(workspace),
-                                            dense ? nullptr : &d.args, nullptr);
+                                            plan.workspace_bytes, dense ? nullptr : &d.args,
+                                            nullptr);
   return dense ? fagen_run_forward(&plan, q, k, v, o, lse, nullptr)
                : fagen_run_forward_with_args(&plan, q, k, v, o, lse, &d.args, nullptr);
 }

@@ -25,7 +25,7 @@ using device::devicePointer;
 /// A case's inputs on the device: Q, K, V, O, LSE and the run-time arguments.
 struct DeviceCase {
   CUdeviceptr q = 0, k = 0, v = 0, o = 0, lse = 0;
-  fagen_run_args args{};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
 };
 
 /// Uploads Q, K, V and the run-time arguments of `in` and allocates O and LSE.

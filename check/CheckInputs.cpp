@@ -201,7 +201,7 @@ std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick) {
 
 fagen_fwd_problem forwardProblem(DType dtype, int headDimQK, int headDimV, bool causal,
                                  const CheckShape &s) {
-  fagen_fwd_problem problem{};
+  fagen_fwd_problem problem = FAGEN_FWD_PROBLEM_INIT;
   problem.batch = s.batch;
   problem.heads_q = s.headsQ;
   problem.heads_kv = s.headsKV;
@@ -313,6 +313,7 @@ reference::FwdProblem referenceProblem(const KernelRecord &k, const CaseInputs &
   }
   f.cu_seqlens_q = in.cuSeqlensQ.empty() ? nullptr : in.cuSeqlensQ.data();
   f.cu_seqlens_k = in.cuSeqlensK.empty() ? nullptr : in.cuSeqlensK.data();
+  f.total_q = p.varlen ? int32_t(p.total_q) : 0, f.total_k = p.varlen ? int32_t(p.total_k) : 0;
 
   pb.HeadDim = p.head_dim_qk;
   pb.HeadDimV = p.head_dim_v;
@@ -331,7 +332,7 @@ reference::FwdProblem referenceProblem(const KernelRecord &k, const CaseInputs &
 
 fagen_run_args runArgsFor(const CaseInputs &in, const DeviceRunArgs &d) {
   auto ptr = [](CUdeviceptr p) { return reinterpret_cast<const void *>(uintptr_t(p)); };
-  fagen_run_args a{};
+  fagen_run_args a = FAGEN_RUN_ARGS_INIT;
   a.alibi_slopes = static_cast<const float *>(ptr(d.alibiSlopes));
   a.alibi_batch_stride = in.alibiBatchStride;
   a.block_mask = static_cast<const uint8_t *>(ptr(d.blockMask));

@@ -424,7 +424,8 @@ llvm::Expected<std::string> runBackwardOnce(DeviceMemory &memory, const fagen_pl
       &plan, devicePointer(d.q), devicePointer(d.k), devicePointer(d.v), devicePointer(d.o),
       static_cast<const float *>(devicePointer(d.lse)), devicePointer(*dout),
       devicePointer(g.dq), devicePointer(g.dk), devicePointer(g.dv),
-      plan.workspace_bytes ? devicePointer(*work) : nullptr, &d.args, nullptr);
+      plan.workspace_bytes ? devicePointer(*work) : nullptr, plan.workspace_bytes, &d.args,
+      nullptr);
   if (st != FAGEN_OK)
     return check::runtimeFailure("run", st);
   if (llvm::Error e = memory.synchronize())

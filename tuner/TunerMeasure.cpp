@@ -87,7 +87,7 @@ TimingOutcome Tuner::timeCandidate(const fagen_bundle *bundle, int index,
     return fagen_run_forward_with_workspace(
         &plan, reinterpret_cast<const void *>(s.q), reinterpret_cast<const void *>(s.k),
         reinterpret_cast<const void *>(s.v), reinterpret_cast<void *>(s.o),
-        reinterpret_cast<float *>(s.lse), workspace(plan), nullptr, stream);
+        reinterpret_cast<float *>(s.lse), workspace(plan), plan.workspace_bytes, nullptr, stream);
   };
   // Warm-up: Opt.warmup launches, more if they take under Opt.warmupMs (one launch timed to
   // size them; at most 1000).

@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
   }
   printf("%s: %d kernels\n", argv[1], fagen_bundle_kernel_count(bundle));
 
-  fagen_fwd_problem problem = {0};
+  fagen_fwd_problem problem = FAGEN_FWD_PROBLEM_INIT; /* struct_size and abi_tag, rest 0 */
   problem.batch = 2;
   problem.heads_q = 32;
   problem.heads_kv = 8; /* GQA 4:1 */
@@ -49,13 +49,15 @@ int main(int argc, char **argv) {
    *
    * A plan with plan.workspace_bytes > 0 (a sm90ws kernel of uneven tiles: causal, window,
    * varlen) runs faster with that much scratch, a tile counter the runtime zeroes itself:
-   *   fagen_run_forward_with_workspace(&plan, q, k, v, o, lse, fwd_workspace, NULL, stream);
+   *   fagen_run_forward_with_workspace(&plan, q, k, v, o, lse, fwd_workspace,
+   *                                    plan.workspace_bytes, NULL, stream);
    *
    * Other variants set more fields of the problem (a zero field keeps the default), e.g. a
    * sliding window with dropout, whose seed the run-time arguments carry:
    *   problem.causal = 0; problem.mask = FAGEN_MASK_WINDOW;
    *   problem.window_left = 256; problem.window_right = 0; problem.dropout_p = 0.1f;
-   *   fagen_run_args args = {0}; args.dropout_seed = seed; args.dropout_offset = step;
+   *   fagen_run_args args = FAGEN_RUN_ARGS_INIT;
+   *   args.dropout_seed = seed; args.dropout_offset = step;
    *   fagen_run_forward_with_args(&plan, q, k, v, o, lse, &args, stream);
    *
    * The backward (a bundle built with passes: [fwd, bwd]) repeats the forward's problem, whose
@@ -63,8 +65,9 @@ int main(int argc, char **argv) {
    *   fagen_plan backward;
    *   fagen_plan_backward(bundle, &problem, 0, &backward);    -- 1: deterministic gradients
    *   cuMemAlloc(&workspace, backward.workspace_bytes);
-   *   fagen_run_backward(&backward, q, k, v, o, lse, dout, dq, dk, dv, workspace, &args,
-   *                      stream);                           -- three kernels, no sync */
+   *   fagen_run_backward(&backward, q, k, v, o, lse, dout, dq, dk, dv, workspace,
+   *                      backward.workspace_bytes, &args, stream);  -- three kernels, no sync
+   * A workspace belongs to one stream at a time. */
   fagen_bundle_destroy(bundle);
   return 0;
 }

@@ -77,6 +77,7 @@ bool bindAll(void *lib, DriverApi &api, std::string &missing) {
   bind(lib, "cuStreamSynchronize", api.cuStreamSynchronize, missing);
   std::string optional;
   bind(lib, "cuTensorMapEncodeTiled", api.cuTensorMapEncodeTiled, optional);
+  bind(lib, "cuCtxGetId", api.cuCtxGetId, optional);
   if (!bind(lib, "cuEventElapsedTime_v2", api.cuEventElapsedTime, optional))
     bind(lib, "cuEventElapsedTime", api.cuEventElapsedTime, missing);
   return missing.empty();

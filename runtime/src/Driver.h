@@ -91,6 +91,9 @@ struct DriverApi {
                                      const uint64_t *dims, const uint64_t *strides,
                                      const uint32_t *box, const uint32_t *elementStrides,
                                      int interleave, int swizzle, int l2Promotion, int oobFill);
+  /// Optional (CUDA >= 12.0): a context's process-unique id, which a context created where a
+  /// destroyed one was does not share (the module cache's key).
+  CUresult (*cuCtxGetId)(CUcontext ctx, unsigned long long *id);
 
   int driverVersion = 0; ///< from cuDriverGetVersion, e.g. 13000
   std::string path;      ///< the library that was opened

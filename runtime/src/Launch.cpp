@@ -35,10 +35,21 @@ fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass 
   if (plan == nullptr)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": plan is null");
   const char *planner = pass == FAGEN_PASS_BACKWARD ? "fagen_plan_backward" : "fagen_plan_forward";
+  // A plan that no planner filled (zeroed, or failed) has struct_size 0; one of another ABI
+  // another size or tag.
+  if (plan->struct_size == 0 && plan->abi_tag == 0)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) +
+                                                  ": the plan was not filled by a successful " +
+                                                  planner);
+  if (fagen_status s = checkAbiHeader(function, "plan", "fagen_plan", plan->struct_size,
+                                      plan->abi_tag, sizeof(fagen_plan), "a planner");
+      s != FAGEN_OK)
+    return s;
   if (plan->bundle == nullptr || plan->function == nullptr)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) +
                                                   ": the plan was not filled by a successful " +
                                                   planner);
+
   if (plan->pass != pass)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
                 std::string(function) + ": the plan is a " +
@@ -52,9 +63,57 @@ fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass 
   return FAGEN_OK;
 }
 
+/// Whether the plan's bundle is still loaded (checked in the registry, never through the
+/// pointer, which may be freed).
+fagen_status checkBundleLive(const char *function, const fagen_plan &plan) {
+  if (bundleIsLive(plan.bundle, plan.bundle_id))
+    return FAGEN_OK;
+  return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+              std::string(function) + ": the plan's bundle was destroyed (fagen_bundle_destroy): "
+                                      "a plan lives only as long as its bundle; load the bundle "
+                                      "again and plan again");
+}
+
+/// Whether the calling thread's current context is the one the plan's functions belong to;
+/// otherwise a message naming both devices (a plan is made for the device current at plan
+/// time, and its CUfunctions exist only in that context).
+fagen_status checkContext(const char *function, const DriverApi &api, const fagen_plan &plan) {
+  CUcontext current = nullptr;
+  if (CUresult r = api.cuCtxGetCurrent(&current); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA,
+                std::string(function) + ": " + cudaErrorText(api, r, "cuCtxGetCurrent"));
+  const uint64_t planId = plan.context_id;
+  if (current == plan.context && (planId == 0 || contextId(api, current) == planId))
+    return FAGEN_OK;
+  const std::string planned = "the plan was made on device " + str(plan.device);
+  if (current == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": " + planned +
+                    " and this thread has no current CUDA context: make device " +
+                    str(plan.device) + "'s context current (cudaSetDevice(" + str(plan.device) +
+                    ")) before the run");
+  CUdevice device = -1;
+  if (api.cuCtxGetDevice(&device) != CUDA_SUCCESS || device == plan.device)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": " + planned +
+                    " in a context that is not current (or no longer exists; a device reset "
+                    "destroys it): plan again in the current context");
+  return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+              std::string(function) + ": " + planned + " but device " + str(device) +
+                  " is current: make device " + str(plan.device) +
+                  "'s context current (cudaSetDevice(" + str(plan.device) +
+                  ")), or plan again with device " + str(device) + " current");
+}
+
 /// Checks the run-time arguments the plan's variant reads and stores them in `fp`.
 fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
                           const fagen_run_args *args, bool argsAccepted, fagen_fwd_params &fp) {
+  if (args != nullptr)
+    if (fagen_status s = checkAbiHeader(function, "args", "fagen_run_args", args->struct_size,
+                                        args->abi_tag, sizeof(fagen_run_args),
+                                        "FAGEN_RUN_ARGS_INIT");
+        s != FAGEN_OK)
+      return s;
   const uint32_t needed = plan.run_args;
   if (needed == 0)
     return FAGEN_OK;
@@ -123,6 +182,72 @@ fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
   return FAGEN_OK;
 }
 
+/// FAGEN_VALIDATE=1 (read at each call that has cu_seqlens): the arrays are copied to the host
+/// and checked before the launch. Synchronizes `stream` first, so it is a debugging mode, not
+/// one for graph capture; without it the kernels' clamps keep a bad array inside the tensors.
+bool validateMode() {
+  const char *v = std::getenv("FAGEN_VALIDATE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+/// The first bad entry of `cu` (batch + 1 offsets of a packed tensor of `total` rows whose
+/// longest sequence is `longest`), or "".
+std::string cuSeqlensProblem(const std::vector<int32_t> &cu, const char *name, int64_t total,
+                             const char *totalName, int32_t longest, const char *longestName) {
+  const std::string n = name;
+  if (cu[0] != 0)
+    return n + "[0] is " + str(cu[0]) + ", not 0";
+  for (size_t b = 0; b + 1 < cu.size(); ++b) {
+    const std::string at = n + "[" + str(int64_t(b + 1)) + "] (" + str(cu[b + 1]) + ")";
+    if (cu[b + 1] < cu[b])
+      return at + " is less than " + n + "[" + str(int64_t(b)) + "] (" + str(cu[b]) +
+             "): the offsets must ascend";
+    if (cu[b + 1] > total)
+      return at + " is past " + totalName + " (" + str(total) + ")";
+    if (cu[b + 1] - cu[b] > longest)
+      return "sequence " + str(int64_t(b)) + " has " + str(int64_t(cu[b + 1]) - cu[b]) +
+             " rows (" + at + " - " + n + "[" + str(int64_t(b)) + "]), more than " +
+             longestName + " (" + str(longest) + "), the longest the call declared";
+  }
+  if (cu.back() != total)
+    return n + "[batch] (" + str(cu.back()) + ") is not " + totalName + " (" + str(total) + ")";
+  return "";
+}
+
+fagen_status validateCuSeqlens(const char *function, const DriverApi &api,
+                               const fagen_fwd_params &fp, void *stream) {
+  if (CUresult r = api.cuStreamSynchronize(static_cast<CUstream>(stream)); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA, std::string(function) + ": FAGEN_VALIDATE: " +
+                                      cudaErrorText(api, r, "cuStreamSynchronize"));
+  struct Array {
+    const char *name;
+    const int32_t *device;
+    int64_t total;
+    const char *totalName;
+    int32_t longest;
+    const char *longestName;
+  };
+  for (const Array &a : {Array{"args->cu_seqlens_q", fp.cu_seqlens_q, fp.total_q, "total_q",
+                               fp.seqlen_q, "seqlen_q"},
+                         Array{"args->cu_seqlens_k", fp.cu_seqlens_k, fp.total_k, "total_k",
+                               fp.seqlen_k, "seqlen_k"}}) {
+    std::vector<int32_t> cu(size_t(fp.batch) + 1);
+    if (CUresult r = api.cuMemcpyDtoH(cu.data(), reinterpret_cast<CUdeviceptr>(a.device),
+                                      cu.size() * sizeof(int32_t));
+        r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": FAGEN_VALIDATE: " +
+                      cudaErrorText(api, r, "cuMemcpyDtoH") + " reading " + a.name + " (" +
+                      str(fp.batch + 1) + " int32 of device memory)");
+    if (std::string why = cuSeqlensProblem(cu, a.name, a.total, a.totalName, a.longest,
+                                           a.longestName);
+        !why.empty())
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": FAGEN_VALIDATE: " + why);
+  }
+  return FAGEN_OK;
+}
+
 /// Encodes the tensor maps of a TMA kernel's call from its parameter block.
 fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fagen_plan &plan,
                            const KernelRecord &k, const fagen_fwd_params &params,
@@ -134,10 +259,10 @@ fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fag
                     ") has no cuTensorMapEncodeTiled: install a driver for CUDA 12.0 or newer, "
                     "or build the bundle for sm_90 instead of sm_90a");
   std::string what;
-  PlanVarlenRows rows;
-  std::memcpy(&rows, plan.params + kPlanVarlenRowsOffset, sizeof rows);
+  // Varlen: the packed tensors' rows are the maps' row extents, so TMA itself never reads or
+  // writes past them (the kernels clamp their row coordinates as well).
   if (int r = encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK, k.headDimV,
-                               k.blockM, k.blockN, maps, what, rows.total_q, rows.total_k,
+                               k.blockM, k.blockN, maps, what, params.total_q, params.total_k,
                                k.tmaStoreO))
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
                 std::string(function) + ": " +
@@ -168,7 +293,8 @@ fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function
 
 fagen_status runForward(const char *function, const fagen_plan *plan, const void *q,
                         const void *k, const void *v, void *o, float *lse, void *workspace,
-                        const fagen_run_args *args, bool argsAccepted, void *stream) {
+                        size_t workspaceBytes, const fagen_run_args *args, bool argsAccepted,
+                        void *stream) {
   if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
     return s;
   if (fagen_status s =
@@ -184,6 +310,13 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
   const DriverApi *api = getDriver(error);
   if (api == nullptr)
     return fail(FAGEN_ERROR_NO_DRIVER, error);
+  if (fagen_status s = checkBundleLive(function, *plan); s != FAGEN_OK)
+    return s;
+  if (fagen_status s = checkContext(function, *api, *plan); s != FAGEN_OK)
+    return s;
+  if ((plan->run_args & FAGEN_RUN_ARG_CU_SEQLENS) && validateMode())
+    if (fagen_status s = validateCuSeqlens(function, *api, params, stream); s != FAGEN_OK)
+      return s;
   params.q = q;
   params.k = k;
   params.v = v;
@@ -201,6 +334,12 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
     // The tiles come from the workspace's counter, which starts each launch at 0.
     if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 4}}); s != FAGEN_OK)
       return s;
+    if (workspaceBytes < plan->workspace_bytes)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": workspace_bytes (" + str(int64_t(workspaceBytes)) +
+                      ") is less than plan->workspace_bytes (" +
+                      str(int64_t(plan->workspace_bytes)) +
+                      "): allocate the plan's workspace_bytes, or pass no workspace");
     params.tile_counter = static_cast<int32_t *>(workspace);
     if (CUresult r = api->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(workspace), 0, 1,
                                            static_cast<CUstream>(stream));
@@ -223,28 +362,30 @@ extern "C" {
 
 fagen_status fagen_run_forward(const fagen_plan *plan, const void *q, const void *k,
                                const void *v, void *o, float *lse, void *stream) {
-  return runForward("fagen_run_forward", plan, q, k, v, o, lse, nullptr, nullptr, false, stream);
+  return runForward("fagen_run_forward", plan, q, k, v, o, lse, nullptr, 0, nullptr, false,
+                    stream);
 }
 
 fagen_status fagen_run_forward_with_args(const fagen_plan *plan, const void *q, const void *k,
                                          const void *v, void *o, float *lse,
                                          const fagen_run_args *args, void *stream) {
-  return runForward("fagen_run_forward_with_args", plan, q, k, v, o, lse, nullptr, args, true,
+  return runForward("fagen_run_forward_with_args", plan, q, k, v, o, lse, nullptr, 0, args, true,
                     stream);
 }
 
 fagen_status fagen_run_forward_with_workspace(const fagen_plan *plan, const void *q,
                                               const void *k, const void *v, void *o, float *lse,
-                                              void *workspace, const fagen_run_args *args,
-                                              void *stream) {
-  return runForward("fagen_run_forward_with_workspace", plan, q, k, v, o, lse, workspace, args,
-                    true, stream);
+                                              void *workspace, size_t workspace_bytes,
+                                              const fagen_run_args *args, void *stream) {
+  return runForward("fagen_run_forward_with_workspace", plan, q, k, v, o, lse, workspace,
+                    workspace_bytes, args, true, stream);
 }
 
 fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const void *k,
                                 const void *v, const void *o, const float *lse,
                                 const void *dout, void *dq, void *dk, void *dv, void *workspace,
-                                const fagen_run_args *args, void *stream) {
+                                size_t workspace_bytes, const fagen_run_args *args,
+                                void *stream) {
   const char *function = "fagen_run_backward";
   if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_BACKWARD); s != FAGEN_OK)
     return s;
@@ -266,6 +407,13 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
         s != FAGEN_OK)
       return fail(s, fagen_last_error() + std::string(" (it must hold plan->workspace_bytes = ") +
                          str(int64_t(plan->workspace_bytes)) + " bytes of device memory)");
+    if (workspace_bytes < plan->workspace_bytes)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  std::string(function) + ": workspace_bytes (" + str(int64_t(workspace_bytes)) +
+                      ") is less than plan->workspace_bytes (" +
+                      str(int64_t(plan->workspace_bytes)) +
+                      "): the backward would write past the workspace; allocate the plan's "
+                      "workspace_bytes (it grows with batch, heads and seqlen_q)");
   }
   fagen_bwd_params params;
   std::memcpy(&params, plan->params, sizeof params);
@@ -275,6 +423,13 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
   const DriverApi *api = getDriver(error);
   if (api == nullptr)
     return fail(FAGEN_ERROR_NO_DRIVER, error);
+  if (fagen_status s = checkBundleLive(function, *plan); s != FAGEN_OK)
+    return s;
+  if (fagen_status s = checkContext(function, *api, *plan); s != FAGEN_OK)
+    return s;
+  if ((plan->run_args & FAGEN_RUN_ARG_CU_SEQLENS) && validateMode())
+    if (fagen_status s = validateCuSeqlens(function, *api, params.fwd, stream); s != FAGEN_OK)
+      return s;
   params.fwd.q = q;
   params.fwd.k = k;
   params.fwd.v = v;

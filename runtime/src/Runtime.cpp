@@ -6,6 +6,61 @@ using namespace fagen::rt;
 
 namespace fagen::rt {
 
+namespace {
+std::mutex registryMutex;
+std::map<const fagen_bundle *, uint64_t> liveBundles; ///< bundle -> its id
+uint64_t nextBundleId = 1;
+} // namespace
+
+uint64_t registerBundle(const fagen_bundle *b) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  uint64_t id = nextBundleId++;
+  liveBundles[b] = id;
+  return id;
+}
+
+void unregisterBundle(const fagen_bundle *b) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  liveBundles.erase(b);
+}
+
+bool bundleIsLive(const fagen_bundle *b, uint64_t id) {
+  std::lock_guard<std::mutex> lock(registryMutex);
+  auto it = liveBundles.find(b);
+  return it != liveBundles.end() && it->second == id;
+}
+
+fagen_status checkAbiHeader(const char *function, const char *what, const char *type,
+                            uint32_t size, uint32_t tag, size_t expectedSize,
+                            const char *initMacro) {
+  if (size == expectedSize && tag == FAGEN_ABI_TAG)
+    return FAGEN_OK;
+  char tagText[16];
+  std::snprintf(tagText, sizeof tagText, "0x%08x", tag);
+  std::string why =
+      tag == FAGEN_ABI_TAG
+          ? std::string(" but the tag is this ABI's: set struct_size = sizeof(") + type + ")"
+      : (tag & 0xffff0000u) == (FAGEN_ABI_TAG & 0xffff0000u)
+          ? ": the caller was built against the fagen.h of ABI " + str(tag & 0xffffu) +
+                "; rebuild it against this library's header"
+          : std::string(": the caller was built against an older fagen.h (ABI 1 or 2, whose "
+                        "structs carry no size and tag) or did not initialize the struct: "
+                        "rebuild it against this library's header and initialize ") +
+                what + " with " + initMacro;
+  return fail(FAGEN_ERROR_ABI_MISMATCH,
+              std::string(function) + ": " + what + "->struct_size is " + str(size) +
+                  " and abi_tag " + tagText + "; this library (ABI " +
+                  str(FAGEN_RUNTIME_ABI_VERSION) + ") takes a " + type + " of " +
+                  str(int64_t(expectedSize)) + " bytes tagged FAGEN_ABI_TAG" + why);
+}
+
+uint64_t contextId(const DriverApi &api, CUcontext ctx) {
+  unsigned long long id = 0;
+  if (api.cuCtxGetId == nullptr || api.cuCtxGetId(ctx, &id) != CUDA_SUCCESS)
+    return 0;
+  return id;
+}
+
 void setStrides(fagen_fwd_problem *p, bool bshd) {
   // Varlen tensors are packed [total, heads, dim] (BSHD) or [heads, total, dim] (BHSD).
   const int64_t seqQ = p->varlen ? p->total_q : p->seqlen_q;
@@ -73,14 +128,18 @@ fagen_status fagen_bundle_load_file(const char *path, fagen_bundle **out) {
 void fagen_bundle_destroy(fagen_bundle *bundle) {
   if (bundle == nullptr)
     return;
+  unregisterBundle(bundle);
   std::string ignored;
   const DriverApi *api = bundle->modules.empty() ? nullptr : getDriver(ignored);
   if (api != nullptr) {
     // A module belongs to its context; unload each with its context current, then restore.
+    // A module of a destroyed context went with it: where the context's id says that the
+    // context now at that address is another one, there is nothing to unload.
     CUcontext previous = nullptr;
     api->cuCtxGetCurrent(&previous);
     for (const auto &[key, module] : bundle->modules) {
-      if (api->cuCtxSetCurrent(key.first) == CUDA_SUCCESS)
+      auto [context, id, cubin] = key;
+      if (api->cuCtxSetCurrent(context) == CUDA_SUCCESS && contextId(*api, context) == id)
         api->cuModuleUnload(module);
     }
     api->cuCtxSetCurrent(previous);
@@ -108,6 +167,18 @@ const char *fagen_bundle_kernel_name(const fagen_bundle *bundle, int index) {
     return nullptr;
   }
   return bundle->descriptions[index].c_str();
+}
+
+void fagen_fwd_problem_init(fagen_fwd_problem *problem) {
+  if (problem == nullptr)
+    return;
+  *problem = fagen_fwd_problem FAGEN_FWD_PROBLEM_INIT;
+}
+
+void fagen_run_args_init(fagen_run_args *args) {
+  if (args == nullptr)
+    return;
+  *args = fagen_run_args FAGEN_RUN_ARGS_INIT;
 }
 
 void fagen_fwd_problem_set_bshd_strides(fagen_fwd_problem *problem) {

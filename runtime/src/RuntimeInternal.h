@@ -23,8 +23,10 @@
 #include "templates/abi/bwd_params.h"
 #include "templates/common/philox.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -38,16 +40,6 @@ static_assert(sizeof(fagen_fwd_params) <= sizeof(fagen_plan{}.params),
 static_assert(sizeof(fagen_bwd_params) <= sizeof(fagen_plan{}.params),
               "fagen_plan::params must hold the backward parameter block");
 
-namespace fagen::rt {
-/// A forward plan's rows of the packed varlen tensors (0 when dense), kept in fagen_plan::params
-/// after the parameter block: the tensor maps of a TMA kernel need them, the kernels do not.
-struct PlanVarlenRows {
-  int64_t total_q, total_k;
-};
-constexpr size_t kPlanVarlenRowsOffset = (sizeof(fagen_fwd_params) + 7) / 8 * 8;
-static_assert(kPlanVarlenRowsOffset + sizeof(PlanVarlenRows) <= sizeof(fagen_plan{}.params),
-              "fagen_plan::params must hold the forward parameter block and the varlen rows");
-} // namespace fagen::rt
 static_assert(sizeof(fagen_dtype) == 4 && sizeof(fagen_mask) == 4 &&
                   sizeof(fagen_mask_align) == 4 && sizeof(fagen_score_mod) == 4 &&
                   sizeof(fagen_sparsity) == 4 && sizeof(fagen_pass) == 4,
@@ -56,11 +48,13 @@ static_assert(sizeof(fagen_dtype) == 4 && sizeof(fagen_mask) == 4 &&
 struct fagen_bundle {
   fagen::Bundle bundle;
   std::vector<std::string> descriptions; ///< fagen_bundle_kernel_name, one per kernel
+  uint64_t id = 0;                       ///< in the registry of live bundles (plans carry it)
   std::mutex mutex;                      ///< guards the two caches
-  /// (context, cubin)
-  std::map<std::pair<fagen::CUcontext, uint32_t>, fagen::CUmodule> modules;
-  /// (context, kernel, part)
-  std::map<std::tuple<fagen::CUcontext, int, int>, fagen::CUfunction> functions;
+  /// (context, its cuCtxGetId or 0, cubin): a context made where a destroyed one was has
+  /// another id, so its modules are loaded anew.
+  std::map<std::tuple<fagen::CUcontext, uint64_t, uint32_t>, fagen::CUmodule> modules;
+  /// (context, its id, kernel, part)
+  std::map<std::tuple<fagen::CUcontext, uint64_t, int, int>, fagen::CUfunction> functions;
 };
 
 namespace fagen::rt {
@@ -82,6 +76,17 @@ template <typename Enum> int32_t raw(const Enum &e) {
 }
 
 std::string hashText(uint32_t hash);
+/// The registry of live bundles: a plan names its bundle by pointer and id, and a run checks
+/// both here, so that a plan of a destroyed bundle is refused without reading freed memory.
+uint64_t registerBundle(const fagen_bundle *b);
+void unregisterBundle(const fagen_bundle *b);
+bool bundleIsLive(const fagen_bundle *b, uint64_t id);
+/// Checks struct_size and abi_tag of a caller's struct (`what`: "problem", "args").
+fagen_status checkAbiHeader(const char *function, const char *what, const char *type,
+                            uint32_t size, uint32_t tag, size_t expectedSize,
+                            const char *initMacro);
+/// The current context's id (cuCtxGetId; 0 where the driver lacks it).
+uint64_t contextId(const DriverApi &api, CUcontext ctx);
 bool takesTmaMaps(const KernelRecord &k);
 /// A loaded bundle around `parsed` (the kernels' descriptions made once).
 fagen_status adopt(Bundle parsed, fagen_bundle **out);
@@ -91,7 +96,18 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
                       bool pinned, int kernelIndex, fagen_plan *plan);
 
 // Validate.cpp
-bool checkStrides(const char *tensor, const int64_t strides[3], const int64_t extents[3],
+/// The longest seqlen_q / seqlen_k a call may have: the kernels' masks add a row, the diagonal
+/// offset, a window bound (capped by capWindowBound) and a tile in 32-bit ints, which stays below
+/// 2^31 for sequences up to this (2^30 - 1024, about 1.07e9 tokens).
+constexpr int32_t kMaxSeqlen = (1 << 30) - 1024;
+/// A window bound beyond max(seqlen_q, seqlen_k) + kWindowCapSlack excludes no key (nor does
+/// any tile's corner, tiles being at most kWindowCapSlack rows or keys), exactly as an
+/// unbounded one; capWindowBound caps it there so that no sum with it overflows.
+constexpr int32_t kWindowCapSlack = 256;
+int32_t capWindowBound(int32_t bound, int32_t seqlenQ, int32_t seqlenK);
+/// `extents`: batch, heads, rows, head dim. Outputs: no stride 0 over an extent > 1, and no two
+/// elements on one address.
+bool checkStrides(const char *tensor, const int64_t strides[3], const int64_t extents[4],
                   bool isOutput, bool varlen, std::string &error);
 /// The forward's problem: shapes, the variant, the strides of Q, K, V and O.
 bool validateProblem(const fagen_fwd_problem &p, std::string &error);

@@ -173,6 +173,7 @@ std::string describe(const KernelRecord &k) {
 fagen_status adopt(Bundle parsed, fagen_bundle **out) {
   auto *b = new fagen_bundle;
   b->bundle = std::move(parsed);
+  b->id = registerBundle(b);
   for (const KernelRecord &k : b->bundle.kernels)
     b->descriptions.push_back(describe(k));
   *out = b;
@@ -192,6 +193,7 @@ int archRank(const std::string &arch, int major, int minor) {
 
 struct Device {
   CUcontext context = nullptr;
+  uint64_t contextId = 0; ///< cuCtxGetId, 0 without it
   CUdevice device = 0;
   int major = 0, minor = 0, smemOptin = 0, sms = 0;
   std::string name;
@@ -228,6 +230,7 @@ fagen_status currentDevice(const DriverApi &api, Device &d) {
   }
   if (CUresult r = api.cuCtxGetDevice(&d.device); r != CUDA_SUCCESS)
     return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuCtxGetDevice"));
+  d.contextId = contextId(api, d.context);
   struct {
     int *out;
     int attribute;
@@ -300,17 +303,18 @@ const char *partSuffix(Part part) {
 fagen_status loadFunction(const DriverApi &api, fagen_bundle &b, const Device &d, int index,
                           Part part, CUfunction &function) {
   std::lock_guard<std::mutex> lock(b.mutex);
-  if (auto it = b.functions.find({d.context, index, int(part)}); it != b.functions.end()) {
+  if (auto it = b.functions.find({d.context, d.contextId, index, int(part)});
+      it != b.functions.end()) {
     function = it->second;
     return FAGEN_OK;
   }
   const KernelRecord &k = b.bundle.kernels[index];
-  CUmodule &module = b.modules[{d.context, k.cubinSection}];
+  CUmodule &module = b.modules[{d.context, d.contextId, k.cubinSection}];
   if (module == nullptr) {
     CUresult r = api.cuModuleLoadData(&module, b.bundle.cubins[k.cubinSection].data());
     if (r != CUDA_SUCCESS) {
       module = nullptr;
-      b.modules.erase({d.context, k.cubinSection});
+      b.modules.erase({d.context, d.contextId, k.cubinSection});
       std::string what = cudaErrorText(api, r, "cuModuleLoadData") + " for kernel " + k.name +
                          " (" + k.arch + ")";
       if (r == CUDA_ERROR_NO_BINARY_FOR_GPU)
@@ -333,7 +337,7 @@ fagen_status loadFunction(const DriverApi &api, fagen_bundle &b, const Device &d
                                         " (max dynamic shared memory " + str(k.smemBytes) +
                                         ") for kernel " + k.name);
   }
-  b.functions[{d.context, index, int(part)}] = function;
+  b.functions[{d.context, d.contextId, index, int(part)}] = function;
   return FAGEN_OK;
 }
 
@@ -363,16 +367,28 @@ void fillForwardParams(const fagen_fwd_problem &p, fagen_fwd_params &fp) {
   fp.softmax_scale = float(scale);
   fp.scale_log2 = float(scale * 1.4426950408889634); // log2(e)
   if (raw(p.mask) == FAGEN_MASK_WINDOW) {
-    fp.window_left = p.window_left;
-    fp.window_right = p.window_right;
+    fp.window_left = capWindowBound(p.window_left, p.seqlen_q, p.seqlen_k);
+    fp.window_right = capWindowBound(p.window_right, p.seqlen_q, p.seqlen_k);
   }
   if (raw(p.score_mod) == FAGEN_SCORE_MOD_SOFTCAP)
     fp.softcap = p.softcap;
+  if (p.varlen) { // <= 2^31 - 1 (validateVarlenAndSparsity)
+    fp.total_q = int32_t(p.total_q);
+    fp.total_k = int32_t(p.total_k);
+  }
   if (p.dropout_p > 0) { // quantized to 1/256 by the keep rule (philox.h)
     fp.dropout_p = p.dropout_p;
     fp.dropout_threshold = fagen::dropout_threshold(p.dropout_p);
     fp.dropout_rescale = fagen::dropout_rescale(fp.dropout_threshold);
   }
+}
+
+/// A dropout kernel's parameters for dropout_p = 0: threshold 0 (no byte is below it) and
+/// rescale 1, so that every element is kept unscaled.
+void setKeepAll(fagen_fwd_params &fp) {
+  fp.dropout_p = 0;
+  fp.dropout_threshold = 0;
+  fp.dropout_rescale = fagen::dropout_rescale(0);
 }
 
 /// The run-time arguments kernel k reads (FAGEN_RUN_ARG_*).
@@ -390,6 +406,13 @@ fagen_status checkPlanArguments(const char *function, const fagen_bundle *bundle
                 std::string(function) + ": " +
                     (bundle == nullptr ? "bundle" : problem == nullptr ? "problem" : "plan") +
                     " is null");
+  // Before anything else is read, and before *plan is written: a caller built against another
+  // fagen.h has structs of other sizes.
+  if (fagen_status s = checkAbiHeader(function, "problem", "fagen_fwd_problem",
+                                      problem->struct_size, problem->abi_tag,
+                                      sizeof(fagen_fwd_problem), "FAGEN_FWD_PROBLEM_INIT");
+      s != FAGEN_OK)
+    return s;
   std::memset(plan, 0, sizeof *plan);
   if (deterministic != 0 && deterministic != 1)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": deterministic (" +
@@ -560,17 +583,33 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
   if (takesTmaMaps(k) && pass == FAGEN_PASS_FORWARD)
     if (std::string why = wsSizeProblem(k, problem, device.sms); !why.empty())
       return fail(FAGEN_ERROR_NOT_SUPPORTED, why);
+  plan.struct_size = sizeof(fagen_plan);
+  plan.abi_tag = FAGEN_ABI_TAG;
   plan.bundle = &bundle;
+  plan.bundle_id = bundle.id;
+  plan.context = device.context;
+  plan.context_id = device.contextId;
+  plan.device = device.device;
   plan.kernel_index = chosen;
   plan.pass = pass;
   setGrid(plan.block, k.threads, 1, 1);
   plan.smem_bytes = k.smemBytes;
   plan.run_args = runArgsOf(k);
+  // A dropout kernel serving dropout_p = 0 (planCall) keeps every element; it reads no seed.
+  const bool dropoutOff = k.dropout && problem.dropout_p == 0;
+  if (dropoutOff)
+    plan.run_args &= ~FAGEN_RUN_ARG_DROPOUT_SEED;
   plan.function = functions[0];
   plan.pre_function = functions[1];
   plan.post_function = functions[2];
   if (pass == FAGEN_PASS_BACKWARD) {
     fillBackwardPlan(problem, k, plan);
+    if (dropoutOff) {
+      fagen_bwd_params bp;
+      std::memcpy(&bp, plan.params, sizeof bp);
+      setKeepAll(bp.fwd);
+      std::memcpy(plan.params, &bp, sizeof bp);
+    }
     return FAGEN_OK;
   }
   const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;
@@ -584,10 +623,9 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
   fillForwardParams(problem, params);
   if (k.tileCounter)
     params.work_tiles = int32_t(tiles); // < 2^30 (wsSizeProblem)
+  if (dropoutOff)
+    setKeepAll(params);
   std::memcpy(plan.params, &params, sizeof params);
-  const PlanVarlenRows rows = {problem.varlen ? problem.total_q : 0,
-                               problem.varlen ? problem.total_k : 0};
-  std::memcpy(plan.params + kPlanVarlenRowsOffset, &rows, sizeof rows);
   plan.workspace_bytes = k.tileCounter ? kFwdWorkspaceBytes : 0;
   return FAGEN_OK;
 }
@@ -602,6 +640,11 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
     return s;
   Variant call = callVariant(*problem, pass, deterministic != 0);
   std::vector<int> candidates;
+  // dropout_p = 0 runs without dropout (docs/spec.md): a kernel without dropout, else one of
+  // the same variant with dropout, which then keeps every element.
+  if (pinned && problem->dropout_p == 0 && kernelIndex >= 0 &&
+      size_t(kernelIndex) < bundle->bundle.kernels.size())
+    call.dropout = bundle->bundle.kernels[kernelIndex].dropout;
   if (pinned) {
     if (fagen_status s = checkPinnedKernel(bundle->bundle, function, *problem, call, kernelIndex);
         s != FAGEN_OK)
@@ -611,8 +654,24 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
   }
   std::string leftOut;
   if (fagen_status s = findCandidates(bundle->bundle, *problem, call, candidates, leftOut);
-      s != FAGEN_OK)
-    return s;
+      s != FAGEN_OK) {
+    // Only where no kernel of the variant without dropout exists: otherwise its reason stands.
+    auto served = [&](const Variant &v) {
+      for (const KernelRecord &k : bundle->bundle.kernels)
+        if (servesCall(k, v))
+          return true;
+      return false;
+    };
+    Variant withDropout = call;
+    withDropout.dropout = true;
+    if (problem->dropout_p != 0 || served(call) || !served(withDropout))
+      return s;
+    std::string withoutDropout = lastError;
+    candidates.clear();
+    leftOut.clear();
+    if (findCandidates(bundle->bundle, *problem, withDropout, candidates, leftOut) != FAGEN_OK)
+      return fail(s, withoutDropout); // the message of the call as made
+  }
   // A kernel that cannot take the shape matters most when the others do not run here.
   fagen_status s = planAmong(*bundle, *problem, pass, candidates, *plan);
   if (s == FAGEN_ERROR_NO_KERNEL_FOR_GPU && !leftOut.empty())

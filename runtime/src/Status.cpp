@@ -39,6 +39,8 @@ const char *fagen_status_name(fagen_status status) {
     return "FAGEN_ERROR_NO_KERNEL_FOR_GPU";
   case FAGEN_ERROR_CUDA:
     return "FAGEN_ERROR_CUDA";
+  case FAGEN_ERROR_ABI_MISMATCH:
+    return "FAGEN_ERROR_ABI_MISMATCH";
   }
   return "FAGEN_STATUS_UNKNOWN";
 }

@@ -8,7 +8,10 @@ namespace fagen::rt {
 
 //===--- Problem validation (no GPU needed) --------------------------------===//
 
-bool checkStrides(const char *tensor, const int64_t strides[3], const int64_t extents[3],
+bool checkNoOverlap(const char *tensor, const int64_t strides[3], const int64_t extents[4],
+                    bool varlen, std::string &error);
+
+bool checkStrides(const char *tensor, const int64_t strides[3], const int64_t extents[4],
                   bool isOutput, bool varlen, std::string &error) {
   static const char *kDims[3] = {"batch", "head", "row"};
   if (strides[0] == 0 && strides[1] == 0 && strides[2] == 0 &&
@@ -37,7 +40,47 @@ bool checkStrides(const char *tensor, const int64_t strides[3], const int64_t ex
       return false;
     }
   }
+  return !isOutput || checkNoOverlap(tensor, strides, extents, varlen, error);
+}
+
+/// An output's elements must be distinct: with its dimensions ordered by stride (the head dim,
+/// stride 1, first), each stride must reach past everything the smaller ones span. (Sufficient,
+/// as PyTorch's non-overlap check; a layout interleaving dimensions in another's gaps is
+/// refused too.)
+bool checkNoOverlap(const char *tensor, const int64_t strides[3], const int64_t extents[4],
+                    bool varlen, std::string &error) {
+  static const char *kDims[4] = {"batch", "head", "row", "head dim"};
+  struct Dim {
+    int index; // 0..2: strides[i]; 3: the head dim
+    int64_t stride, extent;
+  };
+  Dim dims[4] = {{3, 1, extents[3]},
+                 {0, strides[0], varlen ? 1 : extents[0]},
+                 {1, strides[1], extents[1]},
+                 {2, strides[2], extents[2]}};
+  std::stable_sort(dims, dims + 4, [](const Dim &a, const Dim &b) { return a.stride < b.stride; });
+  int64_t span = 1; // elements covered by the dimensions so far, from the first
+  const Dim *spanned = nullptr;
+  for (const Dim &d : dims) {
+    if (d.extent <= 1)
+      continue;
+    if (spanned != nullptr && d.stride < span) {
+      error = std::string(tensor) + "_strides overlap: " + tensor + "'s " + kDims[d.index] +
+              " stride (" + str(d.stride) + ") is inside the " + str(span) +
+              " elements its " + kDims[spanned->index] +
+              " dimension and those below span, so two outputs would land on one element; "
+              "use the strides of a dense (e.g. BSHD or BHSD) tensor";
+      return false;
+    }
+    span = d.stride * (d.extent - 1) + span;
+    spanned = &d;
+  }
   return true;
+}
+
+int32_t capWindowBound(int32_t bound, int32_t seqlenQ, int32_t seqlenK) {
+  const int64_t cap = int64_t(std::max(seqlenQ, seqlenK)) + kWindowCapSlack;
+  return bound > cap ? int32_t(cap) : bound;
 }
 
 bool validateShape(const fagen_fwd_problem &p, std::string &error) {
@@ -51,6 +94,16 @@ bool validateShape(const fagen_fwd_problem &p, std::string &error) {
                      {"head_dim_v", p.head_dim_v}}) {
     if (f.value < 1) {
       error = std::string(f.name) + " (" + str(f.value) + ") must be >= 1";
+      return false;
+    }
+  }
+  for (auto [name, value] : {std::pair<const char *, int32_t>{"seqlen_q", p.seqlen_q},
+                             {"seqlen_k", p.seqlen_k}}) {
+    if (value > kMaxSeqlen) {
+      error = std::string(name) + " (" + str(value) + ") exceeds " + str(kMaxSeqlen) +
+              " (2^30 - 1024): the kernels form sums of sequence positions and window sizes "
+              "in 32 bits; split the sequence (context parallelism, merging the partial "
+              "(O, LSE) states)";
       return false;
     }
   }
@@ -205,23 +258,28 @@ bool validateProblem(const fagen_fwd_problem &p, std::string &error) {
       !validateScoreModAndDropout(p, error) || !validateVarlenAndSparsity(p, error))
     return false;
   int64_t rowsQ = p.varlen ? p.total_q : p.seqlen_q, rowsK = p.varlen ? p.total_k : p.seqlen_k;
-  int64_t qExtents[3] = {p.batch, p.heads_q, rowsQ};
-  int64_t kvExtents[3] = {p.batch, p.heads_kv, rowsK};
+  // Extents: batch, heads, rows, head dim.
+  int64_t qExtents[4] = {p.batch, p.heads_q, rowsQ, p.head_dim_qk};
+  int64_t kExtents[4] = {p.batch, p.heads_kv, rowsK, p.head_dim_qk};
+  int64_t vExtents[4] = {p.batch, p.heads_kv, rowsK, p.head_dim_v};
+  int64_t oExtents[4] = {p.batch, p.heads_q, rowsQ, p.head_dim_v};
   return checkStrides("q", p.q_strides, qExtents, false, p.varlen, error) &&
-         checkStrides("k", p.k_strides, kvExtents, false, p.varlen, error) &&
-         checkStrides("v", p.v_strides, kvExtents, false, p.varlen, error) &&
-         checkStrides("o", p.o_strides, qExtents, true, p.varlen, error);
+         checkStrides("k", p.k_strides, kExtents, false, p.varlen, error) &&
+         checkStrides("v", p.v_strides, vExtents, false, p.varlen, error) &&
+         checkStrides("o", p.o_strides, oExtents, true, p.varlen, error);
 }
 
 /// The backward's gradients: dO like O, dQ like Q, dK like K, dV like V.
 bool validateGradientStrides(const fagen_fwd_problem &p, std::string &error) {
   int64_t rowsQ = p.varlen ? p.total_q : p.seqlen_q, rowsK = p.varlen ? p.total_k : p.seqlen_k;
-  int64_t qExtents[3] = {p.batch, p.heads_q, rowsQ};
-  int64_t kvExtents[3] = {p.batch, p.heads_kv, rowsK};
-  return checkStrides("do", p.do_strides, qExtents, false, p.varlen, error) &&
-         checkStrides("dq", p.dq_strides, qExtents, true, p.varlen, error) &&
-         checkStrides("dk", p.dk_strides, kvExtents, true, p.varlen, error) &&
-         checkStrides("dv", p.dv_strides, kvExtents, true, p.varlen, error);
+  int64_t dqExtents[4] = {p.batch, p.heads_q, rowsQ, p.head_dim_qk};
+  int64_t doExtents[4] = {p.batch, p.heads_q, rowsQ, p.head_dim_v};
+  int64_t dkExtents[4] = {p.batch, p.heads_kv, rowsK, p.head_dim_qk};
+  int64_t dvExtents[4] = {p.batch, p.heads_kv, rowsK, p.head_dim_v};
+  return checkStrides("do", p.do_strides, doExtents, false, p.varlen, error) &&
+         checkStrides("dq", p.dq_strides, dqExtents, true, p.varlen, error) &&
+         checkStrides("dk", p.dk_strides, dkExtents, true, p.varlen, error) &&
+         checkStrides("dv", p.dv_strides, dvExtents, true, p.varlen, error);
 }
 
 } // namespace fagen::rt

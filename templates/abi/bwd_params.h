@@ -25,10 +25,12 @@
 // Version 5: deterministic kernels without a mask or block sparsity add dQ into
 // fagen_bwd_dq_slots() copies of dq_accum (and of the semaphores), the first key tile of each
 // copy storing instead of adding (so _pre zeroes none of them), and _post sums the copies in
-// order. Version 6: the embedded fagen_fwd_params grew (tile_counter, forward version 5). (The
+// order. Version 6: the embedded fagen_fwd_params grew (tile_counter, forward version 5).
+// Version 7: it grew again (total_q / total_k, forward version 6), and a deterministic
+// kernel's semaphore waits are bounded (a trap after kSemaphoreSpinLimit polls). (The
 // backward's numbers skip the forward's current one, so that a kernel of one pass filed as the
 // other is always refused.)
-#define FAGEN_BWD_PARAMS_VERSION 6
+#define FAGEN_BWD_PARAMS_VERSION 7
 
 // Deterministic kernels without a mask or block sparsity: key tile n adds its dQ into copy
 // (slot) n % FAGEN_BWD_DET_DQ_SLOTS of dq_accum after the slot's later key tiles only, so a

@@ -15,8 +15,9 @@
 // Version 3: kernels of template sm90ws take a second argument, `const __grid_constant__
 // fagen_fwd_tma_maps` (abi/tma_params.h), after this struct. Version 4: the same layout; the
 // dropout rule draws Philox4x32-7 (common/philox.h), so a forward and a backward from bundles
-// of different versions would not drop the same elements. Version 5: tile_counter.
-#define FAGEN_FWD_PARAMS_VERSION 5
+// of different versions would not drop the same elements. Version 5: tile_counter. Version 6:
+// total_q / total_k, to which varlen kernels clamp every sequence's rows.
+#define FAGEN_FWD_PARAMS_VERSION 6
 
 #ifdef __cplusplus
 extern "C" {
@@ -35,6 +36,10 @@ extern "C" {
 /// (Q [total_q, heads_q, d] etc.); every batch stride is then ignored and the row index of every
 /// per-row tensor (Q, O, LSE, and the backward's dO, dQ, D) is cu_seqlens_q[b] + i (keys:
 /// cu_seqlens_k[b] + j). seqlen_q / seqlen_k are then the maxima over the batch (the grid).
+/// The arrays live in device memory that the host does not read: kernels clamp sequence b to
+/// rows [min(cu[b], total), min(max(cu[b + 1], cu[b]), total)) and to seqlen_q / seqlen_k
+/// (common/variants.cuh sequence_span), so no array makes them touch a row outside the
+/// tensors; valid arrays are unchanged by the clamps.
 typedef struct fagen_fwd_params {
   const void *q;
   const void *k;
@@ -58,13 +63,17 @@ typedef struct fagen_fwd_params {
   float softmax_scale;   // usually 1/sqrt(head_dim_qk)
   float scale_log2;      // softmax_scale * log2(e): logits go through exp2
 
-  // Variable length (Variant::kVarlen), else null.
+  // Variable length (Variant::kVarlen), else null / 0.
   const int32_t *cu_seqlens_q;
   const int32_t *cu_seqlens_k;
+  int32_t total_q;       // rows of the packed Q, O, LSE (and dO, dQ, D); >= seqlen_q
+  int32_t total_k;       // rows of the packed K, V (and dK, dV); >= seqlen_k
 
   // Sliding window (WindowMask): query i sees key j iff
   //   i + off - window_left <= j <= i + off + window_right, off = seqlen_k - seqlen_q
-  // (bottom-right aligned; 0 for top-left). A negative bound is unbounded on that side.
+  // (bottom-right aligned; 0 for top-left). A negative bound is unbounded on that side. The
+  // runtime caps a bound at max(seqlen_q, seqlen_k) + 256 (where it excludes no key, as any
+  // larger one), so that the masks' 32-bit sums of rows, offset and bounds cannot overflow.
   int32_t window_left;
   int32_t window_right;
 

@@ -30,6 +30,8 @@ template <> struct is_element<bfloat16_t> {
   static constexpr bool value = true;
 };
 
+/// a + b - 1 stays below 2^31 for every call the runtime lets through: sequences of at most
+/// 2^30 - 1024 rows, tiles of at most 256 (runtime/src/RuntimeInternal.h kMaxSeqlen).
 __host__ __device__ constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 } // namespace fagen

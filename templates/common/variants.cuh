@@ -82,6 +82,9 @@ __device__ __forceinline__ int diagonal_offset(AttentionShape shape) {
 
 /// Sliding window around the diagonal: query i sees key j iff
 /// i + off - left <= j <= i + off + right (off: diagonal_offset; a negative bound is unbounded).
+/// The sums below are ints: the runtime keeps them below 2^31 by refusing sequences longer than
+/// 2^30 - 1024 and capping a bound at max(seqlen_q, seqlen_k) + 256, where it excludes no key
+/// (tests/unit/RuntimeTest.cpp MaskSumsFitIn32BitsAtTheLimits evaluates them at the limits).
 /// Causal is the window (unbounded, 0) with compile-time bounds. Rows that see no key get
 /// O = 0 and LSE = -inf.
 template <Align kAlign, bool kCausal_>
@@ -336,17 +339,30 @@ struct SequenceSpan {
   AttentionShape shape;
 };
 
+/// Varlen: sequence b's first row, cu[b] clamped to [0, total]. The host cannot read the
+/// device's cu_seqlens, so every row a kernel touches comes through here or sequence_span:
+/// whatever the arrays hold, no load or store leaves the packed tensors. A valid array (0 <=
+/// cu[b] <= cu[b + 1] <= total) is unchanged.
+__device__ __forceinline__ int sequence_row0(const int32_t *cu, int batch, int total) {
+  return min(max(cu[batch], 0), total);
+}
+
 template <bool kVarlen>
 __device__ __forceinline__ SequenceSpan sequence_span(const fagen_fwd_params &p, int batch) {
   SequenceSpan s;
   s.shape.window_left = p.window_left;
   s.shape.window_right = p.window_right;
   if constexpr (kVarlen) {
-    const int q0 = p.cu_seqlens_q[batch], k0 = p.cu_seqlens_k[batch];
+    // Rows [row0, end) with end clamped to [row0, total], and no longer than the longest
+    // sequence the grid and the workspace are sized for (seqlen_q / seqlen_k).
+    const int q0 = sequence_row0(p.cu_seqlens_q, batch, p.total_q);
+    const int k0 = sequence_row0(p.cu_seqlens_k, batch, p.total_k);
+    const int q1 = min(max(p.cu_seqlens_q[batch + 1], q0), p.total_q);
+    const int k1 = min(max(p.cu_seqlens_k[batch + 1], k0), p.total_k);
     s.q_row0 = q0;
     s.k_row0 = k0;
-    s.shape.seqlen_q = p.cu_seqlens_q[batch + 1] - q0;
-    s.shape.seqlen_k = p.cu_seqlens_k[batch + 1] - k0;
+    s.shape.seqlen_q = min(q1 - q0, p.seqlen_q);
+    s.shape.seqlen_k = min(k1 - k0, p.seqlen_k);
   } else {
     s.q_row0 = 0;
     s.k_row0 = 0;

@@ -78,11 +78,47 @@ __device__ __forceinline__ int ld_acquire_gpu(const int32_t *ptr) {
   return v;
 }
 
-/// Blocks the CTA until *sem == value (thread 0 polls; acquire ordering for the CTA after it).
+__device__ __forceinline__ uint64_t global_timer_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+
+/// How long a dQ semaphore wait may take before the kernel gives up: far beyond any legitimate
+/// wait (the longest is one chain of a head's key tiles, milliseconds), so reached only when
+/// the semaphore can never get its value, e.g. a workspace shared by two calls in flight.
+constexpr uint64_t kSemaphoreWaitLimitNs = 60ull * 1000 * 1000 * 1000;
+/// Polls between two reads of the clock (a read costs about as much as a poll).
+constexpr uint32_t kSemaphorePollsPerClockRead = 1u << 16;
+
+/// The end of a wait that cannot finish: a message on the device's printf, then a trap (the
+/// launch fails with CUDA_ERROR_LAUNCH_FAILED instead of hanging). Out of line: the polling
+/// loop keeps no registers for it.
+__device__ __noinline__ void semaphore_wait_timed_out(const int32_t *sem, int value, int seen) {
+  printf("fagen backward: dQ semaphore %p stuck at %d waiting for %d for over %llu s "
+         "(block %d,%d,%d): a workspace is used by two calls in flight; trapping\n",
+         static_cast<const void *>(sem), seen, value,
+         static_cast<unsigned long long>(kSemaphoreWaitLimitNs / 1000000000ull),
+         int(blockIdx.x), int(blockIdx.y), int(blockIdx.z));
+  __trap();
+}
+
+/// Blocks the CTA until *sem == value (thread 0 polls; acquire ordering for the CTA after it);
+/// traps after kSemaphoreWaitLimitNs.
 __device__ __forceinline__ void semaphore_wait(const int32_t *sem, int value) {
-  if (threadIdx.x == 0)
-    while (ld_acquire_gpu(sem) != value) {
+  if (threadIdx.x == 0) {
+    uint32_t polls = 0;
+    uint64_t start = 0;
+    for (int seen; (seen = ld_acquire_gpu(sem)) != value;) {
+      if (++polls % kSemaphorePollsPerClockRead != 0)
+        continue;
+      const uint64_t now = global_timer_ns();
+      if (start == 0)
+        start = now;
+      else if (now - start > kSemaphoreWaitLimitNs)
+        semaphore_wait_timed_out(sem, value, seen);
     }
+  }
   __syncthreads();
 }
 

@@ -66,7 +66,7 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   // 128x128 on sm_90, nvcc 13.0); varlen re-reads its first key row (an L1 hit) likewise.
   auto k_row0 = [&]() -> int64_t {
     if constexpr (kVarlen)
-      return params.cu_seqlens_k[block_index_rematerialized().z];
+      return sequence_row0(params.cu_seqlens_k, block_index_rematerialized().z, params.total_k);
     else
       return 0;
   };

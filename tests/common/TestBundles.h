@@ -133,7 +133,7 @@ inline Bundle makeTinyBundle() {
 /// A valid BSHD problem: batch 2, 16 query heads over 4 kv heads, seqlen 1000 / 577.
 inline fagen_fwd_problem testProblem(fagen_dtype dtype = FAGEN_DTYPE_FP16, int headDim = 128,
                                      int causal = 1) {
-  fagen_fwd_problem p = {};
+  fagen_fwd_problem p = FAGEN_FWD_PROBLEM_INIT;
   p.batch = 2;
   p.heads_q = 16;
   p.heads_kv = 4;

@@ -766,7 +766,8 @@ struct DeviceProblem {
     p.fwd.block_mask = static_cast<uint8_t *>(mask.ptr);
     if (pb.var.varlen)
       p.fwd.cu_seqlens_q = static_cast<int32_t *>(cu_q.ptr),
-      p.fwd.cu_seqlens_k = static_cast<int32_t *>(cu_k.ptr);
+      p.fwd.cu_seqlens_k = static_cast<int32_t *>(cu_k.ptr), p.fwd.total_q = pb.total_q,
+      p.fwd.total_k = pb.total_k;
     p.dout = dout.ptr, p.dq = dq.ptr, p.dk = dk.ptr, p.dv = dv.ptr;
     char *w = static_cast<char *>(work.ptr);
     p.dq_accum = reinterpret_cast<float *>(w + ws.dq_accum_offset);

@@ -527,6 +527,7 @@ static void init_problem(HostProblem &hp, const KernelInfo &k, const Case &c, in
     p.v_row_stride = int64_t(c.heads_kv) * hp.hd_v, p.v_head_stride = hp.hd_v;
     p.o_row_stride = int64_t(c.heads_q) * hp.hd_v, p.o_head_stride = hp.hd_v;
     p.lse_batch_stride = 0, p.lse_head_stride = tq;
+    p.total_q = int32_t(tq), p.total_k = hp.cu_k.back(); // the rows the kernels clamp to
     hp.o_elems = size_t(tq) * c.heads_q * hp.hd_v;
     hp.lse_elems = size_t(tq) * c.heads_q;
   } else {

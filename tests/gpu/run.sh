@@ -14,7 +14,9 @@
 #   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
 #   forward and backward, against tests/golden/check-variants, and the sanitizers on it; with
 #   .carry/nonfinite.fab
-#   (tests/gpu/check-nonfinite.yaml): fagen check --nonfinite (docs/numerics.md).
+#   (tests/gpu/check-nonfinite.yaml): fagen check --nonfinite (docs/numerics.md); and
+#   tests/gpu/varlen_guard.py on its varlen kernels (bad cu_seqlens write nothing outside the
+#   outputs), plain and under memcheck.
 # UPDATE_GOLDEN=1 (after a deliberate numerics change) runs only the golden steps: it rewrites
 # the digests of both bundles that moved, checks them by a second run, and leaves them in
 # tests/golden/ and $OUT/golden/ (to fetch from a remote machine; commit the diff).
@@ -88,6 +90,16 @@ fi
 if [ -f "$C/nonfinite.fab" ]; then
   step "check NaN/Inf inputs" "$OUT/check-nonfinite.log" bash -c "$C/fagen check $C/nonfinite.fab --nonfinite >$OUT/check-nonfinite.log 2>&1 && $C/fagen check $C/check.fab --nonfinite >>$OUT/check-nonfinite.log 2>&1"
   grep -cE "PASS" "$OUT/check-nonfinite.log"; grep -E "FAIL" "$OUT/check-nonfinite.log" | head
+fi
+if [ -f "$C/variants.fab" ]; then
+  # Varlen kernels with cu_seqlens past total_q / total_k, decreasing, negative: O, LSE, dQ, dK,
+  # dV and the workspace between poisoned guard regions, which must stay untouched.
+  step "varlen guard regions" "$OUT/varlen-guard.log" bash -c "PYTHONPATH=bench python3 tests/gpu/varlen_guard.py $C/variants.fab >$OUT/varlen-guard.log 2>&1"
+  tail -n 1 "$OUT/varlen-guard.log"
+  if command -v compute-sanitizer >/dev/null; then
+    step "memcheck varlen guard" "$OUT/sanitizer-varlen.log" bash -c "PYTHONPATH=bench compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/gpu/varlen_guard.py $C/variants.fab >$OUT/sanitizer-varlen.log 2>&1"
+    grep -E "ERROR SUMMARY" "$OUT/sanitizer-varlen.log" | tail -1
+  fi
 fi
 if [ -f "$C/variants.fab" ] && command -v compute-sanitizer >/dev/null; then
   step "memcheck window fwd+bwd" "$OUT/sanitizer-variants.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/variants.fab --quick --kernel window >$OUT/sanitizer-variants.log 2>&1"

@@ -186,7 +186,11 @@ FAKE_API CUresult cuMemAlloc_v2(unsigned long long *p, size_t) {
 }
 FAKE_API CUresult cuMemFree_v2(unsigned long long) { return 0; }
 FAKE_API CUresult cuMemcpyHtoD_v2(unsigned long long, const void *, size_t) { return 0; }
-FAKE_API CUresult cuMemcpyDtoH_v2(void *, unsigned long long, size_t) { return 0; }
+/// "Device" memory is host memory here: the runtime's FAGEN_VALIDATE reads arrays the test made.
+FAKE_API CUresult cuMemcpyDtoH_v2(void *dst, unsigned long long src, size_t bytes) {
+  std::memcpy(dst, reinterpret_cast<const void *>(src), bytes);
+  return 0;
+}
 FAKE_API CUresult cuMemsetD8_v2(unsigned long long, unsigned char, size_t) { return 0; }
 FAKE_API CUresult cuMemsetD32Async(unsigned long long dst, unsigned value, size_t count,
                                    void *stream) {

@@ -210,7 +210,8 @@ TEST_F(FakeDriverTest, TmaKernelsGetTheirTensorMaps) {
                                                 "below 2^39 elements: o_strides[0] is "
                                                 "1099511627776") != nullptr)
         << fagen_last_error();
-    load(b);
+    load(b); // the plans of the bundle before are void now
+    ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
   }
   // An encoding the driver refuses fails the call, naming the tensor and the rule.
   setenv("FAKE_CUDA_TMA_ERROR", "1", 1);
@@ -265,7 +266,7 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   // One call of plan `pl` with workspace `ws` (fagen_run_forward when ws is null), then the
   // grid it launched and the counter the kernel got.
   auto expectLaunch = [&](fagen_plan &pl, void *ws, unsigned grid, void *counter) {
-    ASSERT_EQ(ws ? fagen_run_forward_with_workspace(&pl, q, kk, v, o, lse, ws, nullptr, nullptr)
+    ASSERT_EQ(ws ? fagen_run_forward_with_workspace(&pl, q, kk, v, o, lse, ws, 4, nullptr, nullptr)
                  : fagen_run_forward(&pl, q, kk, v, o, lse, nullptr),
               FAGEN_OK)
         << fagen_last_error();
@@ -273,7 +274,7 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
     EXPECT_EQ(fake().params.tile_counter, counter);
   };
   fake().memsetLog.clear();
-  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, nullptr, stream),
+  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, 4, nullptr, stream),
             FAGEN_OK)
       << fagen_last_error();
   ASSERT_EQ(fake().memsetLog.size(), 1u);
@@ -289,7 +290,7 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   EXPECT_EQ(fake().params.work_tiles, 256);
   // Without a workspace (any of the three run calls): one CTA per tile, no counter, no memset.
   expectLaunch(plan, nullptr, 256u, nullptr);
-  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, nullptr, nullptr, nullptr),
+  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, nullptr, 0, nullptr, nullptr),
             FAGEN_OK)
       << fagen_last_error();
   EXPECT_EQ(fake().grid[0], 256u);
@@ -297,13 +298,24 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   EXPECT_EQ(fake().memsetLog.size(), 1u);
   // A misaligned workspace is named; a failed memset is a CUDA error that says what it zeroed.
   EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse,
-                                             reinterpret_cast<char *>(workspace) + 2, nullptr,
-                                             nullptr),
+                                             reinterpret_cast<char *>(workspace) + 2, 4,
+                                             nullptr, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(),
                "fagen_run_forward_with_workspace: workspace is not 4-byte aligned");
+  // A workspace smaller than the plan's is refused, nothing zeroed or launched.
+  const size_t memsets = fake().memsetLog.size(), launched = fake().launchLog.size();
+  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, 3, nullptr,
+                                             nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward_with_workspace: workspace_bytes (3) is less than "
+               "plan->workspace_bytes (4): allocate the plan's workspace_bytes, or pass no "
+               "workspace");
+  EXPECT_EQ(fake().memsetLog.size(), memsets);
+  EXPECT_EQ(fake().launchLog.size(), launched);
   setenv("FAKE_CUDA_MEMSET_ERROR", "1", 1);
-  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, nullptr,
+  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, kk, v, o, lse, workspace, 4, nullptr,
                                              nullptr),
             FAGEN_ERROR_CUDA);
   unsetenv("FAKE_CUDA_MEMSET_ERROR");
@@ -342,7 +354,7 @@ TEST_F(FakeDriverTest, TileCounterKernelsTakeAWorkspace) {
   EXPECT_EQ(noCounter.workspace_bytes, 0u);
   EXPECT_EQ(noCounter.grid[0], 256);
   fake().memsetLog.clear();
-  ASSERT_EQ(fagen_run_forward_with_workspace(&noCounter, q, kk, v, o, lse, workspace, nullptr,
+  ASSERT_EQ(fagen_run_forward_with_workspace(&noCounter, q, kk, v, o, lse, workspace, 4, nullptr,
                                              nullptr),
             FAGEN_OK)
       << fagen_last_error();
@@ -450,6 +462,98 @@ TEST_F(FakeDriverTest, ConcurrentPlansShareOneModule) {
     t.join();
   EXPECT_EQ(failures, 0);
   EXPECT_EQ(fake().moduleLoads, loads + 1);
+}
+
+/// An entry point of the fake driver, from the instance the runtime opened.
+template <class Fn> Fn fakeEntry(const char *name) {
+  void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  return reinterpret_cast<Fn>(dlsym(lib, name));
+}
+
+TEST_F(FakeDriverTest, ModuleCacheNoticesAResetContext) {
+  fagen_fwd_problem p = testProblem();
+  fagen_plan before, after;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &before), FAGEN_OK) << fagen_last_error();
+  const int loads = fake().moduleLoads;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &after), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fake().moduleLoads, loads); // cached for the context
+  // The device is reset: a new primary context at the same address, with another id.
+  fakeEntry<void (*)(int)>("fake_cuda_reset_context")(0);
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &after), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fake().moduleLoads, loads + 1); // not the dead context's module
+  EXPECT_EQ(after.context, before.context);
+  EXPECT_NE(after.context_id, before.context_id);
+  alignas(16) static char buf[16];
+  static float lse[4];
+  EXPECT_EQ(fagen_run_forward(&before, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward: the plan was made on device 0 in a context that is not "
+               "current (or no longer exists; a device reset destroys it): plan again in the "
+               "current context");
+  EXPECT_EQ(fagen_run_forward(&after, buf, buf, buf, buf, lse, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  // The dead context's module went with it: only the live one is unloaded.
+  const int unloads = fake().moduleUnloads;
+  fagen_bundle_destroy(bundle);
+  bundle = nullptr;
+  EXPECT_EQ(fake().moduleUnloads, unloads + 1);
+}
+
+TEST_F(FakeDriverTest, RunWithAnotherDeviceCurrentNamesBoth) {
+  setenv("FAKE_CUDA_DEVICES", "2", 1);
+  fagen_fwd_problem p = testProblem();
+  fagen_plan plan0, plan1;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan0), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(plan0.device, 0);
+  auto getCurrent = fakeEntry<int (*)(void **)>("cuCtxGetCurrent");
+  auto setCurrent = fakeEntry<int (*)(void *)>("cuCtxSetCurrent");
+  auto retain = fakeEntry<int (*)(void **, int)>("cuDevicePrimaryCtxRetain");
+  void *ctx0 = nullptr, *ctx1 = nullptr;
+  getCurrent(&ctx0);
+  ASSERT_EQ(retain(&ctx1, 1), 0);
+  setCurrent(ctx1);
+  alignas(16) static char buf[16];
+  static float lse[4];
+  const size_t launches = fake().launchLog.size();
+  EXPECT_EQ(fagen_run_forward(&plan0, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward: the plan was made on device 0 but device 1 is current: make "
+               "device 0's context current (cudaSetDevice(0)), or plan again with device 1 "
+               "current");
+  EXPECT_EQ(fake().launchLog.size(), launches);
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan1), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(plan1.device, 1);
+  EXPECT_EQ(fagen_run_forward(&plan1, buf, buf, buf, buf, lse, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  setCurrent(nullptr);
+  EXPECT_EQ(fagen_run_forward(&plan1, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward: the plan was made on device 1 and this thread has no current "
+               "CUDA context: make device 1's context current (cudaSetDevice(1)) before the run");
+  setCurrent(ctx0);
+  unsetenv("FAKE_CUDA_DEVICES");
+}
+
+TEST_F(FakeDriverTest, PlansOfADestroyedBundleAreRefused) {
+  fagen_fwd_problem p = testProblem();
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  fagen_bundle_destroy(bundle);
+  bundle = nullptr;
+  // The next bundle may well be allocated where the old one was: the id tells them apart.
+  load(makeTestBundle());
+  const size_t launches = fake().launchLog.size();
+  alignas(16) static char buf[16];
+  static float lse[4];
+  EXPECT_EQ(fagen_run_forward(&plan, buf, buf, buf, buf, lse, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(),
+               "fagen_run_forward: the plan's bundle was destroyed (fagen_bundle_destroy): a "
+               "plan lives only as long as its bundle; load the bundle again and plan again");
+  EXPECT_EQ(fake().launchLog.size(), launches);
 }
 
 TEST_F(FakeDriverTest, CubinWithoutCodeForThisGpu) {
@@ -601,7 +705,7 @@ TEST_F(FakeVariantTest, ForwardFillsEveryVariantField) {
   alignas(16) static char q[16], k[16], v[16], o[16];
   static float lse[4];
   static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
-  fagen_run_args args = {};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
   args.cu_seqlens_q = cuQ;
   args.cu_seqlens_k = cuK;
   args.dropout_seed = 0x123456789abcdefull;
@@ -682,7 +786,7 @@ TEST_F(FakeVariantTest, AlibiAndRuntimeBlockMask) {
   alignas(16) static char buf[16];
   static float slopes[16], lse[4];
   static uint8_t mask[2 * 16 * 8 * 5];
-  fagen_run_args args = {};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
   args.block_mask = mask;
   args.block_mask_batch_stride = 16 * 8 * 5;
   args.block_mask_head_stride = 8 * 5;
@@ -758,8 +862,8 @@ TEST_F(FakeVariantTest, BackwardLaunchesPreMainPostInOrder) {
   static float lse[4];
   void *stream = reinterpret_cast<void *>(0x77);
   size_t before = fake().launchLog.size();
-  ASSERT_EQ(fagen_run_backward(&plan, q, k, v, o, lse, dout, dq, dk, dv, workspace, nullptr,
-                               stream),
+  ASSERT_EQ(fagen_run_backward(&plan, q, k, v, o, lse, dout, dq, dk, dv, workspace,
+                               plan.workspace_bytes, nullptr, stream),
             FAGEN_OK)
       << fagen_last_error();
   std::vector<FakeLaunch> launches = launchesSince(before);
@@ -892,7 +996,7 @@ TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
   static float lse[4];
   size_t before = fake().launchLog.size();
   ASSERT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
-                               nullptr, nullptr),
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_OK)
       << fagen_last_error();
   fagen_bwd_params bp = paramsOf<fagen_bwd_params>(launchesSince(before).at(1));
@@ -957,7 +1061,7 @@ TEST_F(FakeVariantTest, TmaMapsOfVarlenCallsSpanThePackedTensors) {
   alignas(16) static char q[16], kk[16], v[16], o[16];
   static float lse[4];
   static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
-  fagen_run_args args = {};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
   args.cu_seqlens_q = cuQ;
   args.cu_seqlens_k = cuK;
   fake().tensorMaps.clear();
@@ -989,19 +1093,19 @@ TEST_F(FakeVariantTest, VarlenBackwardWorkspaceAndArguments) {
   alignas(256) static char buf[16], workspace[256];
   static float lse[4];
   static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
-  fagen_run_args args = {};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
   args.cu_seqlens_q = cuQ;
   args.cu_seqlens_k = cuK;
   args.dropout_seed = 7;
   args.dropout_offset = 9;
   EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
-                               nullptr, nullptr),
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: args is null but the plan's variant "
                                    "reads cu_seqlens_q/_k, dropout_seed/_offset");
   size_t before = fake().launchLog.size();
   ASSERT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
-                               &args, nullptr),
+                               plan.workspace_bytes, &args, nullptr),
             FAGEN_OK)
       << fagen_last_error();
   std::vector<FakeLaunch> launches = launchesSince(before);
@@ -1028,14 +1132,14 @@ TEST_F(FakeVariantTest, BackwardLaunchFailureNamesTheKernel) {
   static float lse[4];
   setenv("FAKE_CUDA_LAUNCH_ERROR", "701", 1);
   EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
-                               nullptr, nullptr),
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_ERROR_CUDA);
   EXPECT_EQ(std::string(fagen_last_error()),
             "cuLaunchKernel failed: CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES (701): fake error text "
             "for kernel fagen_bwd_fp16_hd128_causal_sm80_pre");
   unsetenv("FAKE_CUDA_LAUNCH_ERROR");
   EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace + 16,
-                               nullptr, nullptr),
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_TRUE(std::string(fagen_last_error()).find("workspace is not 256-byte aligned") !=
               std::string::npos)
@@ -1052,4 +1156,175 @@ TEST_F(FakeVariantTest, BackwardNeedsAllThreeEntryPoints) {
   EXPECT_TRUE(std::string(fagen_last_error()).find("has no kernel named fagen_bwd_missing_sm80") !=
               std::string::npos)
       << fagen_last_error();
+}
+
+TEST_F(FakeVariantTest, VarlenKernelsGetTheTotalsTheyClampTo) {
+  // The kernels cannot trust the device's cu_seqlens (the host never reads them): they clamp
+  // every sequence's rows to [0, total) with the totals of the call, here and in the backward.
+  fagen_fwd_problem p = windowProblem(); // total_q 1500, total_k 2000
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  alignas(16) static char buf[16];
+  static float lse[4];
+  static int32_t cuQ[4] = {0, 2000, 4000, 6000}; // past total_q: the kernels' business
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
+  args.cu_seqlens_q = args.cu_seqlens_k = cuQ;
+  const size_t from = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr), FAGEN_OK)
+      << fagen_last_error();
+  fagen_fwd_params fp = paramsOf<fagen_fwd_params>(launchesSince(from).at(0));
+  EXPECT_EQ(fp.total_q, 1500);
+  EXPECT_EQ(fp.total_k, 2000);
+  EXPECT_EQ(fp.seqlen_q, 700);
+  EXPECT_EQ(fp.seqlen_k, 900);
+
+  fagen_plan back;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &back), FAGEN_OK) << fagen_last_error();
+  std::vector<char> workspace(back.workspace_bytes + 256);
+  char *ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256);
+  const size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_backward(&back, buf, buf, buf, buf, lse, buf, buf, buf, buf, ws,
+                               back.workspace_bytes, &args, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  for (const FakeLaunch &l : launchesSince(before)) {
+    fagen_bwd_params bp = paramsOf<fagen_bwd_params>(l);
+    EXPECT_EQ(bp.fwd.total_q, 1500) << l.function;
+    EXPECT_EQ(bp.fwd.total_k, 2000) << l.function;
+  }
+  // Dense calls leave them 0 (their kernels read the batch strides instead).
+  fagen_fwd_problem dense = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  ASSERT_EQ(fagen_plan_forward(bundle, &dense, &plan), FAGEN_OK) << fagen_last_error();
+  fagen_fwd_params dp;
+  std::memcpy(&dp, plan.params, sizeof dp);
+  EXPECT_EQ(dp.total_q, 0);
+  EXPECT_EQ(dp.total_k, 0);
+}
+
+TEST_F(FakeVariantTest, WorkspaceSmallerThanThePlansIsRefused) {
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 1, &plan), FAGEN_OK) << fagen_last_error();
+  ASSERT_GT(plan.workspace_bytes, 1024u);
+  alignas(256) static char buf[256];
+  static float lse[4];
+  const size_t from = fake().launchLog.size();
+  // A workspace made for a smaller call: refused before any launch.
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf,
+                               sizeof buf, nullptr, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(std::string(fagen_last_error()),
+            "fagen_run_backward: workspace_bytes (256) is less than plan->workspace_bytes (" +
+                std::to_string(plan.workspace_bytes) +
+                "): the backward would write past the workspace; allocate the plan's "
+                "workspace_bytes (it grows with batch, heads and seqlen_q)");
+  EXPECT_EQ(fake().launchLog.size(), from);
+}
+
+TEST_F(FakeVariantTest, WindowBoundsBeyondTheSequencesAreCapped) {
+  // INT32_MAX (as "everything") used to overflow the masks' last_row + off + right + 1 into
+  // O = 0, LSE = -inf; a bound this wide excludes no key, so it is capped where the sums fit.
+  fagen_fwd_problem p = windowProblem(); // seqlen_q 700, seqlen_k 900
+  p.window_left = INT32_MAX;
+  p.window_right = INT32_MAX - 1;
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  fagen_fwd_params fp;
+  std::memcpy(&fp, plan.params, sizeof fp);
+  EXPECT_EQ(fp.window_left, 900 + 256);
+  EXPECT_EQ(fp.window_right, 900 + 256);
+  // Bounds that can cut stay as they are.
+  p.window_left = 899;
+  p.window_right = 0;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  std::memcpy(&fp, plan.params, sizeof fp);
+  EXPECT_EQ(fp.window_left, 899);
+  EXPECT_EQ(fp.window_right, 0);
+}
+
+TEST_F(FakeVariantTest, DropoutZeroRunsADropoutKernelThatKeepsEverything) {
+  // The bundle has the window + softcap + varlen variant only with dropout: docs/spec.md says
+  // dropout_p = 0 runs it without dropout.
+  fagen_fwd_problem p = windowProblem();
+  p.dropout_p = 0;
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), "fagen_fwd_bf16_hd64_windowtl_softcap_drop_varlen_sm80");
+  EXPECT_EQ(plan.run_args, FAGEN_RUN_ARG_CU_SEQLENS); // no seed to pass
+  fagen_fwd_params fp;
+  std::memcpy(&fp, plan.params, sizeof fp);
+  EXPECT_EQ(fp.dropout_threshold, 0u); // no byte is below 0: every element kept
+  EXPECT_EQ(fp.dropout_rescale, 1.0f);
+  fagen_plan back;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &back), FAGEN_OK) << fagen_last_error();
+  fagen_bwd_params bp;
+  std::memcpy(&bp, back.params, sizeof bp);
+  EXPECT_EQ(bp.fwd.dropout_threshold, 0u);
+  EXPECT_EQ(bp.fwd.dropout_rescale, 1.0f);
+  // A variant that has a kernel without dropout gets that one (the dense fp16 causal).
+  fagen_fwd_problem dense = testProblem(FAGEN_DTYPE_FP16, 128, 1);
+  ASSERT_EQ(fagen_plan_forward(bundle, &dense, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(plan.run_args & FAGEN_RUN_ARG_DROPOUT_SEED, 0u);
+  // A variant with neither is refused as the call was made (no dropout in the message).
+  fagen_fwd_problem none = testProblem(FAGEN_DTYPE_BF16, 256, 0);
+  EXPECT_EQ(fagen_plan_forward(bundle, &none, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(std::string(fagen_last_error())
+                .find("no forward kernel in the bundle serves bf16 head_dim 256/256 mask none; "),
+            0u)
+      << fagen_last_error();
+}
+
+TEST_F(FakeVariantTest, ValidateModeNamesTheFirstBadCuSeqlensEntry) {
+  fagen_fwd_problem p = windowProblem(); // batch 3, total_q 1500, total_k 2000, longest 700/900
+  fagen_plan plan, back;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &back), FAGEN_OK) << fagen_last_error();
+  alignas(256) static char buf[16];
+  static float lse[4];
+  std::vector<char> workspace(back.workspace_bytes + 256);
+  char *ws = workspace.data() + (256 - reinterpret_cast<uintptr_t>(workspace.data()) % 256);
+  static int32_t cuQ[4], cuK[4] = {0, 900, 1100, 2000};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
+  args.cu_seqlens_q = cuQ; // the fake's "device" memory is the host's
+  args.cu_seqlens_k = cuK;
+  auto forwardError = [&](std::initializer_list<int32_t> q) {
+    std::copy(q.begin(), q.end(), cuQ);
+    const size_t from = fake().launchLog.size();
+    fagen_status s = fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr);
+    EXPECT_EQ(fake().launchLog.size(), from + (s == FAGEN_OK ? 1 : 0));
+    return s == FAGEN_OK ? std::string("ok") : std::string(fagen_last_error());
+  };
+  // Without FAGEN_VALIDATE the host never reads the arrays: the kernels clamp.
+  unsetenv("FAGEN_VALIDATE");
+  EXPECT_EQ(forwardError({0, 700, 2000, 1500}), "ok");
+  setenv("FAGEN_VALIDATE", "1", 1);
+  EXPECT_EQ(forwardError({0, 700, 1000, 1500}), "ok");
+  EXPECT_EQ(forwardError({0, 700, 2000, 1500}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: args->cu_seqlens_q[2] (2000) is past "
+            "total_q (1500)");
+  EXPECT_EQ(forwardError({0, 700, 600, 1500}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: args->cu_seqlens_q[2] (600) is less "
+            "than args->cu_seqlens_q[1] (700): the offsets must ascend");
+  EXPECT_EQ(forwardError({0, 800, 1000, 1500}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: sequence 0 has 800 rows "
+            "(args->cu_seqlens_q[1] (800) - args->cu_seqlens_q[0]), more than seqlen_q (700), the longest "
+            "the call declared");
+  EXPECT_EQ(forwardError({3, 700, 1000, 1500}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: args->cu_seqlens_q[0] is 3, not 0");
+  EXPECT_EQ(forwardError({0, 700, 1000, 1400}),
+            "fagen_run_forward_with_args: FAGEN_VALIDATE: args->cu_seqlens_q[batch] (1400) is "
+            "not total_q (1500)");
+  std::copy_n(std::begin({0, 700, 1000, 1500}), 4, cuQ);
+  cuK[1] = 2500;
+  EXPECT_EQ(fagen_run_backward(&back, buf, buf, buf, buf, lse, buf, buf, buf, buf, ws,
+                               back.workspace_bytes, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: FAGEN_VALIDATE: args->cu_seqlens_k[1] "
+                                   "(2500) is past total_k (2000)");
+  cuK[1] = 900;
+  EXPECT_EQ(fagen_run_backward(&back, buf, buf, buf, buf, lse, buf, buf, buf, buf, ws,
+                               back.workspace_bytes, &args, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  unsetenv("FAGEN_VALIDATE");
 }

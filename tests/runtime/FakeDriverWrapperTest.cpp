@@ -23,7 +23,7 @@ TEST(FakeDriverWrapperTest, PlanRunAndErrors) {
   // The overload with a workspace: this kernel has no tile counter, so none is read.
   EXPECT_EQ(plan.workspaceBytes(), 0u);
   alignas(16) static char other[16];
-  plan.run(buf, buf, buf, other, lse, /*workspace=*/nullptr, /*args=*/nullptr);
+  plan.run(buf, buf, buf, other, lse, /*workspace=*/nullptr, /*workspaceBytes=*/0, /*args=*/nullptr);
   EXPECT_EQ(state()->params.o, other);
   EXPECT_EQ(state()->params.tile_counter, nullptr);
   try {
@@ -47,9 +47,16 @@ TEST(FakeDriverWrapperTest, Backward) {
   auto state = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
   ASSERT_NE(state, nullptr);
   size_t before = state()->launchLog.size();
-  alignas(256) static char buf[16], workspace[256];
+  alignas(256) static char buf[16];
   static float lse[4];
-  plan.runBackward(buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace);
+  const size_t wsBytes = (plan.workspaceBytes() + 255) / 256 * 256;
+  void *workspace = std::aligned_alloc(256, wsBytes); // host memory: the fake reads nothing
+  EXPECT_THROW(plan.runBackward(buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
+                                plan.workspaceBytes() - 1),
+               fagen::Error); // too small
+  EXPECT_EQ(state()->launchLog.size(), before);
+  plan.runBackward(buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace, wsBytes);
+  std::free(workspace);
   ASSERT_EQ(state()->launchLog.size(), before + 3);
   EXPECT_EQ(state()->launchLog[before + 1].function, "fagen_bwd_fp16_hd128_causal_det_sm80");
   try {

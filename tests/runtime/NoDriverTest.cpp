@@ -61,6 +61,8 @@ TEST(NoDriverTest, LoadWorksAndPlanSaysThereIsNoDriver) {
 
 TEST(NoDriverTest, RunSaysThereIsNoDriver) {
   fagen_plan plan = {};
+  plan.struct_size = sizeof plan;
+  plan.abi_tag = FAGEN_ABI_TAG;
   plan.bundle = reinterpret_cast<const fagen_bundle *>(16);
   plan.function = reinterpret_cast<void *>(16);
   alignas(16) char buffer[64] = {};
@@ -82,13 +84,15 @@ TEST(NoDriverTest, BackwardSaysThereIsNoDriver) {
   fagen_bundle_destroy(bundle);
 
   plan = {};
+  plan.struct_size = sizeof plan;
+  plan.abi_tag = FAGEN_ABI_TAG;
   plan.bundle = reinterpret_cast<const fagen_bundle *>(16);
   plan.pass = FAGEN_PASS_BACKWARD;
   plan.function = plan.pre_function = plan.post_function = reinterpret_cast<void *>(16);
   alignas(256) char buffer[256] = {};
   float lse[4] = {};
   EXPECT_EQ(fagen_run_backward(&plan, buffer, buffer, buffer, buffer, lse, buffer, buffer, buffer,
-                               buffer, nullptr, nullptr, nullptr),
+                               buffer, nullptr, 0, nullptr, nullptr),
             FAGEN_ERROR_NO_DRIVER);
   EXPECT_EQ(std::string(fagen_last_error()).find(expectedNoDriverStart()), 0u);
 }

@@ -35,6 +35,15 @@ class FakeTensor:
     def data_ptr(self):
         return self._ptr
 
+    def numel(self):
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def element_size(self):
+        return {"torch.float16": 2, "torch.bfloat16": 2, "torch.uint8": 1}.get(self.dtype, 4)
+
 
 def expect_error(fn, status_name, *parts):
     import fagen_rt
@@ -109,9 +118,9 @@ def variants(bundle_dir):
     """The variant and backward API through ctypes, against the fake driver's launch log."""
     import ctypes
     import fagen_rt
-    assert ctypes.sizeof(fagen_rt._Problem) == 296  # as tests/unit/RuntimeTest.cpp asserts
-    assert ctypes.sizeof(fagen_rt.RunArgs) == 80
-    assert ctypes.sizeof(fagen_rt._Plan) == 1152 and fagen_rt._Plan.params.offset == 128
+    assert ctypes.sizeof(fagen_rt._Problem) == 304  # as tests/unit/RuntimeTest.cpp asserts
+    assert ctypes.sizeof(fagen_rt.RunArgs) == 88
+    assert ctypes.sizeof(fagen_rt._Plan) == 1192 and fagen_rt._Plan.params.offset == 168
     assert fagen_rt.library().fagen_abi_version() == fagen_rt.ABI_VERSION
     fake = ctypes.CDLL(os.environ["FAGEN_LIBCUDA"])  # the instance the runtime opened
     u3 = ctypes.c_uint * 3
@@ -143,8 +152,13 @@ def variants(bundle_dir):
     assert back.workspace_bytes > 0
     assert back.grid == (8, 4, 3), back.grid
     assert back.pre_post_grid == (11, 16, 3), back.pre_post_grid
-    ws = FakeTensor((back.workspace_bytes,), ptr=0x100000)
+    small = FakeTensor((back.workspace_bytes - 256,), "torch.uint8", ptr=0x100000)
     start = fake.fake_cuda_launch_count()
+    expect_error(lambda: back.run_backward(q, k, k, o, lse, o, q, k, k, small, stream=0,
+                                           args=args),
+                 "FAGEN_ERROR_INVALID_ARGUMENT", "is less than plan->workspace_bytes")
+    assert fake.fake_cuda_launch_count() == start
+    ws = FakeTensor((back.workspace_bytes,), "torch.uint8", ptr=0x100000)
     back.run_backward(q, k, k, o, lse, o, q, k, k, ws, stream=0, args=args)
     assert launches_since(fake, start) == [(name + "_pre", (11, 16, 3), (128, 1, 1)),
                                            (name, (8, 4, 3), (256, 1, 1)),

@@ -98,6 +98,8 @@ class PythonAbiTest(unittest.TestCase):
     def test_status_and_versions(self):
         self.assertEqual(self.rt.FAGEN_OK, self.enums["fagen_status"]["FAGEN_OK"])
         self.assertEqual(self.rt.ABI_VERSION, self.defines["FAGEN_RUNTIME_ABI_VERSION"])
+        tag = re.search(r"#define\s+FAGEN_ABI_TAG\s+\((0x[0-9a-fA-F]+)u\s*\|", self.text)
+        self.assertEqual(self.rt.ABI_TAG, int(tag.group(1), 16) | self.rt.ABI_VERSION)
 
     def test_run_arg_bits(self):
         for name in ("ALIBI_SLOPES", "BLOCK_MASK", "CU_SEQLENS", "DROPOUT_SEED"):

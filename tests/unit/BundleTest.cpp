@@ -109,7 +109,7 @@ const char *kBundleLine = "bundle archs=sm_80 fagen_version=1 toolchain=\n";
 const char *kKernelLine =
     "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 deterministic=0 dropout=0 dtype=fp16 "
     "exp2_emu_percent=0 exp2_poly_degree=3 head_dim_qk=64 head_dim_v=64 mask=none "
-    "mask_align=bottom_right name=k params_version=5 pass=fwd persistent=0 pre_post_threads=0 registers=168 "
+    "mask_align=bottom_right name=k params_version=6 pass=fwd persistent=0 pre_post_threads=0 registers=168 "
     "rescale_tau=0 score_mod=none seqlen_max=1099511627776 seqlen_min=0 smem_bytes=49152 "
     "sparse_block=0 sparse_cols=0 sparse_hash= sparse_rows=0 sparsity=none spill_bytes=0 "
     "stages=2 template=sm80 threads=128 tile_counter=0 tma_store_o=0 tuning= variant=v varlen=0 warps=4\n";
@@ -499,7 +499,7 @@ TEST(BundleTest, RefusesBadVariantValues) {
   EXPECT_TRUE(has(kernelLineError("tma_store_o=0", "tma_store_o=3"), "tma_store_o"));
   EXPECT_TRUE(
       has(kernelLineError("pass=fwd", "pass=bwd"), "pre_post_threads is 0 on a bwd kernel"));
-  EXPECT_EQ(kernelLineError({{"params_version=5", "params_version=1"}, {"pass=fwd", "pass=bwd"},
+  EXPECT_EQ(kernelLineError({{"params_version=6", "params_version=1"}, {"pass=fwd", "pass=bwd"},
                              {"pre_post_threads=0", "pre_post_threads=128"},
                              {"deterministic=0", "deterministic=1"}}),
             "");

@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
@@ -204,7 +205,7 @@ TEST(RuntimeTest, PlanRefusesOtherParamsLayouts) {
   fagen_plan plan;
   EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
   EXPECT_TRUE(contains(fagen_last_error(), "takes parameter layout version 1 but this runtime "
-                                           "fills version 5: rebuild the bundle"))
+                                           "fills version 6: rebuild the bundle"))
       << fagen_last_error();
   fagen_bundle_destroy(bundle);
 }
@@ -255,11 +256,11 @@ TEST(RuntimeTest, CudaErrorTextWithoutADriver) {
 
 // bench/fagen_rt.py mirrors these layouts with ctypes (and its test checks the same sizes):
 // change both together.
-static_assert(sizeof(void *) != 8 || sizeof(fagen_fwd_problem) == 296, "fagen_rt.py _Problem");
-static_assert(sizeof(void *) != 8 || offsetof(fagen_fwd_problem, do_strides) == 200, "_Problem");
-static_assert(sizeof(void *) != 8 || sizeof(fagen_run_args) == 80, "fagen_rt.py RunArgs");
-static_assert(sizeof(void *) != 8 || sizeof(fagen_plan) == 1152, "fagen_rt.py _Plan");
-static_assert(sizeof(void *) != 8 || offsetof(fagen_plan, params) == 128, "fagen_rt.py _Plan");
+static_assert(sizeof(void *) != 8 || sizeof(fagen_fwd_problem) == 304, "fagen_rt.py _Problem");
+static_assert(sizeof(void *) != 8 || offsetof(fagen_fwd_problem, do_strides) == 208, "_Problem");
+static_assert(sizeof(void *) != 8 || sizeof(fagen_run_args) == 88, "fagen_rt.py RunArgs");
+static_assert(sizeof(void *) != 8 || sizeof(fagen_plan) == 1192, "fagen_rt.py _Plan");
+static_assert(sizeof(void *) != 8 || offsetof(fagen_plan, params) == 168, "fagen_rt.py _Plan");
 
 TEST(RuntimeTest, AbiVersion) { EXPECT_EQ(fagen_abi_version(), FAGEN_RUNTIME_ABI_VERSION); }
 
@@ -412,11 +413,11 @@ TEST_F(VariantFixture, MismatchedVariantsNameWhatTheBundleHas) {
                                            "window, score_mod softcap, dropout true and varlen "
                                            "true to the spec"))
       << fagen_last_error();
+  // dropout_p = 0 runs without dropout (docs/spec.md): with no kernel of the variant without
+  // dropout, the dropout kernel serves (matching passes; the driver is next).
   fagen_fwd_problem noDropout = w;
   noDropout.dropout_p = 0;
-  EXPECT_EQ(fagen_plan_forward(bundle, &noDropout, &plan), FAGEN_ERROR_NOT_SUPPORTED);
-  EXPECT_TRUE(contains(fagen_last_error(), "serves bf16 head_dim 64/64 mask window top_left "
-                                           "softcap varlen;"))
+  EXPECT_NE(fagen_plan_forward(bundle, &noDropout, &plan), FAGEN_ERROR_NOT_SUPPORTED)
       << fagen_last_error();
 
   // A runtime block mask must have the kernel's block size.
@@ -520,6 +521,8 @@ TEST(RuntimeTest, BackwardParamsVersionIsChecked) {
 TEST(RuntimeTest, RunChecksTheVariantsArguments) {
   // A plan as fagen_plan_* leaves it; nothing here reaches the driver or the bundle.
   fagen_plan plan = {};
+  plan.struct_size = sizeof plan;
+  plan.abi_tag = FAGEN_ABI_TAG;
   plan.bundle = reinterpret_cast<const fagen_bundle *>(16);
   plan.function = reinterpret_cast<void *>(16);
   plan.run_args = FAGEN_RUN_ARG_ALIBI_SLOPES | FAGEN_RUN_ARG_DROPOUT_SEED;
@@ -534,7 +537,15 @@ TEST(RuntimeTest, RunChecksTheVariantsArguments) {
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_forward_with_args: args is null but the plan's "
                                    "variant reads alibi_slopes, dropout_seed/_offset");
-  fagen_run_args args = {};
+  fagen_run_args args = {}; // no struct_size / abi_tag: a caller of another ABI
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
+            FAGEN_ERROR_ABI_MISMATCH);
+  EXPECT_TRUE(contains(fagen_last_error(), "fagen_run_forward_with_args: args->struct_size is 0 "
+                                           "and abi_tag 0x00000000; this library (ABI 3) takes "
+                                           "a fagen_run_args of 88 bytes"))
+      << fagen_last_error();
+  EXPECT_TRUE(contains(fagen_last_error(), "FAGEN_RUN_ARGS_INIT"));
+  fagen_run_args_init(&args);
   EXPECT_EQ(fagen_run_forward_with_args(&plan, buf, buf, buf, buf, lse, &args, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_forward_with_args: args->alibi_slopes is null");
@@ -560,7 +571,7 @@ TEST(RuntimeTest, RunChecksTheVariantsArguments) {
                "fagen_run_forward_with_args: args->cu_seqlens_k is not 4-byte aligned");
 
   // Plans of one pass do not run as the other.
-  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, &args,
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, 0, &args,
                                nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: the plan is a forward plan; make it with "
@@ -570,7 +581,7 @@ TEST(RuntimeTest, RunChecksTheVariantsArguments) {
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_forward: the plan is a backward plan; make it with "
                                    "fagen_plan_forward");
-  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, &args,
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, buf, 0, &args,
                                nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: the plan was not filled by a successful "
@@ -578,12 +589,122 @@ TEST(RuntimeTest, RunChecksTheVariantsArguments) {
   plan.pre_function = plan.post_function = reinterpret_cast<void *>(16);
   plan.workspace_bytes = 4096;
   EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf + 8, buf, buf,
-                               &args, nullptr),
+                               4096, &args, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: dk is not 16-byte aligned");
-  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, nullptr,
+  EXPECT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, nullptr, 0,
                                &args, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_STREQ(fagen_last_error(), "fagen_run_backward: workspace is null (it must hold "
                                    "plan->workspace_bytes = 4096 bytes of device memory)");
+}
+
+TEST_F(BundleFixture, PlanChecksTheProblemsSizeAndTag) {
+  fagen_fwd_problem p = testProblem();
+  p.struct_size = 0;
+  p.abi_tag = 0;
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_ABI_MISMATCH);
+  EXPECT_TRUE(contains(fagen_last_error(), "initialize problem with FAGEN_FWD_PROBLEM_INIT"))
+      << fagen_last_error();
+  p.abi_tag = FAGEN_ABI_TAG;
+  p.struct_size = sizeof p - 8;
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_ABI_MISMATCH);
+  EXPECT_TRUE(contains(fagen_last_error(), "but the tag is this ABI's: set struct_size = "
+                                           "sizeof(fagen_fwd_problem)"))
+      << fagen_last_error();
+  p.struct_size = sizeof p;
+  p.abi_tag = 0x46470002u; // ABI 2's tag, had it had one
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_ABI_MISMATCH);
+  EXPECT_TRUE(contains(fagen_last_error(), "the caller was built against the fagen.h of ABI 2"))
+      << fagen_last_error();
+  EXPECT_STREQ(fagen_status_name(FAGEN_ERROR_ABI_MISMATCH), "FAGEN_ERROR_ABI_MISMATCH");
+  fagen_fwd_problem viaInit;
+  std::memset(&viaInit, 0xFF, sizeof viaInit);
+  fagen_fwd_problem_init(&viaInit);
+  fagen_fwd_problem viaMacro = FAGEN_FWD_PROBLEM_INIT;
+  EXPECT_EQ(std::memcmp(&viaInit, &viaMacro, sizeof viaInit), 0);
+  EXPECT_EQ(viaInit.struct_size, sizeof(fagen_fwd_problem));
+  EXPECT_EQ(viaInit.batch, 0);
+}
+
+TEST_F(BundleFixture, SequencesOfTwoToTheThirtyAreRefused) {
+  // The kernels add rows, the diagonal offset and window bounds in 32 bits: 2^31 - 1 keys
+  // would overflow them, so the call is refused with the limit rather than run wrong.
+  fagen_fwd_problem p = testProblem();
+  p.seqlen_k = INT32_MAX;
+  fagen_fwd_problem_set_bshd_strides(&p);
+  EXPECT_EQ(planError(p, FAGEN_ERROR_INVALID_ARGUMENT),
+            "fagen_plan_forward: seqlen_k (2147483647) exceeds 1073740800 (2^30 - 1024): the "
+            "kernels form sums of sequence positions and window sizes in 32 bits; split the "
+            "sequence (context parallelism, merging the partial (O, LSE) states)");
+  p.seqlen_k = (1 << 30) - 1024; // the limit itself passes validation
+  fagen_fwd_problem_set_bshd_strides(&p);
+  EXPECT_FALSE(contains(planError(p, FAGEN_ERROR_NO_DRIVER), "exceeds"));
+}
+
+TEST_F(BundleFixture, OverlappingOutputStridesAreRefused) {
+  fagen_fwd_problem p = testProblem(); // BSHD: o_strides {1000 * 16 * 128, 128, 16 * 128}
+  p.o_strides[1] = 64; // heads 64 elements apart, each 128 wide
+  EXPECT_EQ(planError(p, FAGEN_ERROR_INVALID_ARGUMENT),
+            "fagen_plan_forward: o_strides overlap: o's head stride (64) is inside the 128 "
+            "elements its head dim dimension and those below span, so two outputs would land "
+            "on one element; use the strides of a dense (e.g. BSHD or BHSD) tensor");
+  p = testProblem();
+  p.o_strides[0] = 16 * 128 * 999; // the next batch entry starts on this one's last row
+  EXPECT_TRUE(contains(planError(p, FAGEN_ERROR_INVALID_ARGUMENT),
+                       "o_strides overlap: o's batch stride (2045952) is inside the 2048000"))
+      << fagen_last_error();
+  p = testProblem();
+  p.dk_strides[2] = 128; // dK rows on top of the next head's
+  EXPECT_EQ(fagen_plan_backward(bundle, &p, 0, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(fagen_last_error(), "dk_strides overlap")) << fagen_last_error();
+  // Padded, BHSD and inputs that broadcast are fine.
+  p = testProblem();
+  p.o_strides[2] = 16 * 128 + 64;
+  p.o_strides[0] = p.o_strides[2] * 1000;
+  EXPECT_FALSE(contains(planError(p, FAGEN_ERROR_NO_DRIVER), "overlap"));
+  p = testProblem();
+  fagen_fwd_problem_set_bhsd_strides(&p);
+  p.k_strides[1] = 0; // K broadcast over heads: an input may
+  EXPECT_FALSE(contains(planError(p, FAGEN_ERROR_NO_DRIVER), "overlap"));
+}
+
+// The sums of common/variants.cuh's WindowMaskT (n_block_begin/_end, m_block_begin/_end,
+// needs_mask, is_visible), evaluated in 64 bits at the extremes the runtime lets through:
+// sequences of the largest allowed length, any tile up to 256, window bounds capped as the
+// runtime caps them (INT32_MAX in). Every one must fit the kernels' int.
+TEST(RuntimeTest, MaskSumsFitIn32BitsAtTheLimits) {
+  const int64_t kMax = (1 << 30) - 1024, kSlack = 256;
+  auto cap = [&](int64_t bound, int64_t sq, int64_t sk) {
+    return std::min(bound, std::max(sq, sk) + kSlack);
+  };
+  int64_t worst = 0;
+  for (int64_t sq : {int64_t(1), int64_t(4096), kMax})
+    for (int64_t sk : {int64_t(1), int64_t(4096), kMax})
+      for (bool bottomRight : {true, false})
+        for (int64_t tile : {int64_t(16), int64_t(64), int64_t(256)}) {
+          const int64_t off = bottomRight ? sk - sq : 0;
+          const int64_t left = cap(INT32_MAX, sq, sk), right = cap(INT32_MAX - 1, sq, sk);
+          const int64_t mAll = (sq + tile - 1) / tile, nAll = (sk + tile - 1) / tile;
+          for (int64_t m : {int64_t(0), mAll - 1, mAll})
+            for (int64_t n : {int64_t(0), nAll - 1, nAll}) {
+              const int64_t firstRow = m * tile, lastRow = std::min((m + 1) * tile, sq) - 1;
+              const int64_t lastKey = std::min((n + 1) * tile, sk) - 1;
+              const int64_t firstCol = n * tile, lastCol = firstCol + tile - 1;
+              for (int64_t v : {sq + tile - 1, sk + tile - 1,          // ceil_div
+                                firstRow + off - left,                  // n_block_begin
+                                lastRow + off + right + 1,              // n_block_end
+                                firstCol - off - right,                 // m_block_begin
+                                lastKey - off + left + 1,               // m_block_end
+                                firstRow + off + right, firstRow + tile - 1 + off - left,
+                                lastCol, (m + 1) * tile, (n + 1) * tile}) // needs_mask, tiles
+                worst = std::max(worst, std::abs(v));
+            }
+        }
+  EXPECT_LT(worst, int64_t(INT32_MAX));
+  // Uncapped, the INT32_MAX window of the issue overflows (the reason for the cap).
+  EXPECT_GT(int64_t(999) + 0 + (INT32_MAX - 1) + 1, int64_t(INT32_MAX));
 }

@@ -9,9 +9,14 @@
  * are plain values. fagen_run_forward and fagen_run_backward never allocate and never
  * synchronize, so they are safe inside CUDA graph capture.
  *
- * ABI 2 (FAGEN_RUNTIME_ABI_VERSION): every attention variant (masks, score mods, dropout,
- * varlen, block sparsity) and the backward pass. ABI 1 callers recompile: fagen_fwd_problem
- * and fagen_plan grew, and a zero-initialized problem keeps ABI 1's meaning.
+ * ABI 3 (FAGEN_RUNTIME_ABI_VERSION, also the SONAME's major: libfagen_rt.so.3): the structs a
+ * caller passes (fagen_fwd_problem, fagen_run_args) and fagen_plan start with struct_size and
+ * abi_tag, which the library checks before it reads anything else, so that a caller built
+ * against another fagen.h gets FAGEN_ERROR_ABI_MISMATCH instead of a crash; initialize them
+ * with FAGEN_FWD_PROBLEM_INIT / FAGEN_RUN_ARGS_INIT (or fagen_fwd_problem_init,
+ * fagen_run_args_init). Workspaces are passed with their size. ABI 2 callers recompile.
+ * ABI 2: every attention variant (masks, score mods, dropout, varlen, block sparsity) and the
+ * backward pass.
  */
 #ifndef FAGEN_RUNTIME_FAGEN_H
 #define FAGEN_RUNTIME_FAGEN_H
@@ -23,7 +28,11 @@
 extern "C" {
 #endif
 
-#define FAGEN_RUNTIME_ABI_VERSION 2
+#define FAGEN_RUNTIME_ABI_VERSION 3
+
+/** The abi_tag of every versioned struct: "FG" and the ABI version. No field of an older ABI's
+ *  structs that can land here (ABI 2's heads_q, ABI 1's too) takes a value this large. */
+#define FAGEN_ABI_TAG (0x46470000u | (unsigned)FAGEN_RUNTIME_ABI_VERSION)
 
 /* The runtime is built with hidden visibility; only these functions are exported. */
 #if defined(__GNUC__)
@@ -40,7 +49,9 @@ typedef enum fagen_status {
   FAGEN_ERROR_NOT_SUPPORTED = 4,    /* no kernel in the bundle serves this call; see the reason */
   FAGEN_ERROR_NO_DRIVER = 5,        /* no CUDA driver or no GPU on this machine */
   FAGEN_ERROR_NO_KERNEL_FOR_GPU = 6,/* the bundle has no cubin for this GPU's architecture */
-  FAGEN_ERROR_CUDA = 7              /* a CUDA driver call failed; the message has its name */
+  FAGEN_ERROR_CUDA = 7,             /* a CUDA driver call failed; the message has its name */
+  FAGEN_ERROR_ABI_MISMATCH = 8      /* a struct from a caller built against another fagen.h
+                                       (struct_size / abi_tag): rebuild the caller */
 } fagen_status;
 
 typedef enum fagen_dtype { FAGEN_DTYPE_FP16 = 0, FAGEN_DTYPE_BF16 = 1 } fagen_dtype;
@@ -60,7 +71,10 @@ FAGEN_API fagen_status fagen_bundle_load_file(const char *path, fagen_bundle **o
 /** Validates a bundle held in memory; the bytes are copied. Does not need a GPU. */
 FAGEN_API fagen_status fagen_bundle_load_memory(const void *data, size_t size,
                                                 fagen_bundle **out);
-/** Frees a bundle and the modules loaded from it. Plans made from it become invalid. */
+/** Frees a bundle and the modules loaded from it. Plans made from it become invalid: running
+ *  one afterwards returns FAGEN_ERROR_INVALID_ARGUMENT (the runtime keeps a registry of live
+ *  bundles and each plan the id of its bundle, so it never reads the freed memory). Other
+ *  functions given a destroyed bundle pointer are undefined behaviour. */
 FAGEN_API void fagen_bundle_destroy(fagen_bundle *bundle);
 
 /** Number of kernels in the bundle, and a one-line description of kernel i (for tools). */
@@ -116,6 +130,8 @@ typedef enum fagen_sparsity {
  *  largest sequence lengths; batch strides are ignored. LSE is then float32 [heads_q,
  *  total_q]. Causal and window masks align per sequence. */
 typedef struct fagen_fwd_problem {
+  uint32_t struct_size;  /* sizeof(fagen_fwd_problem): FAGEN_FWD_PROBLEM_INIT sets both */
+  uint32_t abi_tag;      /* FAGEN_ABI_TAG */
   int32_t batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim_qk, head_dim_v;
   fagen_dtype dtype;
   int32_t causal;        /* 0 or 1: FAGEN_MASK_CAUSAL where mask is FAGEN_MASK_NONE */
@@ -128,15 +144,19 @@ typedef struct fagen_fwd_problem {
   /* ABI 2: the variant. */
   fagen_mask mask;
   fagen_mask_align mask_align;  /* causal and window masks; ignored without a mask */
-  int32_t window_left;          /* FAGEN_MASK_WINDOW: keys before the diagonal, -1 unbounded */
-  int32_t window_right;         /* FAGEN_MASK_WINDOW: keys after the diagonal, -1 unbounded */
+  int32_t window_left;          /* FAGEN_MASK_WINDOW: keys before the diagonal, -1 unbounded;
+                                   a bound >= max(seqlen_q, seqlen_k) excludes no key and is
+                                   unbounded too (up to INT32_MAX) */
+  int32_t window_right;         /* FAGEN_MASK_WINDOW: keys after the diagonal, as window_left */
   fagen_score_mod score_mod;
   float softcap;                /* FAGEN_SCORE_MOD_SOFTCAP: > 0 (e.g. 50); else 0 */
   float dropout_p;              /* dropout on P, in [0, 1), applied in steps of 1/256 (the
                                    keep rule draws 8 bits per element); > 0 needs a dropout
-                                   kernel */
+                                   kernel; 0 plans a kernel without dropout (docs/spec.md) */
   int32_t varlen;               /* 0 or 1: packed sequences, cu_seqlens in fagen_run_args */
-  int64_t total_q, total_k;     /* varlen: rows of the packed Q and K (cu_seqlens[batch]) */
+  int64_t total_q, total_k;     /* varlen: rows of the packed Q and K (cu_seqlens[batch]);
+                                   the kernels never touch a row at or past these, whatever
+                                   the device's cu_seqlens hold */
   fagen_sparsity sparsity;
   int32_t sparse_block;         /* tokens per block: RUNTIME needs the kernel's; STATIC 0 = any */
   uint32_t sparse_hash;         /* STATIC: the layout's 8-hex-digit hash (fagen inspect), 0 = the
@@ -150,6 +170,12 @@ typedef struct fagen_fwd_problem {
   int64_t dv_strides[3];
 } fagen_fwd_problem;
 
+/** A zero-initialized problem with its struct_size and abi_tag: `fagen_fwd_problem p =
+ *  FAGEN_FWD_PROBLEM_INIT;` (C and C++). */
+#define FAGEN_FWD_PROBLEM_INIT {(uint32_t)sizeof(fagen_fwd_problem), FAGEN_ABI_TAG}
+/** Zeroes *problem and sets its struct_size and abi_tag (for bindings without the macro). */
+FAGEN_API void fagen_fwd_problem_init(fagen_fwd_problem *problem);
+
 /** Fills the strides of contiguous BSHD ([batch, seq, heads, dim]) tensors: Q, K, V, O and the
  *  gradients dO, dQ, dK, dV (varlen: packed [total, heads, dim], the batch stride unused). */
 FAGEN_API void fagen_fwd_problem_set_bshd_strides(fagen_fwd_problem *problem);
@@ -159,6 +185,8 @@ FAGEN_API void fagen_fwd_problem_set_bhsd_strides(fagen_fwd_problem *problem);
 /** Run-time arguments of a variant: device pointers and the dropout seed. A zero-initialized
  *  struct serves a dense call; each field is read only by the variants that need it. */
 typedef struct fagen_run_args {
+  uint32_t struct_size; /* sizeof(fagen_run_args): FAGEN_RUN_ARGS_INIT sets both */
+  uint32_t abi_tag;     /* FAGEN_ABI_TAG */
   /* FAGEN_SCORE_MOD_ALIBI: float32 slopes, slope of (b, h) at alibi_slopes[b *
    * alibi_batch_stride + h]; alibi_batch_stride 0 = one slope per head for every batch entry. */
   const float *alibi_slopes;
@@ -169,13 +197,22 @@ typedef struct fagen_run_args {
    * sparse_block), columns: ceil(seqlen_k / sparse_block). */
   const uint8_t *block_mask;
   int64_t block_mask_batch_stride, block_mask_head_stride, block_mask_row_stride;
-  /* varlen: batch + 1 ascending int32 row offsets into the packed tensors, [0] = 0. */
+  /* varlen: batch + 1 ascending int32 row offsets into the packed tensors, [0] = 0,
+   * [batch] = total_q / total_k. Device memory, which the runtime does not read (unless
+   * FAGEN_VALIDATE=1, docs/runtime-api.md); the kernels clamp every sequence to rows [0,
+   * total) and to seqlen_q / seqlen_k, so a bad array gives wrong values inside O, LSE (and dQ,
+   * dK, dV), never an access outside the tensors. */
   const int32_t *cu_seqlens_q;
   const int32_t *cu_seqlens_k;
   /* dropout_p > 0: Philox seed and offset; the backward must repeat the forward's. */
   uint64_t dropout_seed;
   uint64_t dropout_offset;
 } fagen_run_args;
+
+/** A zero-initialized fagen_run_args with its struct_size and abi_tag. */
+#define FAGEN_RUN_ARGS_INIT {(uint32_t)sizeof(fagen_run_args), FAGEN_ABI_TAG}
+/** Zeroes *args and sets its struct_size and abi_tag. */
+FAGEN_API void fagen_run_args_init(fagen_run_args *args);
 
 /* Bits of fagen_plan::run_args: the run-time arguments the planned variant reads. */
 #define FAGEN_RUN_ARG_ALIBI_SLOPES 1u
@@ -191,7 +228,14 @@ typedef enum fagen_pass { FAGEN_PASS_FORWARD = 0, FAGEN_PASS_BACKWARD = 1 } fage
 /** A planned call: which kernel(s), their launch geometry and parameters. Plain value; valid
  *  while its bundle lives. Fields are private to the runtime; tools may read them. */
 typedef struct fagen_plan {
+  uint32_t struct_size;     /* written by the planner, checked by every run */
+  uint32_t abi_tag;
   const fagen_bundle *bundle;
+  uint64_t bundle_id;       /* the bundle's id in the registry of live bundles */
+  void *context;            /* the CUcontext whose modules hold the functions below */
+  uint64_t context_id;      /* its cuCtxGetId (0 from a driver without it) */
+  int32_t device;           /* its device ordinal: a run with another device's context
+                               current is refused, naming both */
   int32_t kernel_index;
   fagen_pass pass;
   int32_t grid[3];          /* the forward kernel (a kernel with a tile counter: its launch
@@ -244,18 +288,21 @@ FAGEN_API fagen_status fagen_run_forward_with_args(const fagen_plan *plan, const
                                                    float *lse, const fagen_run_args *args,
                                                    void *stream);
 
-/** fagen_run_forward_with_args with a workspace: plan->workspace_bytes of device memory,
- *  4-byte aligned, not shared with another call in flight; no initialization needed (the
- *  runtime zeroes what it uses on `stream` before the launch). Kernels whose work tiles cost
- *  different amounts (sm90ws with a causal or window mask, or varlen; not block-sparse ones)
- *  report a workspace of 4 bytes: a counter from which one thread block per SM (plan->grid)
- *  takes the next tile, heaviest first, as it frees up. Without one (workspace null, or the
- *  calls above) they run one thread block per tile, or, where the kernel is persistent (hd
- *  64), one per SM dealing the tiles statically; the results are bitwise the same. With
- *  plan->workspace_bytes 0 the workspace is not read and may be null. */
+/** fagen_run_forward_with_args with a workspace: `workspace_bytes` (at least
+ *  plan->workspace_bytes, else FAGEN_ERROR_INVALID_ARGUMENT) of device memory, 4-byte aligned,
+ *  owned by one stream at a time: no other call in flight may use it (the runtime zeroes what
+ *  it uses on `stream` before the launch, so two streams sharing one would race on it). No
+ *  initialization needed. Kernels whose work tiles cost different amounts (sm90ws with a causal
+ *  or window mask, or varlen; not block-sparse ones) report a workspace of 4 bytes: a counter
+ *  from which one thread block per SM (plan->grid) takes the next tile, heaviest first, as it
+ *  frees up. Without one (workspace null, or the calls above) they run one thread block per
+ *  tile, or, where the kernel is persistent (hd 64), one per SM dealing the tiles statically;
+ *  the results are bitwise the same. With plan->workspace_bytes 0 the workspace is not read and
+ *  may be null. */
 FAGEN_API fagen_status fagen_run_forward_with_workspace(const fagen_plan *plan, const void *q,
                                                         const void *k, const void *v, void *o,
                                                         float *lse, void *workspace,
+                                                        size_t workspace_bytes,
                                                         const fagen_run_args *args,
                                                         void *stream);
 
@@ -278,14 +325,18 @@ FAGEN_API fagen_status fagen_plan_backward_kernel(const fagen_bundle *bundle,
  *  O) and zeroing of the dQ accumulator; dK, dV and the dQ accumulation; dQ in the input
  *  dtype). q, k, v, o, lse: the forward's inputs and outputs (lse as the forward wrote it);
  *  dout: dO; dq, dk, dv: the gradients, written; all 16-byte aligned except lse (4).
- *  workspace: plan->workspace_bytes of device memory, 256-byte aligned (cuMemAlloc's), no
- *  initialization needed, not shared with another call in flight. `args`: as the forward's
- *  (the same dropout seed and offset). No allocation, no synchronization. */
+ *  workspace: `workspace_bytes` of device memory, at least plan->workspace_bytes (else
+ *  FAGEN_ERROR_INVALID_ARGUMENT, nothing launched), 256-byte aligned (cuMemAlloc's), no
+ *  initialization needed. A workspace belongs to one stream at a time: two calls in flight
+ *  on one workspace corrupt each other's dQ, and a deterministic kernel's ordered dQ waits
+ *  could never be satisfied (they give up after about 2^31 polls with a message on the
+ *  device's printf and a trap: the context reports CUDA_ERROR_LAUNCH_FAILED). `args`: as the
+ *  forward's (the same dropout seed and offset). No allocation, no synchronization. */
 FAGEN_API fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const void *k,
                                           const void *v, const void *o, const float *lse,
                                           const void *dout, void *dq, void *dk, void *dv,
-                                          void *workspace, const fagen_run_args *args,
-                                          void *stream);
+                                          void *workspace, size_t workspace_bytes,
+                                          const fagen_run_args *args, void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

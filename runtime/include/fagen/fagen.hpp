@@ -1,14 +1,15 @@
 // fagen runtime, C++ wrapper: RAII and exceptions over the C ABI in fagen.h. Header-only.
 //
 //   fagen::Bundle bundle = fagen::Bundle::load("attention.fab");
-//   fagen_fwd_problem problem = {...};
+//   fagen_fwd_problem problem = FAGEN_FWD_PROBLEM_INIT;  // then the shapes and the variant
 //   fagen_fwd_problem_set_bshd_strides(&problem);
 //   fagen::Plan plan = bundle.planForward(problem);   // throws fagen::Error with the reason
 //   plan.run(q, k, v, o, lse, stream);
 //
 //   fagen::Plan backward = bundle.planBackward(problem);     // needs the do/dq/dk/dv strides
 //   // workspace: backward.workspaceBytes() of device memory from the application
-//   backward.runBackward(q, k, v, o, lse, dout, dq, dk, dv, workspace, nullptr, stream);
+//   backward.runBackward(q, k, v, o, lse, dout, dq, dk, dv, workspace,
+//                        backward.workspaceBytes(), nullptr, stream);
 #ifndef FAGEN_RUNTIME_FAGEN_HPP
 #define FAGEN_RUNTIME_FAGEN_HPP
 
@@ -19,6 +20,12 @@
 #include <utility>
 
 namespace fagen {
+// The wrapper's classes live in an inline namespace: user code names them fagen::Bundle etc.,
+// while their symbols (fagen::abi3::Bundle) stay apart from the runtime's internal
+// fagen::Bundle (compiler/bundle), which a program linking libfagen_rt_static.a also holds:
+// with the same mangled names the linker would merge their inline functions (an ODR
+// violation; ASan saw ~Bundle of the one destroy the other).
+inline namespace abi3 {
 
 /// A failed runtime call: the status and the runtime's message.
 class Error : public std::runtime_error {
@@ -52,19 +59,22 @@ public:
            const fagen_run_args &args, void *stream = nullptr) const {
     check(fagen_run_forward_with_args(&plan_, q, k, v, o, lse, &args, stream));
   }
-  /// The forward with a workspace of workspaceBytes() bytes of device memory (when that is
-  /// above 0: a tile counter that the sm90ws kernels of uneven work tiles run faster with);
-  /// `args` may be null for a dense variant.
+  /// The forward with a workspace of `workspaceBytes` (>= workspaceBytes()) bytes of device
+  /// memory (when workspaceBytes() is above 0: a tile counter that the sm90ws kernels of uneven
+  /// work tiles run faster with); `args` may be null for a dense variant.
   void run(const void *q, const void *k, const void *v, void *o, float *lse, void *workspace,
-           const fagen_run_args *args, void *stream = nullptr) const {
-    check(fagen_run_forward_with_workspace(&plan_, q, k, v, o, lse, workspace, args, stream));
+           size_t workspaceBytes, const fagen_run_args *args, void *stream = nullptr) const {
+    check(fagen_run_forward_with_workspace(&plan_, q, k, v, o, lse, workspace, workspaceBytes,
+                                           args, stream));
   }
   /// Launches the backward (a plan from Bundle::planBackward); `workspace` holds
-  /// workspaceBytes() bytes of device memory.
+  /// `workspaceBytes` (>= workspaceBytes()) bytes of device memory.
   void runBackward(const void *q, const void *k, const void *v, const void *o, const float *lse,
                    const void *dout, void *dq, void *dk, void *dv, void *workspace,
-                   const fagen_run_args *args = nullptr, void *stream = nullptr) const {
-    check(fagen_run_backward(&plan_, q, k, v, o, lse, dout, dq, dk, dv, workspace, args, stream));
+                   size_t workspaceBytes, const fagen_run_args *args = nullptr,
+                   void *stream = nullptr) const {
+    check(fagen_run_backward(&plan_, q, k, v, o, lse, dout, dq, dk, dv, workspace,
+                             workspaceBytes, args, stream));
   }
   /// Scratch the caller allocates for the call (a forward: optional, see run with a workspace).
   size_t workspaceBytes() const { return plan_.workspace_bytes; }
@@ -123,6 +133,7 @@ private:
   fagen_bundle *bundle_;
 };
 
+} // namespace abi3
 } // namespace fagen
 
 #endif // FAGEN_RUNTIME_FAGEN_HPP
