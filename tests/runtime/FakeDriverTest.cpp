@@ -944,8 +944,8 @@ TEST_F(FakeVariantTest, TmaBackwardGetsItsTensorMaps) {
   static float lse[4];
   fake().tensorMaps.clear();
   size_t before = fake().launchLog.size();
-  ASSERT_EQ(fagen_run_backward(&plan, q, kk, v, o, lse, dout, dq, dk, dv, workspace, nullptr,
-                               nullptr),
+  ASSERT_EQ(fagen_run_backward(&plan, q, kk, v, o, lse, dout, dq, dk, dv, workspace,
+                               plan.workspace_bytes, nullptr, nullptr),
             FAGEN_OK)
       << fagen_last_error();
   std::vector<FakeLaunch> launches = launchesSince(before);
