@@ -1,4 +1,4 @@
-"""Tests bench/fagen_rt.py without a GPU or torch: against no driver, and against the fake libcuda.
+"""Tests python/fagen/runtime.py (the ctypes binding) without a GPU or torch: against no driver, and against the fake libcuda.
 
 The driver is opened once per process, so each situation runs in a child process:
     test_fagen_rt.py --lib LIB --fake-cuda FAKE --write-bundle TOOL --work-dir DIR
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 
 
 class FakeTensor:
@@ -37,7 +37,7 @@ class FakeTensor:
 
 
 def expect_error(fn, status_name, *parts):
-    import fagen_rt
+    from fagen import runtime as fagen_rt
     try:
         fn()
     except fagen_rt.FagenError as e:
@@ -49,7 +49,7 @@ def expect_error(fn, status_name, *parts):
 
 
 def child(mode, bundle_dir):
-    import fagen_rt
+    from fagen import runtime as fagen_rt
     assert fagen_rt.version()
     expect_error(lambda: fagen_rt.Bundle("/nonexistent.fab"), "FAGEN_ERROR_IO", "/nonexistent.fab")
     bundle = fagen_rt.Bundle(os.path.join(bundle_dir, "test.fab"))
@@ -108,7 +108,7 @@ def launches_since(fake, start):
 def variants(bundle_dir):
     """The variant and backward API through ctypes, against the fake driver's launch log."""
     import ctypes
-    import fagen_rt
+    from fagen import runtime as fagen_rt
     assert ctypes.sizeof(fagen_rt._Problem) == 296  # as tests/unit/RuntimeTest.cpp asserts
     assert ctypes.sizeof(fagen_rt.RunArgs) == 80
     assert ctypes.sizeof(fagen_rt._Plan) == 1152 and fagen_rt._Plan.params.offset == 128
