@@ -292,6 +292,39 @@ class SpecEntryTest(unittest.TestCase):
             self.assertEqual(ondemand.cache_dir(), "/y/fagen")
 
 
+class TrainGptExampleTest(unittest.TestCase):
+    """examples/train_gpt.py's model with fagen attention, on meta tensors: forward, backward and
+    torch.compile(fullgraph=True); its synthetic data follows the Markov table."""
+
+    @classmethod
+    def setUpClass(cls):
+        import importlib.util
+        path = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "train_gpt.py")
+        spec = importlib.util.spec_from_file_location("train_gpt", path)
+        cls.gpt = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(cls.gpt)
+
+    def test_model_on_meta(self):
+        model = self.gpt.GPT(32, 64, 128, 2, 2, "fagen").to(device="meta", dtype=BF16)
+        idx = torch.zeros(3, 64, dtype=torch.long, device="meta")
+        logits = model(idx)
+        self.assertEqual(logits.shape, (3, 64, 32))
+        logits.float().sum().backward()
+        self.assertEqual(model.blocks[0].attn.qkv.weight.grad.shape, (384, 128))
+        torch._dynamo.reset()
+        explained = torch._dynamo.explain(model)(idx)
+        self.assertEqual((explained.graph_count, explained.graph_break_count), (1, 0))
+
+    def test_markov_data(self):
+        data = self.gpt.markov_batches(2, 3, 40, 16, 0, "cpu")
+        self.assertEqual(data.shape, (2, 3, 41))
+        g = torch.Generator().manual_seed(0)
+        table = torch.randint(0, 16, (16, 16, 4), generator=g)
+        for s in data.view(-1, 41):
+            for t in range(2, 41):
+                self.assertIn(int(s[t]), table[s[t - 2], s[t - 1]].tolist())
+
+
 def needs(*names):
     missing = [n for n in names if not os.environ.get(n)]
     return unittest.skipIf(missing, f"set {', '.join(missing)} (ctest does)")
