@@ -143,6 +143,9 @@ def main():
     print(f"last-50 mean losses differ by {rel:.2%} (tolerance {args.tolerance:.0%}); largest "
           f"per-step difference {worst:.2%}; floor ln 4 = {math.log(4):.4f}")
     learned = tail["sdpa"] < 0.8 * runs["sdpa"][0][0]  # the model learned, so the curves say something
+    if not learned:
+        print(f"the model did not learn (last-50 mean {tail['sdpa']:.4f} not below 0.8 x the first "
+              f"loss): more --steps")
     ok = rel <= args.tolerance and learned
     print(f"train_gpt: {int(ok)} passed, {int(not ok)} failed")
     sys.exit(0 if ok else 1)

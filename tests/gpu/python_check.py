@@ -98,25 +98,37 @@ def max_err(a, b):
     return (a.float() - b.float()).abs().max().item()
 
 
-def compare(name, got, base, ref, grad=False):
-    """fagen's error vs the baseline's, both against the reference."""
-    e, eb = max_err(got, ref), max_err(base, ref)
+def compare(name, got, bases, ref, grad=False):
+    """fagen's error vs the larger of the baselines' errors, all against the reference. The
+    baselines: the variant's math in the input dtype, and SDPA where it expresses the variant
+    (whose math backend may compute in float32, so it alone would be too strict a bound)."""
+    e, eb = max_err(got, ref), max(max_err(b, ref) for b in bases)
     bound = 2 * eb + (1e-3 if grad else 1e-4)
     if not (e <= bound):
         raise AssertionError(f"{name}: fagen error {e:.3g} > {bound:.3g} (baseline {eb:.3g})")
     return f"{name} {e:.2g}/{eb:.2g}"
 
 
+def compare_all(out, ref, bases, inputs, dout):
+    """out and d(inputs) of fagen against the reference and the baselines (outputs of the same
+    inputs)."""
+    g = grads(out, inputs, dout)
+    gr = grads(ref, inputs, dout)
+    gb = [grads(b, inputs, dout) for b in bases]
+    notes = [compare("out", out, bases, ref)]
+    for i, n in enumerate(("dq", "dk", "dv")):
+        notes.append(compare(n, g[i], [b[i] for b in gb], gr[i], grad=True))
+    return " ".join(notes)
+
+
 def run_case(q, k, v, fagen_kw, keep=None, sdpa=None, **math_kw):
-    """fagen vs reference (float32 math) vs baseline (SDPA if given, else math in q.dtype)."""
+    """fagen vs the float32 reference, bounded by the math in q.dtype and SDPA (if given)."""
     dout = torch.randn(q.shape[:-1] + (v.shape[-1],), device=DEV, dtype=q.dtype)
     out = fagen.attention(q, k, v, **fagen_kw)
     ref = math_attention(q, k, v, keep, **math_kw)
-    base = sdpa(q, k, v) if sdpa else math_attention(q, k, v, keep, upcast=False, **math_kw)
-    g, gr, gb = (grads(o, (q, k, v), dout) for o in (out, ref, base))
-    notes = [compare("out", out, base, ref)]
-    notes += [compare(n, a, b, r, grad=True) for n, a, b, r in zip(("dq", "dk", "dv"), g, gb, gr)]
-    return " ".join(notes)
+    bases = [math_attention(q, k, v, keep, upcast=False, **math_kw)]
+    bases += [sdpa(q, k, v)] if sdpa else []
+    return compare_all(out, ref, bases, (q, k, v), dout)
 
 
 def sdpa_bshd(mask=None, is_causal=False):
@@ -136,11 +148,11 @@ def causal_gqa():
     return run_case(q, k, v, dict(causal=True), keep, sdpa_bshd(mask=keep))
 
 
-@check("bf16 hd128 causal top-left, 200x200 (SDPA is_causal)")
+@check("bf16 hd128 causal top-left, 150x200 (SDPA is_causal)")
 def causal_top_left():
-    q, k, v = (rand(3, 200, 4, 128) for _ in range(3))
+    q, k, v = rand(3, 150, 4, 128), rand(3, 200, 4, 128), rand(3, 200, 4, 128)
     return run_case(q, k, v, dict(causal=True, mask_align="top_left"),
-                    visible(200, 200, causal=True), sdpa_bshd(is_causal=True))
+                    visible(150, 200, causal=True, top_left=True), sdpa_bshd(is_causal=True))
 
 
 @check("fp16 hd64 dense MQA 16/1, 77x131")
@@ -157,12 +169,12 @@ def window():
     return run_case(q, k, v, dict(window=(48, 0)), keep, sdpa_bshd(mask=keep))
 
 
-@check("bf16 hd128 causal softcap 30, 129x129")
+@check("bf16 hd128 causal softcap 5, 129x129")
 def softcap():
-    q, k, v = (rand(2, 129, 4, 128) * 3 for _ in range(3))
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-    return run_case(q, k, v, dict(causal=True, softcap=30.0), visible(129, 129, causal=True),
-                    softcap=30.0)
+    q, k = ((rand(2, 129, 4, 128) * 1.5).detach().requires_grad_() for _ in range(2))
+    v = rand(2, 129, 4, 128)  # logits of std ~2.3: the cap bends them
+    return run_case(q, k, v, dict(causal=True, softcap=5.0), visible(129, 129, causal=True),
+                    softcap=5.0)
 
 
 @check("bf16 hd64 causal alibi, 90x150")
@@ -188,12 +200,9 @@ def block_mask():
     keep = blocks.bool().repeat_interleave(128, -2).repeat_interleave(128, -1)[..., :300, :300]
     dout = torch.randn(2, 300, 4, 64, device=DEV, dtype=torch.bfloat16)
     out = fagen.attention(q, k, v, block_mask=blocks)
-    ref = math_attention(q, k, v, keep[:, :, :, :])
-    base = sdpa_bshd(mask=keep)(q, k, v)
-    notes = [compare("out", out, base, ref)]
-    for n, a, b, r in zip("qkv", *(grads(o, (q, k, v), dout) for o in (out, base, ref))):
-        notes.append(compare("d" + n, a, b, r, grad=True))
-    return " ".join(notes)
+    ref = math_attention(q, k, v, keep)
+    bases = [math_attention(q, k, v, keep, upcast=False), sdpa_bshd(mask=keep)(q, k, v)]
+    return compare_all(out, ref, bases, (q, k, v), dout)
 
 
 @check("bf16 hd64 varlen causal, lengths 37/100/5 x 60/100/9")
@@ -205,18 +214,16 @@ def varlen():
     dout = torch.randn(sum(lq), 4, 64, device=DEV, dtype=torch.bfloat16)
     out = fagen.attention(q, k, v, causal=True, cu_seqlens_q=cu(lq), cu_seqlens_k=cu(lk),
                           max_seqlen_q=max(lq), max_seqlen_k=max(lk))
-    pieces = {"ref": [], "base": []}
+    pieces = {"ref": [], "low": [], "sdpa": []}
     for b in range(3):
         qs = q[sum(lq[:b]):sum(lq[:b + 1])][None]
         ks, vs = (t[sum(lk[:b]):sum(lk[:b + 1])][None] for t in (k, v))
         keep = visible(lq[b], lk[b], causal=True)
         pieces["ref"].append(math_attention(qs, ks, vs, keep)[0])
-        pieces["base"].append(sdpa_bshd(mask=keep)(qs, ks, vs)[0])
-    ref, base = torch.cat(pieces["ref"]), torch.cat(pieces["base"])
-    notes = [compare("out", out, base, ref)]
-    for n, a, b, r in zip("qkv", *(grads(o, (q, k, v), dout) for o in (out, base, ref))):
-        notes.append(compare("d" + n, a, b, r, grad=True))
-    return " ".join(notes)
+        pieces["low"].append(math_attention(qs, ks, vs, keep, upcast=False)[0])
+        pieces["sdpa"].append(sdpa_bshd(mask=keep)(qs, ks, vs)[0])
+    ref, low, sdpa = (torch.cat(pieces[n]) for n in ("ref", "low", "sdpa"))
+    return compare_all(out, ref, [low, sdpa], (q, k, v), dout)
 
 
 @check("dropout: torch.manual_seed reproduces, fwd/bwd agree")
@@ -240,10 +247,7 @@ def dropout():
     dout = torch.randn_like(out)
     ref = math_attention(q, k, v, drop_keep=drop_keep, dropout_p=p)
     base = math_attention(q, k, v, drop_keep=drop_keep, dropout_p=p, upcast=False)
-    notes = [compare("out", out, base, ref)]
-    for n, a, b, r in zip("qkv", *(grads(o, (q, k, v), dout) for o in (out, base, ref))):
-        notes.append(compare("d" + n, a, b, r, grad=True))
-    return f"kept {kept:.3f} " + " ".join(notes)
+    return f"kept {kept:.3f} " + compare_all(out, ref, [base], (q, k, v), dout)
 
 
 @check("deterministic backward: bitwise-equal gradients")
