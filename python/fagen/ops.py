@@ -169,11 +169,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor],
                        block_size, softmax_scale)
     with torch.cuda.device(q.device):
         _, plan = _plan("fwd", bundle, q, k, v, False, variant)
-        out, lse, rng_state = _forward_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-                                            block_mask, max_seqlen_q, max_seqlen_k, mask,
-                                            mask_align, window_left, window_right, softcap,
-                                            dropout_p, softmax_scale, block_size, deterministic,
-                                            bundle)
+        out, lse, rng_state = _forward_outputs(q, v, cu_seqlens_q is not None)
         seed = offset = 0
         if dropout_p > 0:
             generator = torch.cuda.default_generators[q.device.index]
@@ -185,17 +181,21 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor],
     return out, lse, rng_state
 
 
-@_forward.register_fake
-def _forward_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, block_mask, max_seqlen_q,
-                  max_seqlen_k, mask, mask_align, window_left, window_right, softcap, dropout_p,
-                  softmax_scale, block_size, deterministic, bundle):
-    if cu_seqlens_q is not None:
+def _forward_outputs(q, v, varlen):
+    """Uninitialized out (contiguous BSHD, as the plan assumes), lse and rng_state (seed,
+    offset)."""
+    if varlen:
         out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
     else:
         out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[-1]))
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
     return out, lse, torch.empty(2, dtype=torch.int64, device="cpu")
+
+
+@_forward.register_fake
+def _forward_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *rest):
+    return _forward_outputs(q, v, cu_seqlens_q is not None)
 
 
 @torch.library.custom_op("fagen::attention_backward", mutates_args=(), device_types="cuda")
@@ -213,7 +213,7 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
         seed, offset = (int(x) for x in rng_state.tolist())
         args = runtime.run_args(alibi_slopes, block_mask, cu_seqlens_q, cu_seqlens_k, _u64(seed),
                                 offset)
-        dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+        dq, dk, dv = _backward_outputs(q, k, v)
         workspace = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
         # The plan describes O, dO, dQ, dK, dV as contiguous (runtime.Bundle._problem).
         plan.run_backward(q, k, v, out.contiguous(), lse, dout.contiguous(), dq, dk, dv,
@@ -221,9 +221,14 @@ def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: T
     return dq, dk, dv
 
 
+def _backward_outputs(q, k, v):
+    """dq, dk, dv: contiguous whatever the strides of q, k, v."""
+    return tuple(t.new_empty(t.shape) for t in (q, k, v))
+
+
 @_backward.register_fake
 def _backward_fake(dout, q, k, v, out, lse, rng_state, *rest):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    return _backward_outputs(q, k, v)
 
 
 _FORWARD_ARGS = ("q", "k", "v", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "block_mask",

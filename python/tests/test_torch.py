@@ -136,6 +136,16 @@ class OpcheckTest(unittest.TestCase):
         bm = torch.empty(2, 4, 2, 2, dtype=torch.uint8, device="meta")
         self.check(forward_args(q, q, q, block_mask=bm, block_size=128))
 
+    def test_strided_inputs(self):
+        qkv = meta(2, 40, 3, 4, 64, grad=True)  # q, k, v as views of one projection
+        q, k, v = qkv.unbind(2)
+        self.assertFalse(q.is_contiguous())
+        self.check(forward_args(q, k, v, mask="causal"))
+        out = fagen.attention(q, k, v, causal=True)
+        self.assertTrue(out.is_contiguous())
+        out.sum().backward()
+        self.assertEqual(qkv.grad.shape, qkv.shape)
+
     def test_backward_op(self):
         q, k = meta(2, 30, 4, 64), meta(2, 40, 2, 64)
         lse = torch.empty(2, 4, 30, device="meta")
