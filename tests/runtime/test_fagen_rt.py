@@ -1,4 +1,5 @@
-"""Tests python/fagen/runtime.py (the ctypes binding) without a GPU or torch: against no driver, and against the fake libcuda.
+"""Tests python/fagen/runtime.py (the ctypes binding, imported here as fagen_rt) without a GPU or
+torch: against no driver, and against the fake libcuda.
 
 The driver is opened once per process, so each situation runs in a child process:
     test_fagen_rt.py --lib LIB --fake-cuda FAKE --write-bundle TOOL --work-dir DIR
@@ -10,6 +11,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from fagen import runtime  # noqa: E402
+
+sys.modules["fagen_rt"] = runtime  # the name the binding had under bench/
 
 
 class FakeTensor:
@@ -37,7 +41,7 @@ class FakeTensor:
 
 
 def expect_error(fn, status_name, *parts):
-    from fagen import runtime as fagen_rt
+    import fagen_rt
     try:
         fn()
     except fagen_rt.FagenError as e:
@@ -49,7 +53,7 @@ def expect_error(fn, status_name, *parts):
 
 
 def child(mode, bundle_dir):
-    from fagen import runtime as fagen_rt
+    import fagen_rt
     assert fagen_rt.version()
     expect_error(lambda: fagen_rt.Bundle("/nonexistent.fab"), "FAGEN_ERROR_IO", "/nonexistent.fab")
     bundle = fagen_rt.Bundle(os.path.join(bundle_dir, "test.fab"))
@@ -108,7 +112,7 @@ def launches_since(fake, start):
 def variants(bundle_dir):
     """The variant and backward API through ctypes, against the fake driver's launch log."""
     import ctypes
-    from fagen import runtime as fagen_rt
+    import fagen_rt
     assert ctypes.sizeof(fagen_rt._Problem) == 296  # as tests/unit/RuntimeTest.cpp asserts
     assert ctypes.sizeof(fagen_rt.RunArgs) == 80
     assert ctypes.sizeof(fagen_rt._Plan) == 1152 and fagen_rt._Plan.params.offset == 128

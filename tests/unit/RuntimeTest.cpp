@@ -253,7 +253,7 @@ TEST(RuntimeTest, CudaErrorTextWithoutADriver) {
             "cuLaunchKernel failed: CUDA error (12345)");
 }
 
-// python/fagen/runtime.py mirrors these layouts with ctypes (and its test checks the same sizes):
+// bench/fagen_rt.py mirrors these layouts with ctypes (and its test checks the same sizes):
 // change both together.
 static_assert(sizeof(void *) != 8 || sizeof(fagen_fwd_problem) == 296, "fagen_rt.py _Problem");
 static_assert(sizeof(void *) != 8 || offsetof(fagen_fwd_problem, do_strides) == 200, "_Problem");
