@@ -37,6 +37,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fa3  # noqa: E402
 import tables  # noqa: E402
 
@@ -137,7 +138,7 @@ def main():
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    import fagen_rt
+    from fagen import runtime as fagen_rt
 
     bundles = {}
     for label, path, _ in specs:

@@ -20,7 +20,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fagen_rt  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from fagen import runtime as fagen_rt  # noqa: E402
 from tables import write_json  # noqa: E402
 
 SQ, BATCH, KEYS = 2048, 8, (1024, 2048, 4096, 8192, 16384)

@@ -31,8 +31,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from triton.testing import do_bench
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fa3  # noqa: E402
-import fagen_rt  # noqa: E402
+from fagen import runtime as fagen_rt  # noqa: E402
 from tables import fmt, is_wrong, ratio, write_json  # noqa: E402
 
 DEV = torch.device("cuda")

@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fa3  # noqa: E402
-import fagen_rt  # noqa: E402
+from fagen import runtime as fagen_rt  # noqa: E402
 
 SHAPES = ((256, 2048), (256, 4096), (256, 16384), (128, 2048), (128, 16384))
 

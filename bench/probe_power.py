@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fa3  # noqa: E402
-import fagen_rt  # noqa: E402
+from fagen import runtime as fagen_rt  # noqa: E402
 
 FIELDS = "timestamp,power.draw,clocks.sm,temperature.gpu,clocks_event_reasons.active"
 SKIP_S = 0.5  # the start of each run, left out of every figure

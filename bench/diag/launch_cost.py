@@ -8,8 +8,8 @@ events, a CUDA graph replay, and the CPU time per call. Run from the repository 
 import sys, time
 import torch
 from triton.testing import do_bench
-sys.path.insert(0, "bench")
-import fagen_rt
+sys.path.insert(0, "python")
+from fagen import runtime as fagen_rt
 from torch.nn.attention import sdpa_kernel, SDPBackend
 bundle = fagen_rt.Bundle(sys.argv[1])
 rows = []

@@ -6,8 +6,8 @@ with the rounds' range. Run from the repository root on the GPU:
 import sys, statistics
 import torch
 from triton.testing import do_bench
-sys.path.insert(0, "bench")
-import fagen_rt
+sys.path.insert(0, "python")
+from fagen import runtime as fagen_rt
 from torch.nn.attention import sdpa_kernel, SDPBackend
 bundles = {a.split("=")[0]: fagen_rt.Bundle(a.split("=")[1]) for a in sys.argv[1:]}
 print("| hd | seqlen | causal | layout | " + " | ".join(list(bundles) + ["cudnn"]) + " | " + " | ".join(f"{l}/cudnn" for l in bundles) + " |")

@@ -16,9 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-sys.path.insert(0, "bench")
+sys.path.insert(0, "python")
 import fa3  # noqa: E402
-import fagen_rt  # noqa: E402
+from fagen import runtime as fagen_rt  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("bundles", nargs="+")

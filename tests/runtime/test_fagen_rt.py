@@ -1,4 +1,5 @@
-"""Tests bench/fagen_rt.py without a GPU or torch: against no driver, and against the fake libcuda.
+"""Tests python/fagen/runtime.py (the ctypes binding, imported here as fagen_rt) without a GPU or
+torch: against no driver, and against the fake libcuda.
 
 The driver is opened once per process, so each situation runs in a child process:
     test_fagen_rt.py --lib LIB --fake-cuda FAKE --write-bundle TOOL --work-dir DIR
@@ -9,7 +10,10 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from fagen import runtime  # noqa: E402
+
+sys.modules["fagen_rt"] = runtime  # the name the binding had under bench/
 
 
 class FakeTensor:

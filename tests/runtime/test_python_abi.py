@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/fagen_rt.py (the ctypes binding) agrees with runtime/include/fagen/fagen.h: every enum
+"""python/fagen/runtime.py (the ctypes binding) agrees with runtime/include/fagen/fagen.h: every enum
 value and constant the binding spells, and the field order of the structs it mirrors. No GPU,
 no torch, no build needed: both files are read as text (the binding is imported, which loads
 nothing until a bundle is opened)."""
@@ -12,7 +12,7 @@ import unittest
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
 HEADER = os.path.join(ROOT, "runtime", "include", "fagen", "fagen.h")
-BINDING = os.path.join(ROOT, "bench", "fagen_rt.py")
+BINDING = os.path.join(ROOT, "python", "fagen", "runtime.py")
 
 
 def strip_comments(text):
@@ -76,7 +76,7 @@ class PythonAbiTest(unittest.TestCase):
     def check_dict(self, py, enum, prefix):
         """py maps lower-case names to values; enum's enumerators are PREFIX + NAME.upper()."""
         c = {k[len(prefix):].lower(): v for k, v in self.enums[enum].items()}
-        self.assertEqual(py, c, f"bench/fagen_rt.py disagrees with fagen.h's {enum}")
+        self.assertEqual(py, c, f"python/fagen/runtime.py disagrees with fagen.h's {enum}")
 
     def test_masks(self):
         self.check_dict(self.rt._MASKS, "fagen_mask", "FAGEN_MASK_")

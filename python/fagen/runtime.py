@@ -1,7 +1,7 @@
-"""ctypes binding of the fagen runtime (runtime/include/fagen/fagen.h, ABI 2), for benchmarks and
-GPU tests.
+"""ctypes binding of the fagen runtime (runtime/include/fagen/fagen.h, ABI 2): the layer under
+fagen.attention, and what benchmarks and GPU tests call directly.
 
-    import fagen_rt
+    from fagen import runtime as fagen_rt
     bundle = fagen_rt.Bundle("bench.fab")                    # FagenError if invalid
     plan = bundle.plan_forward(q, k, v, causal=True)         # FagenError with the reason
     plan.run(q, k, v, o, lse)                                # on torch's current stream
@@ -16,7 +16,8 @@ GPU tests.
 Tensors are torch tensors indexed [batch, seq, heads, head_dim] (a BHSD tensor works as its
 .transpose(1, 2) view); the head dim must be contiguous. lse is float32 [batch, heads_q, seqlen_q].
 Varlen (cu_seqlens_q given): q is packed [total_q, heads, head_dim], lse [heads_q, total_q].
-The library is $FAGEN_RT_LIB, else libfagen_rt.so from a build directory next to bench/.
+The library is $FAGEN_RT_LIB, else the libfagen_rt.so installed inside this package, else (a
+checkout) one in a build directory at the repository root.
 torch is imported only where a call needs it, so loading and listing a bundle work without it.
 """
 import ctypes
@@ -95,11 +96,15 @@ def find_library():
     path = os.environ.get("FAGEN_RT_LIB")
     if path:
         return path
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    found = sorted(glob.glob(os.path.join(root, "build*", "libfagen_rt.so")))
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = sorted(glob.glob(os.path.join(here, "libfagen_rt.so*")))
+    if not found:  # a checkout: python/fagen/ -> the repository root's build*/
+        root = os.path.dirname(os.path.dirname(here))
+        found = sorted(glob.glob(os.path.join(root, "build*", "libfagen_rt.so")))
     if not found:
-        raise FileNotFoundError("libfagen_rt.so not found: build the fagen_rt target "
-                                "(cmake --build build --target fagen_rt) or set FAGEN_RT_LIB")
+        raise FileNotFoundError("libfagen_rt.so not found: pip install ./python, or build the "
+                                "fagen_rt target (cmake --build build --target fagen_rt), or set "
+                                "FAGEN_RT_LIB")
     return found[0]
 
 
@@ -141,7 +146,7 @@ def library(path=None):
     if lib.fagen_abi_version() != ABI_VERSION:
         raise RuntimeError(f"{path or find_library()} has runtime ABI {lib.fagen_abi_version()}, "
                            f"this binding expects {ABI_VERSION}: rebuild fagen_rt or update "
-                           f"bench/fagen_rt.py")
+                           f"python/fagen/runtime.py")
     _lib = lib
     return lib
 

@@ -1,0 +1,24 @@
+"""fagen: FlashAttention kernels compiled ahead of time, for PyTorch.
+
+    import fagen
+    fagen.Bundle("attn.fab")                          # optional: prebuilt kernels (fagen build)
+    out = fagen.attention(q, k, v, causal=True)       # q, k, v [batch, seqlen, heads, head_dim]
+
+fagen.attention is the custom op fagen::attention_forward (+ its backward): autograd, FakeTensor,
+torch.compile(fullgraph=True) and torch.library.opcheck work with it. fagen.runtime is the
+ctypes binding of the C runtime beneath (no torch needed to load and list a bundle).
+"""
+from . import runtime
+from .bundle import Bundle, loaded
+from .ondemand import KernelNotBuilt
+from .runtime import FagenError, version
+
+try:
+    import torch  # noqa: F401
+except ImportError:  # the runtime binding works without torch; fagen.attention needs it
+    def attention(*args, **kwargs):
+        raise ImportError("fagen.attention needs PyTorch: pip install torch")
+else:
+    from .ops import attention
+
+__all__ = ["Bundle", "FagenError", "KernelNotBuilt", "attention", "loaded", "runtime", "version"]

@@ -1,0 +1,257 @@
+"""fagen.attention: the runtime's forward and backward as PyTorch custom ops.
+
+Two ops, fagen::attention_forward and fagen::attention_backward (torch.library.custom_op), each
+with a fake implementation (shapes only: FakeTensor, meta tensors, torch.compile) and the
+forward's autograd formula calling the backward, so Dynamo traces fagen.attention without a
+graph break and AOTAutograd sees both passes. Dropout draws its seed and offset from torch's CUDA
+generator inside the forward op, as SDPA does, and returns them (rng_state, int64 [2] on the
+CPU) for the backward, which regenerates the forward's mask.
+"""
+from typing import Optional
+
+import torch
+
+from . import bundle as _bundle
+from . import runtime
+
+Tensor = torch.Tensor
+_MASKS = ("none", "causal", "window")
+_ALIGNS = ("bottom_right", "top_left")
+_BLOCKS = (64, 128, 192, 256)
+# Philox offsets of torch's CUDA generator advance in multiples of 4. fagen's dropout keys one
+# Philox call by (offset, batch, head, row, column block), so one step per call keeps calls apart.
+_OFFSET_STEP = 4
+
+
+def attention(q, k, v, *, causal=False, window=None, softcap=0.0, alibi_slopes=None,
+              dropout_p=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
+              max_seqlen_k=None, block_mask=None, block_size=None, softmax_scale=None,
+              mask_align="bottom_right", deterministic=False, return_lse=False, bundle=None):
+    """softmax(q k^T * softmax_scale [+ variant]) v, as flash_attn_func / flash_attn_varlen_func.
+
+    q [batch, seqlen_q, heads_q, head_dim], k [batch, seqlen_k, heads_kv, head_dim],
+    v [batch, seqlen_k, heads_kv, head_dim_v] (float16 or bfloat16, CUDA; heads_q a multiple
+    of heads_kv: GQA/MQA). Varlen: q [total_q, heads_q, head_dim], k and v [total_k, ...] packed,
+    cu_seqlens_q/k int32 [batch + 1], max_seqlen_q/k the longest sequences.
+    causal: query i sees keys j <= i + seqlen_k - seqlen_q (mask_align="bottom_right", as
+    flash_attn >= 2.1) or j <= i ("top_left", as SDPA's is_causal). window=(left, right): keys
+    within left before and right after that diagonal (-1: unbounded); with causal, right is 0.
+    softcap > 0: cap * tanh(logit / cap). alibi_slopes: float32 [heads_q] or [batch, heads_q].
+    dropout_p: on the probabilities, seeded from torch's CUDA generator. block_mask: uint8
+    [batch, heads_q, row blocks, column blocks] (strides may be 0 to broadcast) of block_size
+    tokens a side (64, 128, 192 or 256; inferred when only one fits the shapes).
+    deterministic: bitwise-repeatable dq, dk, dv. bundle: a fagen.Bundle to use alone; None
+    searches every loaded bundle and builds a missing kernel on demand.
+
+    Returns out like q with head_dim_v, and with return_lse also the log-sum-exp (float32
+    [batch, heads_q, seqlen_q], varlen [heads_q, total_q]; not differentiable)."""
+    varlen = cu_seqlens_q is not None
+    _check_inputs(q, k, v, varlen, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+                  softcap, dropout_p, mask_align)
+    mask, left, right = _mask(causal, window)
+    block = _block_size(block_mask, block_size, q, k, varlen, max_seqlen_q, max_seqlen_k)
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    bundle_id = 0 if bundle is None else bundle.id
+    out, lse, _ = torch.ops.fagen.attention_forward(
+        q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, block_mask,
+        int(max_seqlen_q or 0), int(max_seqlen_k or 0), mask, mask_align, left, right,
+        float(softcap), float(dropout_p), float(softmax_scale or 0.0), block,
+        bool(deterministic), bundle_id)
+    return (out, lse) if return_lse else out
+
+
+def _check_inputs(q, k, v, varlen, cu_seqlens_k, max_seqlen_q, max_seqlen_k, alibi_slopes,
+                  softcap, dropout_p, mask_align):
+    dims = 3 if varlen else 4
+    layout = "[total, heads, head_dim] (varlen)" if varlen else "[batch, seqlen, heads, head_dim]"
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != dims:
+            raise ValueError(f"fagen.attention: {name} must be {layout}, got shape "
+                             f"{tuple(t.shape)}")
+        if t.dtype not in (torch.float16, torch.bfloat16):
+            raise TypeError(f"fagen.attention: {name}.dtype is {t.dtype}; fagen kernels take "
+                            f"float16 or bfloat16")
+        if t.dtype != q.dtype:
+            raise TypeError(f"fagen.attention: {name}.dtype is {t.dtype} but q.dtype is {q.dtype}")
+        if t.device.type not in ("cuda", "meta"):
+            raise ValueError(f"fagen.attention: {name} is on {t.device}; fagen kernels run on "
+                             f"CUDA tensors")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"fagen.attention: q's head_dim {q.shape[-1]} != k's {k.shape[-1]}")
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"fagen.attention: k {tuple(k.shape)} and v {tuple(v.shape)} differ "
+                         f"before the head dim")
+    if q.shape[-2] % k.shape[-2] != 0:
+        raise ValueError(f"fagen.attention: heads_q ({q.shape[-2]}) is not a multiple of "
+                         f"heads_kv ({k.shape[-2]})")
+    if not varlen and q.shape[0] != k.shape[0]:
+        raise ValueError(f"fagen.attention: q has batch {q.shape[0]}, k {k.shape[0]}")
+    if varlen and (cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None):
+        raise ValueError("fagen.attention: varlen (cu_seqlens_q given) needs cu_seqlens_k, "
+                         "max_seqlen_q and max_seqlen_k")
+    if not varlen and cu_seqlens_k is not None:
+        raise ValueError("fagen.attention: cu_seqlens_k given without cu_seqlens_q")
+    if alibi_slopes is not None and softcap:
+        raise ValueError("fagen.attention: softcap and alibi_slopes are both score mods; a "
+                         "kernel applies one")
+    if alibi_slopes is not None and alibi_slopes.dtype != torch.float32:
+        raise TypeError(f"fagen.attention: alibi_slopes.dtype is {alibi_slopes.dtype}, "
+                        f"expected float32")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"fagen.attention: dropout_p is {dropout_p}, expected [0, 1)")
+    if mask_align not in _ALIGNS:
+        raise ValueError(f"fagen.attention: mask_align is {mask_align!r}, expected one of "
+                         f"{_ALIGNS}")
+
+
+def _mask(causal, window):
+    """(mask, window_left, window_right) as fagen_fwd_problem spells them."""
+    if window is None or tuple(window) == (-1, -1):
+        return ("causal" if causal else "none"), -1, -1
+    left, right = (int(x) for x in window)
+    return "window", left, (0 if causal else right)
+
+
+def _block_size(block_mask, block_size, q, k, varlen, max_seqlen_q, max_seqlen_k):
+    if block_mask is None:
+        return 0
+    if block_mask.dim() != 4 or block_mask.dtype != torch.uint8:
+        raise ValueError(f"fagen.attention: block_mask must be uint8 [batch, heads_q, row blocks, "
+                         f"column blocks], got {block_mask.dtype} {tuple(block_mask.shape)}")
+    sq = max_seqlen_q if varlen else q.shape[1]
+    sk = max_seqlen_k if varlen else k.shape[1]
+    rows, cols = block_mask.shape[2], block_mask.shape[3]
+    fits = [b for b in _BLOCKS if -(-sq // b) == rows and -(-sk // b) == cols]
+    if block_size is not None:
+        if block_size not in fits:
+            raise ValueError(f"fagen.attention: a block_mask of {rows} x {cols} blocks does not "
+                             f"cover seqlen {sq} x {sk} in blocks of {block_size}")
+        return int(block_size)
+    if len(fits) != 1:
+        raise ValueError(f"fagen.attention: a block_mask of {rows} x {cols} blocks fits "
+                         f"block sizes {fits} for seqlen {sq} x {sk}: pass block_size")
+    return fits[0]
+
+
+def _variant(mask, mask_align, left, right, softcap, alibi_slopes, dropout_p, cu_seqlens_q,
+             cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_size, softmax_scale):
+    """The keywords of runtime.Bundle._problem."""
+    return dict(mask=mask, mask_align=mask_align, window=(left, right), softcap=softcap,
+                alibi=alibi_slopes is not None, dropout_p=dropout_p, cu_seqlens_q=cu_seqlens_q,
+                cu_seqlens_k=cu_seqlens_k, max_seqlen_q=max_seqlen_q or None,
+                max_seqlen_k=max_seqlen_k or None, softmax_scale=softmax_scale,
+                block_sparse=("runtime", block_size) if block_size else None)
+
+
+def _plan(pass_, bundle_id, q, k, v, deterministic, variant):
+    device = q.device
+    return _bundle.plan(pass_, bundle_id, device.index, lambda: torch.cuda.get_device_capability(
+        device), q, k, v, deterministic=deterministic, **variant)
+
+
+def _u64(x):
+    return x & (2**64 - 1)
+
+
+def _i64(x):
+    return x - 2**64 if x >= 2**63 else x
+
+
+@torch.library.custom_op("fagen::attention_forward", mutates_args=(), device_types="cuda")
+def _forward(q: Tensor, k: Tensor, v: Tensor, alibi_slopes: Optional[Tensor],
+             cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
+             block_mask: Optional[Tensor], max_seqlen_q: int, max_seqlen_k: int, mask: str,
+             mask_align: str, window_left: int, window_right: int, softcap: float,
+             dropout_p: float, softmax_scale: float, block_size: int, deterministic: bool,
+             bundle: int) -> tuple[Tensor, Tensor, Tensor]:
+    variant = _variant(mask, mask_align, window_left, window_right, softcap, alibi_slopes,
+                       dropout_p, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       block_size, softmax_scale)
+    with torch.cuda.device(q.device):
+        _, plan = _plan("fwd", bundle, q, k, v, False, variant)
+        out, lse, rng_state = _forward_outputs(q, v, cu_seqlens_q is not None)
+        seed = offset = 0
+        if dropout_p > 0:
+            generator = torch.cuda.default_generators[q.device.index]
+            seed, offset = _u64(generator.initial_seed()), generator.get_offset()
+            generator.set_offset(offset + _OFFSET_STEP)
+        rng_state.copy_(torch.tensor([_i64(seed), offset], dtype=torch.int64))
+        args = runtime.run_args(alibi_slopes, block_mask, cu_seqlens_q, cu_seqlens_k, seed, offset)
+        plan.run(q, k, v, out, lse, args=args)
+    return out, lse, rng_state
+
+
+def _forward_outputs(q, v, varlen):
+    """Uninitialized out (contiguous BSHD, as the plan assumes), lse and rng_state (seed,
+    offset)."""
+    if varlen:
+        out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
+        lse = q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    else:
+        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[-1]))
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+    return out, lse, torch.empty(2, dtype=torch.int64, device="cpu")
+
+
+@_forward.register_fake
+def _forward_fake(q, k, v, alibi_slopes, cu_seqlens_q, cu_seqlens_k, *rest):
+    return _forward_outputs(q, v, cu_seqlens_q is not None)
+
+
+@torch.library.custom_op("fagen::attention_backward", mutates_args=(), device_types="cuda")
+def _backward(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+              rng_state: Tensor, alibi_slopes: Optional[Tensor], cu_seqlens_q: Optional[Tensor],
+              cu_seqlens_k: Optional[Tensor], block_mask: Optional[Tensor], max_seqlen_q: int,
+              max_seqlen_k: int, mask: str, mask_align: str, window_left: int,
+              window_right: int, softcap: float, dropout_p: float, softmax_scale: float,
+              block_size: int, deterministic: bool, bundle: int) -> tuple[Tensor, Tensor, Tensor]:
+    variant = _variant(mask, mask_align, window_left, window_right, softcap, alibi_slopes,
+                       dropout_p, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       block_size, softmax_scale)
+    with torch.cuda.device(q.device):
+        _, plan = _plan("bwd", bundle, q, k, v, deterministic, variant)
+        seed, offset = (int(x) for x in rng_state.tolist())
+        args = runtime.run_args(alibi_slopes, block_mask, cu_seqlens_q, cu_seqlens_k, _u64(seed),
+                                offset)
+        dq, dk, dv = _backward_outputs(q, k, v)
+        workspace = torch.empty(max(plan.workspace_bytes, 1), dtype=torch.uint8, device=q.device)
+        # The plan describes O, dO, dQ, dK, dV as contiguous (runtime.Bundle._problem).
+        plan.run_backward(q, k, v, out.contiguous(), lse, dout.contiguous(), dq, dk, dv,
+                          workspace, args=args)
+    return dq, dk, dv
+
+
+def _backward_outputs(q, k, v):
+    """dq, dk, dv: contiguous whatever the strides of q, k, v."""
+    return tuple(t.new_empty(t.shape) for t in (q, k, v))
+
+
+@_backward.register_fake
+def _backward_fake(dout, q, k, v, out, lse, rng_state, *rest):
+    return _backward_outputs(q, k, v)
+
+
+_FORWARD_ARGS = ("q", "k", "v", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k", "block_mask",
+                 "max_seqlen_q", "max_seqlen_k", "mask", "mask_align", "window_left",
+                 "window_right", "softcap", "dropout_p", "softmax_scale", "block_size",
+                 "deterministic", "bundle")
+
+
+def _setup_context(ctx, inputs, output):
+    named = dict(zip(_FORWARD_ARGS, inputs))
+    out, lse, rng_state = output
+    ctx.save_for_backward(named["q"], named["k"], named["v"], out, lse, rng_state,
+                          named["alibi_slopes"], named["cu_seqlens_q"], named["cu_seqlens_k"],
+                          named["block_mask"])
+    ctx.scalars = [named[n] for n in _FORWARD_ARGS[7:]]
+    ctx.mark_non_differentiable(lse, rng_state)
+
+
+def _autograd_backward(ctx, dout, dlse, drng):
+    q, k, v, out, lse, rng_state, alibi, cu_q, cu_k, block_mask = ctx.saved_tensors
+    dq, dk, dv = torch.ops.fagen.attention_backward(dout, q, k, v, out, lse, rng_state, alibi,
+                                                    cu_q, cu_k, block_mask, *ctx.scalars)
+    return (dq, dk, dv) + (None,) * (len(_FORWARD_ARGS) - 3)
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
