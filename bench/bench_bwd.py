@@ -15,6 +15,9 @@ Before timing, fagen's dQ, dK, dV are compared with SDPA flash's on the same inp
 relative to max |grad| must stay under 2e-2 in bf16, else the row is marked WRONG and the run
 fails). --deterministic times the bundle's deterministic kernels beside the default ones, and
 checks that their gradients after the timed runs equal the first run's bit for bit (else WRONG).
+--train-step also times a training step's attention, forward + backward of the same call
+(fagen's forward and backward plans back to back; SDPA's forward and autograd.grad under each
+backend), 3.5x the forward's FLOPs, and prints it as a second table.
 --dropout P also times the backward with dropout p (fagen's dropout kernels of the bundle, SDPA
 flash with dropout_p), and prints what dropout costs each: the dropout backward's time over the
 dense one's (the masks differ, so those gradients are only checked to be finite).
@@ -75,11 +78,13 @@ def fagen_backward(plan, q, k, v, o, lse, do, row, label, layout, args=None):
     return run, (dq, dk, dv)
 
 
-def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout):
-    """Runs fagen's forward then backward per deterministic mode; fills row[name...] in place.
+def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout,
+               train_step=False):
+    """Runs fagen's forward then backward per deterministic mode; fills row[name...] in place
+    (train_step: also row[name + "_step_ms"], forward + default backward).
     q, k, v, do: [B, S, H, D]-indexed views of `layout` memory; O, dQ, dK, dV alike."""
-    o, lse = fagen_forward(bundle.plan_forward(q, k, v, causal=causal, out_layout=layout),
-                           q, k, v, layout)
+    fplan = bundle.plan_forward(q, k, v, causal=causal, out_layout=layout)
+    o, lse = fagen_forward(fplan, q, k, v, layout)
     for det in det_modes:
         label = name + "_det" if det else name
         try:
@@ -94,6 +99,8 @@ def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, lay
             row["wrong"] = True
         first = [t.clone() for t in grads] if det else None
         row[label + "_ms"] = bench_ms(run)
+        if train_step and not det:
+            row[label + "_step_ms"] = bench_ms(lambda: (fplan.run(q, k, v, o, lse), run()))
         if det:  # the timed runs' last result must equal the first bit for bit
             same = all(torch.equal(a.view(torch.int16), b.view(torch.int16))
                        for a, b in zip(first, grads))
@@ -133,6 +140,9 @@ def main():
     ap.add_argument("--dropout", type=float, default=0.0, metavar="P",
                     help="also time the backward with dropout P (the bundle's dropout kernels "
                          "and SDPA flash's) and print what dropout costs")
+    ap.add_argument("--train-step", action="store_true",
+                    help="also time forward + backward of the same call (a training step's "
+                         "attention) against SDPA flash and cuDNN")
     ap.add_argument("--layout", default="bshd", choices=("bshd", "bhsd"),
                     help="memory layout of every tensor (both sides see the same memory); "
                          "bshd: FlashAttention-3's benchmark, bhsd: torch's default")
@@ -185,13 +195,20 @@ def main():
                         row[name + "_ms"] = bench_ms(
                             lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
                         del out
+                        if args.train_step and drop_p == 0:
+                            def step():
+                                with sdpa_kernel([backend]):
+                                    o2 = F.scaled_dot_product_attention(qt, kt, vt,
+                                                                        is_causal=causal)
+                                torch.autograd.grad(o2, (qt, kt, vt), dot)
+                            row[name + "_step_ms"] = bench_ms(step)
                     except Exception as e:  # a backend that does not support the shape
                         print(f"{name} d={d} causal={causal} s={s}: {type(e).__name__}: "
                               f"{str(e)[:100]}", flush=True)
                 if ref_grads is not None:
                     for label, bundle in bundles:
                         fagen_rows(label, bundle, q, k, v, do, causal, det_modes, row, ref_grads,
-                                   args.layout)
+                                   args.layout, args.train_step)
                         if args.dropout > 0:
                             fagen_dropout_row(label, bundle, q, k, v, do, causal, args.dropout,
                                               row, args.layout)
@@ -199,6 +216,8 @@ def main():
                              + ["flash", "cudnn", "flash_drop"]):
                     if row.get(name + "_ms"):
                         row[name + "_tflops"] = flops / row[name + "_ms"] / 1e9
+                    if row.get(name + "_step_ms"):  # forward (flops / 2.5) + backward
+                        row[name + "_step_tflops"] = 1.4 * flops / row[name + "_step_ms"] / 1e9
                 failed = failed or row.get("wrong", False)
                 meta["rows"].append(row)
                 print(json.dumps(row), flush=True)
@@ -223,6 +242,21 @@ def main():
         line += "".join(" %12s" % ratio(t[l + "_det"], t[l]) for l in labels if args.deterministic)
         line += "  " + r.get(labels[0] + "_kernel", "-").replace("fagen_bwd_bf16_", "")
         print(line + ("  WRONG" if r.get("wrong") else ""))
+    if args.train_step:
+        print("\ntraining step (forward + backward of one call, 3.5x the forward's FLOPs): "
+              "TFLOP/s")
+        head = "%-3s %-6s %6s " % ("hd", "causal", "seqlen") + " ".join(
+            "%8s" % l[-8:] for l in labels) + "    flash    cudnn "
+        head += " ".join("%12s" % (l[:6] + "/flash") for l in labels) + " "
+        print(head + " ".join("%12s" % (l[:6] + "/cudnn") for l in labels))
+        for r in meta["rows"]:
+            t = {n: r.get(n + "_step_tflops") for n in labels + ["flash", "cudnn"]}
+            line = "%3d %-6s %6d " % (r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"])
+            line += " ".join("%8s" % fmt(t[l]) for l in labels)
+            line += " %8s %8s " % (fmt(t["flash"]), fmt(t["cudnn"]))
+            line += " ".join("%12s" % ratio(t[l], t["flash"]) for l in labels) + " "
+            line += " ".join("%12s" % ratio(t[l], t["cudnn"]) for l in labels)
+            print(line + ("  WRONG" if r.get("wrong") else ""))
     if args.dropout > 0:
         print("\ndropout p = %g: TFLOP/s of the dropout backward, its time over the dense one's"
               % args.dropout)

@@ -10,6 +10,7 @@
 #define FAGEN_TEMPLATES_SM80_BWD_TILE_OPS_CUH
 
 #include <stdint.h>
+#include <stdio.h> // printf: the semaphore wait's message
 
 #include "sm80/mma.cuh"
 #include "sm80/tile_ops.cuh"

@@ -39,6 +39,13 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr bool kDqAscending = false;
   static constexpr int kDqSlots = 1;
 
+  /// Head dim 64 only (H100, bf16, 2k-16k, one process, two rounds each; docs/perf/sm90-bwd.md):
+  /// P^T computed while dP^T is still in the tensor cores (kOverlapP), and each key tile's walk
+  /// over the query tiles started at a different tile (kRotateQueryWalk, bwd_ws_kernel.cuh's
+  /// WsQueryWalk), together: hd 64 +1-4 % at every length, causal or not; hd 128 -1-6 %.
+  static constexpr bool kOverlapP = kDim == 64;
+  static constexpr bool kRotateQueryWalk = kDim == 64;
+
   static constexpr int kConsumers = kBlockN / 64;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kMinBlocksPerSm = 1;

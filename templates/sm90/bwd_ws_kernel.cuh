@@ -55,12 +55,10 @@ template <class Config> struct WsBwdSmem {
 
 /// The (query head, query tile) pairs one key tile visits: the heads of its GQA group, each over
 /// the query tiles the mask lets see the key tile (sm80::QueryTileCursor's range), less those
-/// the sparsity layout hides. Without a causal mask each key tile starts its walk at a different
-/// query tile (key tile n at the n-th of the range, wrapping around), so that the CTAs of a
-/// head, which run in step, add into different dq_accum blocks at a time instead of all into the
-/// same one (causal key tiles start at different query tiles anyway). Measured with the P^T /
-/// dP^T overlap below (H100, bf16, 2k-16k, docs/perf/sm90-bwd.md): hd 64 +1-4 %, hd 128
-/// non-causal within the noise; hd 128 causal lost 3-7 % with the rotation, hence none there.
+/// the sparsity layout hides. With Config::kRotateQueryWalk each key tile starts its walk at a
+/// different query tile (key tile n at the n-th of the range, wrapping around), so that the
+/// CTAs of a head, which run in step, add into different dq_accum blocks at a time instead of
+/// all into the same one.
 template <class Config> struct WsQueryWalk {
   using Mask = typename Config::Mask;
   using Sparsity = typename Config::Sparsity;
@@ -74,7 +72,7 @@ template <class Config> struct WsQueryWalk {
       : params(p), batch(batch_), n_block(n_block_), head_end((kv_head + 1) * p.group_size),
         m_begin(Mask::template m_block_begin<kBlockM, kBlockN>(n_block_, shape)),
         count(max(0, Mask::template m_block_end<kBlockM, kBlockN>(n_block_, shape) - m_begin)),
-        offset(count > 0 && !Mask::kCausal ? n_block_ % count : 0), step(-1),
+        offset(count > 0 && Config::kRotateQueryWalk ? n_block_ % count : 0), step(-1),
         head(kv_head * p.group_size) {
     if (count == 0)
       head = head_end;
@@ -271,7 +269,7 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     wgmma_commit();
     const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
                         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
-    if constexpr (Config::ScoreMod::kIdentity) {
+    if constexpr (Config::ScoreMod::kIdentity && Config::kOverlapP) {
       // P^T while dP^T is still in the tensor cores.
       wgmma_wait<1>();
       fence_operands(st);

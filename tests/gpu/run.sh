@@ -11,6 +11,8 @@
 #      deterministic kernels, and with dropout p 0.1), same inputs, one process.
 #   4. bench/bench_variants.py (with .carry/bench-variants*.fab): dropout, block sparsity, varlen
 #      and head dims 96/192/192x128, forward, both templates, vs SDPA flash and cuDNN.
+#   With .carry/bwd90.fab (tests/gpu/check-bwd90.yaml): fagen check of the sm90ws backward on
+#   every variant it serves, and memcheck on it.
 #   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
 #   forward and backward, against tests/golden/check-variants, and the sanitizers on it; with
 #   .carry/nonfinite.fab
@@ -86,6 +88,16 @@ if [ -f "$C/variants.fab" ]; then
   step "check variants vs golden" "$OUT/check-variants.log" bash -c "$C/fagen check $C/variants.fab --golden tests/golden/check-variants >$OUT/check-variants.log 2>&1"
   tail -n 2 "$OUT/check-variants.log"
   grep -E "MISMATCH|FAIL|error|golden: " "$OUT/check-variants.log" | cut -c1-300 | head -20
+fi
+if [ -f "$C/bwd90.fab" ]; then
+  # The sm90ws backward (tests/gpu/check-bwd90.yaml): every variant it serves, full grid, and
+  # memcheck on a reduced one.
+  step "check sm90ws backward" "$OUT/check-bwd90.log" bash -c "$C/fagen check $C/bwd90.fab >$OUT/check-bwd90.log 2>&1"
+  tail -n 1 "$OUT/check-bwd90.log"
+  if command -v compute-sanitizer >/dev/null; then
+    step "memcheck sm90ws backward" "$OUT/sanitizer-bwd90.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/bwd90.fab --quick --kernel _sm90ws_m >$OUT/sanitizer-bwd90.log 2>&1"
+    grep -E "ERROR SUMMARY" "$OUT/sanitizer-bwd90.log" | tail -1
+  fi
 fi
 if [ -f "$C/nonfinite.fab" ]; then
   step "check NaN/Inf inputs" "$OUT/check-nonfinite.log" bash -c "$C/fagen check $C/nonfinite.fab --nonfinite >$OUT/check-nonfinite.log 2>&1 && $C/fagen check $C/check.fab --nonfinite >>$OUT/check-nonfinite.log 2>&1"
