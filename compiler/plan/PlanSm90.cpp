@@ -187,6 +187,9 @@ std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
     return "varlen";
   if (p.deterministic)
     return "the deterministic mode";
+  // Its 128-row query tiles at hd 64 spilled 68-1616 bytes with ALiBi (softcap none; nvcc 13.0).
+  if (p.scoreMod == ScoreMod::Alibi && p.headDimQK == 64)
+    return "ALiBi at head dim 64";
   return "";
 }
 

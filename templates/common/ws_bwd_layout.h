@@ -22,6 +22,19 @@ struct WsBwdLayout {
         bytes(barriers + 8 * (1 + 2 * stages) + 1024) {}
 };
 
+/// Where dQ element (row, col) of a query tile lies in its block_m x head dim block of
+/// dq_accum: 64 x 64 sub-blocks one after the other (columns 64 c .. of rows 64 r .. at
+/// sub-block c * block_m / 64 + r, the one consumer warpgroup c * block_m / 64 + r adds), each
+/// in the order of the wgmma accumulator (templates/sm90/wgmma.cuh): column tile j = col / 8,
+/// then the warpgroup's thread (warp (row % 64) / 16, lane 4 (row % 8) + (col % 8) / 2), then its
+/// four floats, so that a warpgroup stages its sub-block with conflict-free 16-byte stores and
+/// adds it with one contiguous bulk reduction.
+constexpr int ws_bwd_dq_accum_offset(int row, int col, int block_m) {
+  return ((col / 64) * (block_m / 64) + row / 64) * 64 * 64 +
+         ((col % 64 / 8) * 128 + (row % 64 / 16) * 32 + 4 * (row % 8) + (col % 8) / 2) * 4 +
+         (col % 2) + 2 * (row % 16 / 8);
+}
+
 } // namespace fagen
 
 #endif // FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H

@@ -38,6 +38,10 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// The query-tile walk of the portable backward (sm80::QueryTileCursor): first first.
   static constexpr bool kDqAscending = false;
   static constexpr int kDqSlots = 1;
+  /// What sm80::bwd_preprocess (this template's _pre) reads: one dq_accum copy, zeroed, and the
+  /// whole kBlockM-row block of a query tile (dq_accum_offset spreads a tile's rows over it).
+  static constexpr bool kDqStoreFirst = false;
+  static __device__ __forceinline__ bool dq_fragment_order(bool) { return true; }
 
   /// Head dim 64 only (H100, bf16, 2k-16k, one process, two rounds each; docs/perf/sm90-bwd.md):
   /// P^T computed while dP^T is still in the tensor cores (kOverlapP), and each key tile's walk
@@ -62,15 +66,10 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// 64 (c / kRowBlocks) .. of the query tile's dQ.
   static constexpr int kRowBlocks = kBlockM / 64;
   static constexpr int kSubBlockFloats = 64 * 64;
-  /// Where dQ element (row, col) of a query tile lies in its kBlockM x kDim block of dq_accum:
-  /// sub-block after sub-block, each in the accumulator order of the warpgroup that adds it
-  /// (accumulator column tile j = col / 8, then the thread, then its four floats), so that the
-  /// warpgroup stages it in shared memory with conflict-free 16-byte stores and adds it with
-  /// one contiguous bulk reduction. bwd_ws_postprocess reads it back.
+  /// Where dQ element (row, col) of a query tile lies in its block of dq_accum
+  /// (common/ws_bwd_layout.h); bwd_ws_postprocess reads it back.
   static __host__ __device__ constexpr int dq_accum_offset(int row, int col) {
-    return ((col / 64) * kRowBlocks + row / 64) * kSubBlockFloats +
-           ((col % 64 / 8) * 128 + (row % 64 / 16) * 32 + 4 * (row % 8) + (col % 8) / 2) * 4 +
-           (col % 2) + 2 * (row % 16 / 8);
+    return ws_bwd_dq_accum_offset(row, col, kBlockM);
   }
 
   // Shared memory (common/ws_bwd_layout.h, which the planner's budget reads too).

@@ -389,52 +389,12 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
 }
 
 /// D = rowsum(dO o O) of one query tile in fp32, and its dq_accum block (kBlockM x head dim,
-/// the padding rows of a last tile too) zeroed. Launch: grid (ceil(seqlen_q / kBlockM),
-/// heads_q, batch), block kPrePostThreads.
+/// the padding rows of a last tile too: WsBwdConfig::dq_fragment_order) zeroed: the portable
+/// backward's _pre. Launch: grid (ceil(seqlen_q / kBlockM), heads_q, batch), block
+/// kPrePostThreads.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_preprocess(const fagen_bwd_params &params) {
-  using Element = typename Config::Element;
-  constexpr int kBlockM = Config::kBlockM, kThreads = Config::kPrePostThreads;
-  constexpr int kLanesPerRow = 8, kRowsPerRound = kThreads / kLanesPerRow;
-  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const fagen_fwd_params &f = params.fwd;
-  const int rows = min(kBlockM, f.seqlen_q - m_block * kBlockM);
-  if (rows <= 0)
-    return;
-  const int64_t row0 = int64_t(m_block) * kBlockM;
-  const Element *o = static_cast<const Element *>(f.o) + batch * f.o_batch_stride +
-                     head * f.o_head_stride + row0 * f.o_row_stride;
-  const Element *dout = static_cast<const Element *>(params.dout) +
-                        batch * params.do_batch_stride + head * params.do_head_stride +
-                        row0 * params.do_row_stride;
-  float *d = params.d + batch * params.d_batch_stride + head * params.d_head_stride + row0;
-  const int lane8 = threadIdx.x % kLanesPerRow;
-  for (int r0 = 0; r0 < kBlockM; r0 += kRowsPerRound) {
-    const int r = r0 + threadIdx.x / kLanesPerRow;
-    float sum = 0.f;
-    if (r < rows)
-      for (int c = lane8; c < Config::kHeadDimV / 8; c += kLanesPerRow) {
-        const uint4 a = *reinterpret_cast<const uint4 *>(o + r * f.o_row_stride + c * 8);
-        const uint4 b = *reinterpret_cast<const uint4 *>(dout + r * params.do_row_stride + c * 8);
-        const u32 av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          const float2 x = sm80::unpack2<Element>(av[i]), y = sm80::unpack2<Element>(bv[i]);
-          sum = fmaf(x.x, y.x, fmaf(x.y, y.y, sum));
-        }
-      }
-#pragma unroll
-    for (int m = 1; m < kLanesPerRow; m *= 2)
-      sum += __shfl_xor_sync(0xffffffffu, sum, m);
-    if (lane8 == 0 && r < rows)
-      d[r] = sum;
-  }
-  float4 *accum = reinterpret_cast<float4 *>(params.dq_accum +
-                                             batch * params.dq_accum_batch_stride +
-                                             head * params.dq_accum_head_stride +
-                                             row0 * Config::kDim);
-  for (int i = threadIdx.x; i < kBlockM * Config::kDim / 4; i += kThreads)
-    accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  sm80::bwd_preprocess<Config>(params);
 }
 
 /// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype,

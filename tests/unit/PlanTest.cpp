@@ -732,9 +732,10 @@ TEST(Plan, Sm90WsBackwardServes) {
   - {name: det, dtype: bf16, head_dim: 128, deterministic: true, passes: [bwd]}
   - {name: hd96, dtype: bf16, head_dim: 96, passes: [bwd]}
   - {name: mla, dtype: bf16, head_dim_qk: 192, head_dim_v: 128, passes: [bwd]}
+  - {name: alibi64, dtype: bf16, head_dim: 64, score_mod: alibi, passes: [bwd]}
 )",
                                      {"sm_90a"});
-  ASSERT_EQ(p.size(), 10u);
+  ASSERT_EQ(p.size(), 11u);
   for (const KernelPlan &k : p) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
                     k.variant == "bs";

@@ -7,6 +7,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "templates/common/smem_layout.h"
+#include "templates/common/ws_bwd_layout.h"
+
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -56,6 +59,42 @@ TEST(SmemLayout, Sm80Backward) {
             64 * (272 + 272) + 2 * 64 * (272 + 272) + 2 * 64 * 144);
   EXPECT_EQ(sm80_bwd_smem_bytes(192, 128, 64, 128, 1, true),
             128 * (384 + 272) + 64 * (384 + 272) + 2 * 64 * 272);
+}
+
+TEST(SmemLayout, Sm90WsBackward) {
+  // hd 128, 64 x 128 tiles, two stages: K, V 32 KB each, Q and dO 16 KB a stage, two dS^T tiles
+  // of 16 KB, two 16 KB dQ staging blocks, LSE + D 512 bytes a stage, 5 mbarriers, alignment.
+  constexpr WsBwdLayout l(128, 64, 128, 2);
+  static_assert(l.bytes == 4 * 32768 + 2 * 16384 + 2 * 16384 + 2 * 512 + 5 * 8 + 1024, "");
+  EXPECT_EQ(l.q, 65536);
+  EXPECT_EQ(l.ds, 65536 + 4 * 16384);
+  EXPECT_EQ(l.stats, l.dq + 2 * 16384);
+  // Every tile starts on a 1024-byte swizzle atom.
+  for (int off : {l.v, l.q, l.dout, l.ds, l.dq})
+    EXPECT_EQ(off % 1024, 0);
+  EXPECT_LE(WsBwdLayout(64, 128, 128, 2).bytes, 227 * 1024);
+}
+
+TEST(SmemLayout, Sm90WsBackwardDqAccumOrder) {
+  // A bijection of the query tile's (row, col) onto its block_m x head dim floats, for both
+  // tiles the planner builds; each 64 x 64 sub-block is contiguous, and a pair of columns
+  // (2 c, 2 c + 1) of a row is one float2.
+  for (auto [blockM, dim] : {std::pair{64, 128}, std::pair{128, 64}}) {
+    std::vector<int> seen(blockM * dim, 0);
+    for (int row = 0; row < blockM; ++row)
+      for (int col = 0; col < dim; ++col) {
+        const int at = ws_bwd_dq_accum_offset(row, col, blockM);
+        ASSERT_GE(at, 0);
+        ASSERT_LT(at, blockM * dim);
+        ++seen[at];
+        const int sub = (col / 64) * (blockM / 64) + row / 64;
+        EXPECT_EQ(at / 4096, sub) << row << " " << col;
+        if (col % 2 == 1)
+          EXPECT_EQ(at, ws_bwd_dq_accum_offset(row, col - 1, blockM) + 1);
+      }
+    for (int n : seen)
+      ASSERT_EQ(n, 1);
+  }
 }
 
 } // namespace
