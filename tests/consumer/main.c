@@ -22,7 +22,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "load: %s\n", fagen_last_error());
     return 1;
   }
-  fagen_fwd_problem problem = {0};
+  fagen_fwd_problem problem = FAGEN_FWD_PROBLEM_INIT;
   problem.batch = 2;
   problem.heads_q = 12;
   problem.heads_kv = 12;
