@@ -53,6 +53,30 @@ inline int encodeTensorMap(TensorMapEncodeTiledFn encode, fagen_tensor_map &map,
                 kTensorMapL2Promotion256B, kTensorMapOobFillZero);
 }
 
+/// One tensor of a call as a rank-4 map: where its map goes, its name (for errors) and shape.
+struct TmaTensor {
+  const char *name;
+  fagen_tensor_map &map;
+  const void *address;
+  int64_t headDim, seqlen, heads, rowStride, headStride, batchStride;
+  int boxRows;
+};
+
+/// Encodes the first `count` of `tensors` with `batch` batch entries. Returns 0, or the first
+/// failing driver result with the tensor's name in `what`.
+inline int encodeTmaTensors(TensorMapEncodeTiledFn encode, const TmaTensor *tensors, int count,
+                            int64_t batch, std::string &what) {
+  for (int i = 0; i < count; ++i) {
+    const TmaTensor &t = tensors[i];
+    if (int r = encodeTensorMap(encode, t.map, t.address, t.headDim, t.seqlen, t.heads, batch,
+                                t.rowStride, t.headStride, t.batchStride, t.boxRows)) {
+      what = t.name;
+      return r;
+    }
+  }
+  return 0;
+}
+
 /// Fills `maps` for a forward call of a kernel with tiles blockM x blockN and head dims
 /// headDimQK (Q, K) and headDimV (V, O); O's map only for a kernel that stores through it
 /// (storeO: O must then meet TMA's layout rules too), zeros otherwise. Varlen (totalQ > 0): Q,
@@ -63,18 +87,11 @@ inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_param
                             int headDimQK, int headDimV, int blockM, int blockN,
                             fagen_fwd_tma_maps &maps, std::string &what, int64_t totalQ = 0,
                             int64_t totalK = 0, bool storeO = false) {
-  struct Tensor {
-    const char *name;
-    fagen_tensor_map &map;
-    const void *address;
-    int64_t headDim, seqlen, heads, rowStride, headStride, batchStride;
-    int boxRows;
-  };
   const bool varlen = totalQ > 0;
   const int64_t batch = varlen ? 1 : p.batch;
   const int64_t rowsQ = varlen ? totalQ : p.seqlen_q, rowsK = varlen ? totalK : p.seqlen_k;
   auto batchStride = [varlen](int64_t stride) { return varlen ? 0 : stride; };
-  const Tensor tensors[4] = {
+  const TmaTensor tensors[4] = {
       {"q", maps.q, p.q, headDimQK, rowsQ, p.heads_q, p.q_row_stride, p.q_head_stride,
        batchStride(p.q_batch_stride), blockM},
       {"k", maps.k, p.k, headDimQK, rowsK, p.heads_kv, p.k_row_stride, p.k_head_stride,
@@ -84,15 +101,7 @@ inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_param
       {"o", maps.o, p.o, headDimV, rowsQ, p.heads_q, p.o_row_stride, p.o_head_stride,
        batchStride(p.o_batch_stride), 64}};
   maps.o = fagen_tensor_map{};
-  for (int i = 0; i < (storeO ? 4 : 3); ++i) { // O last
-    const Tensor &t = tensors[i];
-    if (int r = encodeTensorMap(encode, t.map, t.address, t.headDim, t.seqlen, t.heads, batch,
-                                t.rowStride, t.headStride, t.batchStride, t.boxRows)) {
-      what = t.name;
-      return r;
-    }
-  }
-  return 0;
+  return encodeTmaTensors(encode, tensors, storeO ? 4 : 3, batch, what); // O last
 }
 
 /// Fills `maps` for a backward call (fagen_bwd_tma_maps): Q and dO with boxes of blockM rows,
@@ -103,14 +112,7 @@ inline int encodeBwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_bwd_param
                             int headDimQK, int headDimV, int blockM, int blockN,
                             fagen_bwd_tma_maps &maps, std::string &what) {
   const fagen_fwd_params &p = b.fwd;
-  struct Tensor {
-    const char *name;
-    fagen_tensor_map &map;
-    const void *address;
-    int64_t headDim, seqlen, heads, rowStride, headStride, batchStride;
-    int boxRows;
-  };
-  const Tensor tensors[4] = {
+  const TmaTensor tensors[4] = {
       {"q", maps.q, p.q, headDimQK, p.seqlen_q, p.heads_q, p.q_row_stride, p.q_head_stride,
        p.q_batch_stride, blockM},
       {"k", maps.k, p.k, headDimQK, p.seqlen_k, p.heads_kv, p.k_row_stride, p.k_head_stride,
@@ -119,13 +121,7 @@ inline int encodeBwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_bwd_param
        p.v_batch_stride, blockN},
       {"dout", maps.dout, b.dout, headDimV, p.seqlen_q, p.heads_q, b.do_row_stride,
        b.do_head_stride, b.do_batch_stride, blockM}};
-  for (const Tensor &t : tensors)
-    if (int r = encodeTensorMap(encode, t.map, t.address, t.headDim, t.seqlen, t.heads, p.batch,
-                                t.rowStride, t.headStride, t.batchStride, t.boxRows)) {
-      what = t.name;
-      return r;
-    }
-  return 0;
+  return encodeTmaTensors(encode, tensors, 4, p.batch, what);
 }
 
 } // namespace fagen

@@ -2,7 +2,9 @@
 // float64 CPU reference (this file's own; the forward's O and LSE come from it too) at odd
 // shapes and every variant of the contract, bitwise repeatability, then timing of the backward
 // at the FlashAttention-3 benchmark shapes. Kernels are instantiated as the emitter does (three
-// entry points per config). Build and run: tests/gpu/run_bwd.sh.
+// entry points per config). Build and run: tests/gpu/run_bwd.sh. With -DFAGEN_HARNESS_SM90
+// (sm_90a; `run_bwd.sh build90`) also the sm90ws backward's kernels, launched with their TMA
+// maps; -DFAGEN_HARNESS_SM90_ONLY keeps only the portable defaults at hd 64 and 128 beside them.
 //
 //   bwd_harness [--check] [--bench] [--csv FILE] [--filter SUBSTRING[,SUBSTRING...]]
 //               [--cases N] [--seqlen N]

@@ -3,6 +3,9 @@
 #   tests/gpu/run_bwd.sh build        here (nvcc, no GPU needed): build-bwd/bwd_harness for sm_90
 #                                     (the portable template runs on Hopper as its sm_90 build),
 #                                     CUDA runtime linked statically, plus the ptxas report
+#   tests/gpu/run_bwd.sh build90      here: build-bwd/bwd_harness_sm90 for sm_90a, the sm90ws
+#                                     backward kernels beside the portable defaults at hd 64 and
+#                                     128 (run it with BIN=build-bwd/bwd_harness_sm90)
 #   tests/gpu/run_bwd.sh run [ARGS]   on the GPU machine (carry build-bwd): correctness of every
 #                                     kernel, timing, then torch SDPA flash backward on the same
 #                                     shapes (tests/gpu/bwd_bench.py); the ratio table last.
@@ -32,6 +35,17 @@ build)
   # FAGEN_TEMPLATES=/copy/of/templates NAME=bwd_harness_base builds a version to A/B against.
   /usr/local/cuda/bin/nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 \
     -I "${FAGEN_TEMPLATES:-templates}" \
+    --cudart static -Xcompiler -pthread -Xptxas -v ${NVCC_FLAGS:-} tests/gpu/bwd_harness.cu \
+    -o "$bin" >"$bin.ptxas.log" 2>&1 || { grep -E "error" "$bin.ptxas.log"; exit 1; }
+  grep -E "Compiling entry|spill|Used" "$bin.ptxas.log" | sed 's/ptxas info *: //' | paste - - - |
+    sed -E "s/Compiling entry function '([a-z0-9_]+)'.*stack frame, ([0-9]+) bytes spill stores.*Used ([0-9]+) registers.*/\1 regs=\3 spill=\2/" |
+    grep fagen_ | grep -v "_pre \|_post "
+  ;;
+build90)
+  mkdir -p build-bwd
+  bin=${BIN:-build-bwd/bwd_harness_sm90}
+  /usr/local/cuda/bin/nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I . \
+    -I "${FAGEN_TEMPLATES:-templates}" -I runtime/src -DFAGEN_HARNESS_SM90 -DFAGEN_HARNESS_SM90_ONLY \
     --cudart static -Xcompiler -pthread -Xptxas -v ${NVCC_FLAGS:-} tests/gpu/bwd_harness.cu \
     -o "$bin" >"$bin.ptxas.log" 2>&1 || { grep -E "error" "$bin.ptxas.log"; exit 1; }
   grep -E "Compiling entry|spill|Used" "$bin.ptxas.log" | sed 's/ptxas info *: //' | paste - - - |
@@ -125,7 +139,7 @@ sanitize)
   exit $status
   ;;
 *)
-  echo "usage: $0 build|run [ARGS]|ab LABELS|prof [HD SEQLEN CAUSAL]|sanitize" >&2
+  echo "usage: $0 build|build90|run [ARGS]|ab LABELS|prof [HD SEQLEN CAUSAL]|sanitize" >&2
   exit 2
   ;;
 esac
