@@ -446,10 +446,7 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
   const bool deterministic = plan->workspace_bytes > plan->workspace_offsets[2];
   params.dq_semaphore =
       deterministic ? reinterpret_cast<int32_t *>(base + plan->workspace_offsets[2]) : nullptr;
-  if (fagen_status s = launch(*api, *plan, plan->pre_function, plan->pre_post_grid,
-                              plan->pre_post_block, 0, &params, stream, "_pre");
-      s != FAGEN_OK)
-    return s;
+  // The main kernel's tensor maps before any launch: a call they refuse launches nothing.
   const KernelRecord &kernel = plan->bundle->bundle.kernels[plan->kernel_index];
   fagen_bwd_tma_maps maps;
   if (takesTmaMaps(kernel)) {
@@ -463,6 +460,10 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
                       ": TMA needs 16-byte aligned pointers and strides that are multiples of 8 "
                       "elements, below 2^39 elements");
   }
+  if (fagen_status s = launch(*api, *plan, plan->pre_function, plan->pre_post_grid,
+                              plan->pre_post_block, 0, &params, stream, "_pre");
+      s != FAGEN_OK)
+    return s;
   if (fagen_status s = launch(*api, *plan, plan->function, plan->grid, plan->block,
                               plan->smem_bytes, &params, stream, "",
                               takesTmaMaps(kernel) ? &maps : nullptr);

@@ -968,6 +968,17 @@ TEST_F(FakeVariantTest, TmaBackwardGetsItsTensorMaps) {
     std::memcpy(&address, launches[1].tmaMaps.data() + 128 * t, sizeof address);
     EXPECT_EQ(address, addresses[t]) << "the maps travel in the order Q, K, V, dO";
   }
+  // A map the driver refuses fails the call before any of its three launches.
+  setenv("FAKE_CUDA_TMA_ERROR", "1", 1);
+  before = fake().launchLog.size();
+  EXPECT_EQ(fagen_run_backward(&plan, q, kk, v, o, lse, dout, dq, dk, dv, workspace,
+                               plan.workspace_bytes, nullptr, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  unsetenv("FAKE_CUDA_TMA_ERROR");
+  EXPECT_NE(std::string(fagen_last_error()).find("for tensor q of kernel " + k.name),
+            std::string::npos)
+      << fagen_last_error();
+  EXPECT_EQ(fake().launchLog.size(), before);
   // dO must meet TMA's rules as Q does: with a stride of 2^39 elements the plan takes the
   // bundle's portable kernel of the variant (here the deterministic one), and without one it
   // says why.
