@@ -235,6 +235,75 @@ __device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kBlockM / 8][4],
   }
 }
 
+/// P^T (in st, from S^T) and dS^T (in dpt, from dP^T) of one query tile, once S^T and dP^T
+/// are issued (masked: the tile needs the mask or lies past seqlen_k): with Config::kOverlapP (identity score mod) P^T while dP^T is still in the
+/// tensor cores, else both after.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_wait_p_ds(float (&st)[Config::kBlockM / 8][4],
+                                                 float (&dpt)[Config::kBlockM / 8][4],
+                                                 const WsBwdSmem<Config> &sm,
+                                                 const fagen_bwd_params &params, int s, int key0,
+                                                 int head, int m_block, int batch, bool masked,
+                                                 AttentionShape shape) {
+  constexpr int kBlockM = Config::kBlockM;
+  if constexpr (Config::ScoreMod::kIdentity && Config::kOverlapP) {
+    wgmma_wait<1>();
+    fence_operands(st);
+    bwd_ws_p<Config>(st, params, sm.lse(s), key0, m_block * kBlockM, masked, shape);
+    wgmma_wait<0>();
+    fence_operands(dpt);
+    bwd_ws_ds<Config>(dpt, st, sm.d(s));
+  } else {
+    wgmma_wait<0>();
+    fence_operands(st);
+    fence_operands(dpt);
+    bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), key0, m_block * kBlockM, head,
+                        batch, masked, shape);
+  }
+}
+
+/// Writes a consumer warpgroup's dS^T fragments (its 64 keys' rows) into the dS^T tile at `ds`
+/// (rows: the kBlockN keys; 64-column blocks of query rows, 128-byte swizzled).
+template <class Config>
+__device__ __forceinline__ void bwd_ws_store_ds(const WsBwdSmem<Config> &sm, u32 ds,
+                                                const u32 (&dst)[Config::kBlockM / 16][4],
+                                                int consumer, int warp, int lane) {
+#pragma unroll
+  for (int j = 0; j < Config::kBlockM / 8; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = 64 * consumer + 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4);
+      *sm.template at<u32>(ds + swizzled_offset<Config::kBlockN>(row, col / 8) + (col % 8) * 2) =
+          dst[j / 2][2 * (j % 2) + h];
+    }
+}
+
+/// Adds a consumer warpgroup's 64 x 64 dQ block to dq_accum: staged in shared memory (once
+/// the previous block's reduction has read it) and added by one bulk reduction.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
+                                              const fagen_bwd_params &params,
+                                              const float (&dq)[8][4], int head, int m_block,
+                                              int batch, int consumer, int tid) {
+  if (tid == 0)
+    bulk_wait_group_read<0>();
+  named_barrier_sync<128>(2 + consumer);
+  float4 *staged = sm.template at<float4>(sm.dq(consumer));
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    staged[j * 128 + tid] = make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
+  fence_proxy_async_smem();
+  named_barrier_sync<128>(2 + consumer);
+  if (tid == 0)
+    bulk_reduce_add_f32(params.dq_accum + batch * params.dq_accum_batch_stride +
+                            head * params.dq_accum_head_stride +
+                            int64_t(m_block) * Config::kBlockM * Config::kDim +
+                            consumer * Config::kSubBlockFloats,
+                        sm.dq(consumer), Config::kSmemDqBytes);
+  if (tid == 0)
+    bulk_commit_group();
+}
+
 /// One consumer warpgroup: its 64 keys' dK and dV over every visible query tile, and its dQ
 /// sub-block of each tile added to dq_accum.
 template <class Config>
@@ -261,6 +330,7 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
   for (int it = 0; tile.valid(); tile.advance(), ++it) {
     const int s = it % Config::kStages, round = it / Config::kStages;
     mbarrier_wait(sm.q_full(s), round & 1);
+    // S^T = K Q^T, dP^T = V dO^T; then P^T and dS^T.
     float st[kBlockM / 8][4], dpt[kBlockM / 8][4];
     wgmma_fence();
     gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(st, k_rows, sm.q(s));
@@ -269,21 +339,9 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     wgmma_commit();
     const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
                         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
-    if constexpr (Config::ScoreMod::kIdentity && Config::kOverlapP) {
-      // P^T while dP^T is still in the tensor cores.
-      wgmma_wait<1>();
-      fence_operands(st);
-      bwd_ws_p<Config>(st, params, sm.lse(s), key0, tile.m_block * kBlockM, masked, shape);
-      wgmma_wait<0>();
-      fence_operands(dpt);
-      bwd_ws_ds<Config>(dpt, st, sm.d(s));
-    } else {
-      wgmma_wait<0>();
-      fence_operands(st);
-      fence_operands(dpt);
-      bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), key0, tile.m_block * kBlockM,
-                          tile.head, batch, masked, shape);
-    }
+    bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, s, key0, tile.head, tile.m_block, batch,
+                             masked, shape);
+    // dV += P^T dO, dK += dS^T Q.
     u32 pt[kBlockM / 16][4], dst[kBlockM / 16][4];
     convert_p<Element, kBlockM / 8>(pt, st);
     convert_p<Element, kBlockM / 8>(dst, dpt);
@@ -291,17 +349,10 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     gemm_pv_issue<Element, kDim, kBlockM>(dv, pt, sm.dout(s));
     gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
     wgmma_commit();
-    // dS^T to shared memory (rows: keys, 64-column blocks of query rows), for dQ = dS K of
-    // every consumer warpgroup; then all of them past the barrier.
+    // dS^T to shared memory for dQ = dS K of every consumer warpgroup, then all of them past
+    // the barrier; this warpgroup's dQ block.
     const u32 ds = sm.ds(it);
-#pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = 64 * consumer + 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4);
-        *sm.template at<u32>(ds + swizzled_offset<kBlockN>(row, col / 8) + (col % 8) * 2) =
-            dst[j / 2][2 * (j % 2) + h];
-      }
+    bwd_ws_store_ds<Config>(sm, ds, dst, consumer, warp, lane);
     fence_proxy_async_smem();
     named_barrier_sync<128 * Config::kConsumers>(1);
     float dq[8][4];
@@ -316,25 +367,7 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     mbarrier_arrive(sm.q_empty(s));
     wgmma_wait<0>();
     fence_operands(dq);
-    // The sub-block through shared memory (once the previous one's reduction has read it) and
-    // one bulk reduction into dq_accum.
-    if (tid == 0)
-      bulk_wait_group_read<0>();
-    named_barrier_sync<128>(2 + consumer);
-    float4 *staged = sm.template at<float4>(sm.dq(consumer));
-#pragma unroll
-    for (int j = 0; j < 8; ++j)
-      staged[j * 128 + tid] = make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
-    fence_proxy_async_smem();
-    named_barrier_sync<128>(2 + consumer);
-    if (tid == 0)
-      bulk_reduce_add_f32(params.dq_accum + batch * params.dq_accum_batch_stride +
-                              tile.head * params.dq_accum_head_stride +
-                              int64_t(tile.m_block) * kBlockM * kDim +
-                              consumer * Config::kSubBlockFloats,
-                          sm.dq(consumer), Config::kSmemDqBytes);
-    if (tid == 0)
-      bulk_commit_group();
+    bwd_ws_add_dq<Config>(sm, params, dq, tile.head, tile.m_block, batch, consumer, tid);
   }
   // dK (times the softmax scale for the identity score mod) and dV of the warpgroup's rows.
   if constexpr (Config::ScoreMod::kIdentity) {
