@@ -253,8 +253,8 @@ bool checkCase(const CheckOptions &opt, const Session &session, int index,
   bool ok = false;
   std::vector<OutputTensor> outputs;
   if (k.pass == Pass::Backward) {
-    BwdCaseOutcome outcome = checkBackwardCase(*session.api, session.bundle, index, k, s, seed,
-                                               table);
+    BwdCaseOutcome outcome = checkBackwardCase(*session.api, session.bundle, session.records,
+                                               index, s, seed, table);
     if (auto *cuda = std::get_if<CudaFailure>(&outcome)) {
       llvm::outs() << llvm::formatv("{0,-56} {1,-7} {2,-24} CUDA error: {3}\n", k.name, k.arch,
                                     checkShapeText(s), cuda->message);

@@ -172,8 +172,9 @@ using BwdCaseOutcome = std::variant<BwdCaseResult, CudaFailure>;
 /// a forward kernel of the same variant in `bundle` where one runs here, else from the float64
 /// reference rounded to the dtype; dQ, dK, dV poisoned first and compared with the float64
 /// and same-precision references; a deterministic kernel is run twice and must repeat bitwise.
+/// `records`: the bundle's manifest, as `bundle` was loaded from it.
 BwdCaseOutcome checkBackwardCase(const DriverApi &api, const fagen_bundle *bundle,
-                                 int kernelIndex, const KernelRecord &kernel,
+                                 const Bundle &records, int kernelIndex,
                                  const CheckShape &shape, unsigned seed,
                                  const std::vector<uint8_t> &staticTable = {});
 

@@ -60,18 +60,16 @@ std::vector<uint16_t> referenceO(const ref::FwdProblem &pb, const ref::FwdResult
 /// Fills d.o and d.lse for the backward: from a forward kernel of the same variant where one
 /// serves the call here, else from the CPU. Sets `source`; returns "" or a runtime failure.
 llvm::Expected<std::string> forwardOutputs(DeviceMemory &memory, const fagen_bundle *bundle,
-                                           const KernelRecord &k, const CaseInputs &in,
-                                           const check::DeviceCase &d, std::string &source) {
+                                           const Bundle &records, const KernelRecord &k,
+                                           const CaseInputs &in, const check::DeviceCase &d,
+                                           std::string &source) {
   fagen_plan plan;
   // A forward of the backward's own variant. Not a dropout kernel for a backward without
   // dropout: such a kernel serves dropout_p = 0 calls too (keeping every element), and the
   // backward of a variant without a forward of its own then reads the float64 reference's O and
   // LSE, as the golden digests were recorded.
-  auto ownVariant = [&](const std::string &name) {
-    return (("_" + name + "_").find("_drop_") != std::string::npos) == k.dropout;
-  };
   if (fagen_plan_forward(bundle, &in.problem, &plan) == FAGEN_OK &&
-      ownVariant(fagen_bundle_kernel_name(bundle, plan.kernel_index))) {
+      records.kernels[plan.kernel_index].dropout == k.dropout) {
     std::string name = fagen_bundle_kernel_name(bundle, plan.kernel_index);
     source = name.substr(0, name.find(' '));
     llvm::Expected<std::string> run = check::runForward(memory, plan, isDenseKernel(k), in, d);
@@ -207,8 +205,9 @@ void compareGradients(const KernelRecord &k, const CaseInputs &in, const HostFor
 }
 
 /// Runs the case on the device; fills `result` (a runtime failure, or the errors).
-llvm::Error backwardCase(const DriverApi &api, const fagen_bundle *bundle, int kernelIndex,
-                         const KernelRecord &k, const CaseInputs &in, BwdCaseResult &result) {
+llvm::Error backwardCase(const DriverApi &api, const fagen_bundle *bundle,
+                         const Bundle &records, int kernelIndex, const KernelRecord &k,
+                         const CaseInputs &in, BwdCaseResult &result) {
   fagen_plan plan;
   if (fagen_status st = fagen_plan_backward_kernel(bundle, &in.problem, k.deterministic ? 1 : 0,
                                                    kernelIndex, &plan);
@@ -224,7 +223,7 @@ llvm::Error backwardCase(const DriverApi &api, const fagen_bundle *bundle, int k
   if (llvm::Error e = allocateGradients(memory, plan, in, g))
     return e;
   llvm::Expected<std::string> fwd =
-      forwardOutputs(memory, bundle, k, in, d, result.forwardSource);
+      forwardOutputs(memory, bundle, records, k, in, d, result.forwardSource);
   if (!fwd || !fwd->empty()) {
     if (!fwd)
       return fwd.takeError();
@@ -260,11 +259,12 @@ llvm::Error backwardCase(const DriverApi &api, const fagen_bundle *bundle, int k
 } // namespace
 
 BwdCaseOutcome checkBackwardCase(const DriverApi &api, const fagen_bundle *bundle,
-                                 int kernelIndex, const KernelRecord &k, const CheckShape &s,
+                                 const Bundle &records, int kernelIndex, const CheckShape &s,
                                  unsigned seed, const std::vector<uint8_t> &staticTable) {
+  const KernelRecord &k = records.kernels[kernelIndex];
   const CaseInputs in = makeCaseInputs(k, s, seed, staticTable);
   BwdCaseResult result;
-  if (llvm::Error e = backwardCase(api, bundle, kernelIndex, k, in, result))
+  if (llvm::Error e = backwardCase(api, bundle, records, kernelIndex, k, in, result))
     return CudaFailure{llvm::toString(std::move(e))};
   return result;
 }

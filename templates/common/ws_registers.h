@@ -17,6 +17,15 @@ constexpr int ws_producer_registers(int consumers, bool varlen) {
 constexpr int ws_consumer_registers(int consumers, bool varlen) {
   return consumers == 2 ? (varlen ? 232 : 240) : 160;
 }
+/// Whether the split fits what a CTA of a producer and `consumers` consumer warpgroups gets at
+/// launch: each thread a 64 K register file's share, rounded down to 8. setmaxnreg only moves
+/// registers within that; asking for more makes setmaxnreg.inc wait forever (an experiment with
+/// 64 + 2 x 224 over 384 x 168 hung on the H200).
+constexpr bool ws_registers_fit(int consumers, bool varlen) {
+  return 128 * (ws_producer_registers(consumers, varlen) +
+                consumers * ws_consumer_registers(consumers, varlen)) <=
+         128 * (consumers + 1) * ((65536 / (128 * (consumers + 1))) / 8 * 8);
+}
 /// What a consumer thread has for its S, O and P accumulators: its share less 32 for addresses,
 /// the softmax's state and loop variables.
 constexpr int ws_accumulator_registers(int consumers, bool varlen) {

@@ -57,10 +57,9 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   // Registers a thread after setmaxnreg: the forward's split (common/ws_registers.h).
   static constexpr int kProducerRegs = ws_producer_registers(kConsumers, false);
   static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, false);
-  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
-  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
+  static_assert(ws_registers_fit(kConsumers, false),
                 "the warpgroups' registers after setmaxnreg exceed what the CTA was launched "
-                "with");
+                "with (common/ws_registers.h)");
 
   /// dQ sub-blocks of 64 x 64: consumer c owns rows 64 (c % kRowBlocks) .., columns
   /// 64 (c / kRowBlocks) .. of the query tile's dQ.

@@ -212,13 +212,9 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
   // Registers a thread (common/ws_registers.h, which the planner's budget reads too).
   static constexpr int kProducerRegs = ws_producer_registers(kConsumers, Variant::kVarlen);
   static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, Variant::kVarlen);
-  // setmaxnreg only moves registers within what the CTA got at launch: kThreads x the
-  // per-thread count of a 64 K register file (rounded down to 8). Asking for more makes
-  // setmaxnreg.inc wait forever (an experiment with 64 + 2 x 224 over 384 x 168 hung on the H200).
-  static constexpr int kLaunchRegs = (65536 / kThreads) / 8 * 8;
-  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
+  static_assert(ws_registers_fit(kConsumers, Variant::kVarlen),
                 "the warpgroups' registers after setmaxnreg exceed what the CTA was launched "
-                "with");
+                "with (common/ws_registers.h)");
 
   // Shared memory, every tile in 128-byte-swizzled 64-column blocks (sm90/tile_ops.cuh): the Q
   // tile, kStages K tiles, kStages V tiles, kTmaStoreO: the O tile, then the mbarriers (Q full,

@@ -695,24 +695,6 @@ struct DeviceBuffer {
   }
 };
 
-#ifdef FAGEN_HARNESS_SM90
-/// cuTensorMapEncodeTiled from the driver, through the CUDA runtime.
-static fagen::TensorMapEncodeTiledFn tensor_map_encoder() {
-  static fagen::TensorMapEncodeTiledFn fn = [] {
-    void *f = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                cudaEnableDefault, &q));
-    if (f == nullptr || q != cudaDriverEntryPointSuccess) {
-      std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
-      std::exit(1);
-    }
-    return reinterpret_cast<fagen::TensorMapEncodeTiledFn>(f);
-  }();
-  return fn;
-}
-#endif
-
 static void launch(const BwdKernel &k, const fagen_bwd_params &p, int m_blocks) {
   void *args[] = {const_cast<fagen_bwd_params *>(&p)};
   dim3 grid_q(m_blocks, p.fwd.heads_q, p.fwd.batch);

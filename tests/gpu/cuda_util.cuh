@@ -31,4 +31,22 @@ __global__ void fill_random(uint16_t *x, size_t n, uint32_t seed) {
   }
 }
 
+#ifdef FAGEN_RUNTIME_TMAMAPS_H // the TMA harnesses include runtime/src/TmaMaps.h first
+/// cuTensorMapEncodeTiled from the driver, through the CUDA runtime.
+static fagen::TensorMapEncodeTiledFn tensor_map_encoder() {
+  static fagen::TensorMapEncodeTiledFn fn = [] {
+    void *f = nullptr;
+    cudaDriverEntryPointQueryResult found;
+    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                cudaEnableDefault, &found));
+    if (found != cudaDriverEntryPointSuccess || f == nullptr) {
+      std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
+      std::exit(2);
+    }
+    return reinterpret_cast<fagen::TensorMapEncodeTiledFn>(f);
+  }();
+  return fn;
+}
+#endif
+
 #endif // FAGEN_TESTS_GPU_CUDA_UTIL_CUH

@@ -97,22 +97,6 @@ static bool is_dense(const KernelInfo &k) {
 /// The mask kind of a template mask's name.
 static constexpr MaskKind maskOf(const char *s) { return s[0] == 'C' ? MaskKind::Causal : MaskKind::None; }
 
-/// cuTensorMapEncodeTiled from the driver, through the CUDA runtime.
-static fagen::TensorMapEncodeTiledFn tensor_map_encoder() {
-  static fagen::TensorMapEncodeTiledFn fn = [] {
-    void *f = nullptr;
-    cudaDriverEntryPointQueryResult found;
-    CUDA_CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                cudaEnableDefault, &found));
-    if (found != cudaDriverEntryPointSuccess || f == nullptr) {
-      std::fprintf(stderr, "cuTensorMapEncodeTiled not found in the driver\n");
-      std::exit(2);
-    }
-    return reinterpret_cast<fagen::TensorMapEncodeTiledFn>(f);
-  }();
-  return fn;
-}
-
 static void launch(const KernelInfo &k, const fagen_fwd_params &p) {
   dim3 grid((p.seqlen_q + k.block_m - 1) / k.block_m, p.heads_q, p.batch);
   if (!k.tma_block_n) {

@@ -30,7 +30,7 @@ fi
 case "${1:-}" in
 build)
   mkdir -p "$C"
-  flags=(-std=c++17 -O3 -I templates -I templates/common -I compiler -I runtime/src -Xptxas -v)
+  flags=(-std=c++17 -O3 -I . -I templates -I templates/common -I check -I runtime/src -Xptxas -v)
   report() { # ptxas log -> "kernel regs=N spill=N"
     grep -E "Compiling entry|spill|Used" "$1" | sed 's/ptxas info *: //' | paste - - - |
       sed -E "s/Compiling entry function '([a-z0-9_]+)'.*stack frame, ([0-9]+) bytes spill stores.*Used ([0-9]+) registers.*/\1 regs=\3 spill=\2/" |

@@ -15,7 +15,7 @@ build)
   mkdir -p .carry
   templates=${FAGEN_TEMPLATES:-templates}
   nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 -I "$templates" \
-    -I "$templates/common" -I compiler -I runtime/src --cudart static -Xcompiler -pthread -Xptxas -v \
+    -I "$templates/common" -I . -I check -I runtime/src --cudart static -Xcompiler -pthread -Xptxas -v \
     tests/gpu/fwd_harness.cu -o ".carry/${NAME:-fwd_harness}" 2>&1 | tee ".carry/${NAME:-fwd_harness}.ptxas.log" |
     grep -E "Compiling entry|spill|Used" | sed 's/ptxas info *: //' | paste - - - |
     sed -E "s/Compiling entry function '([a-z0-9_]+)'.*stack frame, ([0-9]+) bytes spill stores.*Used ([0-9]+) registers.*/\1 regs=\3 spill=\2/" |
