@@ -274,7 +274,10 @@ PtxasReport parsePlanReport(const std::string &output, const KernelPlan &plan) {
 
 std::vector<std::string> nvccFlags(const std::string &arch) {
   std::string num = arch.substr(3); // "90a"
-  return {"-gencode", "arch=compute_" + num + ",code=sm_" + num};
+  // A __host__ __device__ function calling a host-only one (20011) or a host-only constexpr one
+  // (20013) is only a warning to nvcc, and the device code it builds computes garbage: an
+  // error here.
+  return {"-gencode", "arch=compute_" + num + ",code=sm_" + num, "--diag-error", "20011,20013"};
 }
 
 std::string compileCacheKey(const Toolchain &tc, const std::vector<std::string> &flags,

@@ -4,6 +4,12 @@
 #ifndef FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H
 #define FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H
 
+#if defined(__CUDACC__)
+#define FAGEN_WS_BWD_LAYOUT_HD __host__ __device__
+#else
+#define FAGEN_WS_BWD_LAYOUT_HD
+#endif
+
 namespace fagen {
 
 /// Byte offsets from the 1024-byte-aligned base, tiles in 128-byte-swizzled 64-column blocks:
@@ -29,7 +35,7 @@ struct WsBwdLayout {
 /// then the warpgroup's thread (warp (row % 64) / 16, lane 4 (row % 8) + (col % 8) / 2), then its
 /// four floats, so that a warpgroup stages its sub-block with conflict-free 16-byte stores and
 /// adds it with one contiguous bulk reduction.
-constexpr int ws_bwd_dq_accum_offset(int row, int col, int block_m) {
+FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_dq_accum_offset(int row, int col, int block_m) {
   return ((col / 64) * (block_m / 64) + row / 64) * 64 * 64 +
          ((col % 64 / 8) * 128 + (row % 64 / 16) * 32 + 4 * (row % 8) + (col % 8) / 2) * 4 +
          (col % 2) + 2 * (row % 16 / 8);

@@ -33,7 +33,7 @@ case "${1:-}" in
 build)
   mkdir -p build-bwd
   # FAGEN_TEMPLATES=/copy/of/templates NAME=bwd_harness_base builds a version to A/B against.
-  /usr/local/cuda/bin/nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 \
+  /usr/local/cuda/bin/nvcc -std=c++17 -O3 --diag-error 20011,20013 -gencode arch=compute_90,code=sm_90 \
     -I "${FAGEN_TEMPLATES:-templates}" \
     --cudart static -Xcompiler -pthread -Xptxas -v ${NVCC_FLAGS:-} tests/gpu/bwd_harness.cu \
     -o "$bin" >"$bin.ptxas.log" 2>&1 || { grep -E "error" "$bin.ptxas.log"; exit 1; }
@@ -44,7 +44,7 @@ build)
 build90)
   mkdir -p build-bwd
   bin=${BIN:-build-bwd/bwd_harness_sm90}
-  /usr/local/cuda/bin/nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I . \
+  /usr/local/cuda/bin/nvcc -std=c++17 -O3 --diag-error 20011,20013 -gencode arch=compute_90a,code=sm_90a -I . \
     -I "${FAGEN_TEMPLATES:-templates}" -I runtime/src -DFAGEN_HARNESS_SM90 -DFAGEN_HARNESS_SM90_ONLY \
     --cudart static -Xcompiler -pthread -Xptxas -v ${NVCC_FLAGS:-} tests/gpu/bwd_harness.cu \
     -o "$bin" >"$bin.ptxas.log" 2>&1 || { grep -E "error" "$bin.ptxas.log"; exit 1; }

@@ -14,7 +14,7 @@ build)
   # FAGEN_TEMPLATES=/copy/of/templates NAME=fwd_harness_base builds a baseline to A/B against.
   mkdir -p .carry
   templates=${FAGEN_TEMPLATES:-templates}
-  nvcc -std=c++17 -O3 -gencode arch=compute_90,code=sm_90 -I "$templates" \
+  nvcc -std=c++17 -O3 --diag-error 20011,20013 -gencode arch=compute_90,code=sm_90 -I "$templates" \
     -I "$templates/common" -I . -I check -I runtime/src --cudart static -Xcompiler -pthread -Xptxas -v \
     tests/gpu/fwd_harness.cu -o ".carry/${NAME:-fwd_harness}" 2>&1 | tee ".carry/${NAME:-fwd_harness}.ptxas.log" |
     grep -E "Compiling entry|spill|Used" | sed 's/ptxas info *: //' | paste - - - |

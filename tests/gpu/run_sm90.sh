@@ -26,7 +26,7 @@ OUT=${OUT:-/tmp/fagen-sm90}
 mkdir -p "$OUT"
 bin=.carry-sm90/sm90_harness
 build_harness() { # $1 source, $2 binary
-  nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I . -I templates -I templates/common \
+  nvcc -std=c++17 -O3 --diag-error 20011,20013 -gencode arch=compute_90a,code=sm_90a -I . -I templates -I templates/common \
     -I check -I runtime/src --cudart static -Xcompiler -pthread -Xptxas -v "$1" \
     -o "$2" 2>&1 | tee "$2.ptxas.log" |
     grep -E "Compiling entry|spill|Used|warn|error" | sed 's/ptxas info *: //' | paste - - - |
