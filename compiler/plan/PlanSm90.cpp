@@ -183,8 +183,6 @@ std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
                          p.headDimV);
   if (p.dropout)
     return "dropout";
-  if (p.varlen)
-    return "varlen";
   if (p.deterministic)
     return "the deterministic mode";
   // Its 128-row query tiles at hd 64 spilled 68-1616 bytes with ALiBi (softcap none; nvcc 13.0).

@@ -738,7 +738,7 @@ TEST(Plan, Sm90WsBackwardServes) {
   ASSERT_EQ(p.size(), 11u);
   for (const KernelPlan &k : p) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
-                    k.variant == "bs";
+                    k.variant == "bs" || k.variant == "vl";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;
