@@ -97,8 +97,6 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
   static_assert(!kDeterministic, "the sm90 backward has no deterministic mode: use the sm80 "
                                  "template");
-  static_assert(!Variant::Dropout::kEnabled,
-                "the sm90 backward does not serve dropout: use the sm80 template");
   static_assert(kSmemBytes <= 227 * 1024, "kSmemBytes exceeds 227 KB: lower kStages");
   static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
 };

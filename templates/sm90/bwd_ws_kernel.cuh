@@ -3,7 +3,8 @@
 // and LSE, D rows into a ring of slots handed over by mbarriers; the consumer warpgroups
 // (bwd_ws_config.cuh: 64 keys each) run, per query tile,
 //   S^T = K Q^T, dP^T = V dO^T            wgmma from shared memory
-//   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - D)    in registers (masks, score mods)
+//   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - D)    in registers (masks, score mods;
+//                                         dropout: the forward's keep flags, transposed)
 //   dV += P^T dO, dK += dS^T Q            wgmma, A from registers
 //   dQ_sub = dS K                         wgmma from dS^T in shared memory, bulk-added to dq_accum
 // and store dK, dV at the end. Three kernels per plan, as abi/bwd_params.h describes:
@@ -20,6 +21,7 @@
 
 #include "abi/bwd_params.h"
 #include "abi/tma_params.h"
+#include "common/dropout.cuh"
 #include "common/ptx.cuh"
 #include "sm80/bwd_kernel.cuh"
 #include "sm90/bwd_ws_config.cuh"
@@ -172,15 +174,20 @@ __device__ __forceinline__ void gemm_dq_issue(float (&dq)[8][4], u32 ds_smem, u3
     WgmmaTransposed<Element>::ss(dq, a.at(k * 16 * 128), b.at(k * 16 * 128), k > 0);
 }
 
+/// Dropout's keep flags of a consumer thread's P^T elements (dropout_keep_bits_transposed).
+template <class Config> using WsKeepBits = u32[Config::kBlockM / 64];
+
 /// P^T and dS^T of one consumer warpgroup's 64 keys against a query tile, from S^T (st) and
-/// dP^T (dpt) in place: st becomes P^T, dpt dS^T. key0: the warpgroup's first key (in the
+/// dP^T (dpt) in place: st becomes P^T (with dropout: P^T o keep / (1 - p), which dV reads),
+/// dpt dS^T = P^T o (dP^T [o keep / (1 - p)] - D). key0: the warpgroup's first key (in the
 /// sequence), q0: the tile's first query row.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
                                             float (&dpt)[Config::kBlockM / 8][4],
                                             const fagen_bwd_params &params, const float *lse2,
-                                            const float *d, int key0, int q0, int head,
-                                            int batch, bool masked, AttentionShape shape) {
+                                            const float *d, const WsKeepBits<Config> &keep,
+                                            int key0, int q0, int head, int batch, bool masked,
+                                            AttentionShape shape) {
   using Mask = typename Config::Mask;
   using ScoreMod = typename Config::ScoreMod;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
@@ -202,10 +209,17 @@ __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
         p = exp2_approx(fmaf(mod.logit(s, q, key), sm80::kLog2e, -(e % 2 ? l.y : l.x)));
       if (masked && !(key < shape.seqlen_k && Mask::is_visible(q, key, shape)))
         p = 0.f;
-      float ds = p * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+      float ds;
+      if constexpr (Config::Dropout::kEnabled) {
+        const float ks = keep_scale_transposed(keep, j, e, params.fwd.dropout_rescale);
+        ds = p * fmaf(dpt[j][e], ks, -(e % 2 ? dd.y : dd.x));
+        st[j][e] = p * ks;
+      } else {
+        ds = p * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+        st[j][e] = p;
+      }
       if constexpr (!ScoreMod::kIdentity)
         ds *= mod.dlogit(s, q, key);
-      st[j][e] = p;
       dpt[j][e] = ds;
     }
   }
@@ -234,18 +248,26 @@ __device__ __forceinline__ void bwd_ws_p(float (&st)[Config::kBlockM / 8][4],
   }
 }
 
-/// bwd_ws_p_ds's dS^T from P^T (pt), for the identity score mod: dpt (dP^T) becomes dS^T.
+/// bwd_ws_p_ds's dS^T from P^T (pt), for the identity score mod: dpt (dP^T) becomes dS^T (and
+/// with dropout pt the dropped P^T o keep / (1 - p)).
 template <class Config>
 __device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kBlockM / 8][4],
-                                          const float (&pt)[Config::kBlockM / 8][4],
-                                          const float *d) {
+                                          float (&pt)[Config::kBlockM / 8][4], const float *d,
+                                          const WsKeepBits<Config> &keep, float rescale) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < Config::kBlockM / 8; ++j) {
     const float2 dd = *reinterpret_cast<const float2 *>(d + 8 * j + 2 * (lane % 4));
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      dpt[j][e] = pt[j][e] * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (Config::Dropout::kEnabled) {
+        const float ks = keep_scale_transposed(keep, j, e, rescale);
+        dpt[j][e] = pt[j][e] * fmaf(dpt[j][e], ks, -(e % 2 ? dd.y : dd.x));
+        pt[j][e] *= ks;
+      } else {
+        dpt[j][e] = pt[j][e] * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+      }
+    }
   }
 }
 
@@ -256,7 +278,8 @@ template <class Config>
 __device__ __forceinline__ void bwd_ws_wait_p_ds(float (&st)[Config::kBlockM / 8][4],
                                                  float (&dpt)[Config::kBlockM / 8][4],
                                                  const WsBwdSmem<Config> &sm,
-                                                 const fagen_bwd_params &params, int s, int key0,
+                                                 const fagen_bwd_params &params,
+                                                 const WsKeepBits<Config> &keep, int s, int key0,
                                                  int head, int m_block, int batch, bool masked,
                                                  AttentionShape shape) {
   constexpr int kBlockM = Config::kBlockM;
@@ -266,13 +289,13 @@ __device__ __forceinline__ void bwd_ws_wait_p_ds(float (&st)[Config::kBlockM / 8
     bwd_ws_p<Config>(st, params, sm.lse(s), key0, m_block * kBlockM, masked, shape);
     wgmma_wait<0>();
     fence_operands(dpt);
-    bwd_ws_ds<Config>(dpt, st, sm.d(s));
+    bwd_ws_ds<Config>(dpt, st, sm.d(s), keep, params.fwd.dropout_rescale);
   } else {
     wgmma_wait<0>();
     fence_operands(st);
     fence_operands(dpt);
-    bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), key0, m_block * kBlockM, head,
-                        batch, masked, shape);
+    bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), keep, key0, m_block * kBlockM,
+                        head, batch, masked, shape);
   }
 }
 
@@ -364,9 +387,14 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     wgmma_commit();
     gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(dpt, v_rows, sm.dout(s));
     wgmma_commit();
+    // Dropout's keep flags of the tile, the forward's, drawn while S^T and dP^T are in flight.
+    WsKeepBits<Config> keep;
+    if constexpr (Config::Dropout::kEnabled)
+      dropout_keep_bits_transposed<kBlockM / 8>(keep, typename Config::Dropout(f, batch, tile.head),
+                                                key0 + 16 * warp, tile.m_block * kBlockM);
     const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
                         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
-    bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, s, key0, tile.head, tile.m_block, batch,
+    bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
                              masked, shape);
     // dV += P^T dO, dK += dS^T Q.
     u32 pt[kBlockM / 16][4], dst[kBlockM / 16][4];
