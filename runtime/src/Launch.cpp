@@ -451,8 +451,10 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
   fagen_bwd_tma_maps maps;
   if (takesTmaMaps(kernel)) {
     std::string what;
+    // Varlen: the maps span the packed tensors (total_q / total_k rows), as the forward's.
     if (int r = encodeBwdTmaMaps(api->cuTensorMapEncodeTiled, params, kernel.headDimQK,
-                                 kernel.headDimV, kernel.blockM, kernel.blockN, maps, what))
+                                 kernel.headDimV, kernel.blockM, kernel.blockN, maps, what,
+                                 params.fwd.total_q, params.fwd.total_k))
       return fail(FAGEN_ERROR_INVALID_ARGUMENT,
                   std::string(function) + ": " +
                       cudaErrorText(*api, r, "cuTensorMapEncodeTiled") + " for tensor " + what +

@@ -109,6 +109,10 @@ bool inSeqlenRange(const KernelRecord &k, const fagen_fwd_problem &p) {
 /// grid over its work tiles (wsGridSize; templates/sm90/ws_tile_scheduler.cuh).
 bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
+/// Whether backward kernel k adds whole query tiles to dq_accum, padding rows included (its
+/// varlen sequences then start at fagen_bwd_dq_tile_row0: templates/abi/bwd_params.h).
+bool addsWholeDqTiles(const KernelRecord &k) { return k.templ == "sm90ws"; }
+
 /// CTAs of a sm90ws launch: one per SM for a persistent kernel (the plan's choice, measured:
 /// compiler/plan/Plan.cpp finalizePlan) and for a kernel that takes its tiles from the forward
 /// workspace's counter (`counter`: the call has a workspace), else one per work tile.
@@ -522,8 +526,11 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   const int64_t rowsPerHead = p.varlen ? p.total_q : p.seqlen_q;
   const int32_t mBlocks = int32_t(ceilDiv(p.seqlen_q, k.blockM));
   // dq_accum [batch, heads_q, whole query tiles, head_dim_qk] and D like the LSE; varlen: the
-  // batch index is folded into the packed row.
-  const int64_t dqRowsPerHead = fagen_bwd_dq_rows(p.varlen, p.seqlen_q, p.total_q, k.blockM);
+  // batch index is folded into the packed row (sm90ws: each sequence's rows in whole tiles).
+  const int64_t dqRowsPerHead =
+      p.varlen && addsWholeDqTiles(k)
+          ? fagen_bwd_dq_tiled_rows(p.total_q, p.batch, k.blockM)
+          : fagen_bwd_dq_rows(p.varlen, p.seqlen_q, p.total_q, k.blockM);
   bp.dq_accum_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * dqRowsPerHead * p.head_dim_qk;
   bp.dq_accum_head_stride = dqRowsPerHead * p.head_dim_qk;
   bp.d_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * p.seqlen_q;
@@ -533,7 +540,7 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   bp.m_blocks = mBlocks;
   std::memcpy(plan.params, &bp, sizeof bp);
 
-  const int64_t dqRows = p.varlen ? p.total_q : int64_t(p.batch) * dqRowsPerHead;
+  const int64_t dqRows = p.varlen ? dqRowsPerHead : int64_t(p.batch) * dqRowsPerHead;
   const int32_t dqSlots = fagen_bwd_dq_slots(k.deterministic ? 1 : 0,
                                              k.mask == Mask::None && k.sparsity == Sparsity::None);
   fagen_bwd_workspace w = fagen_bwd_workspace_layout(rowsQ, dqRows, p.heads_q, p.head_dim_qk,

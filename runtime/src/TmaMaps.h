@@ -105,23 +105,28 @@ inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_param
 }
 
 /// Fills `maps` for a backward call (fagen_bwd_tma_maps): Q and dO with boxes of blockM rows,
-/// K and V of blockN, from the call's fagen_bwd_params (dense tensors: the sm90 backward has no
-/// varlen kernels). Returns 0, or the first failing driver result with the tensor's name in
-/// `what`.
+/// K and V of blockN, from the call's fagen_bwd_params. Varlen (totalQ > 0): the packed
+/// tensors, totalQ and totalK rows, batch 1, as encodeFwdTmaMaps. Returns 0, or the first
+/// failing driver result with the tensor's name in `what`.
 inline int encodeBwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_bwd_params &b,
                             int headDimQK, int headDimV, int blockM, int blockN,
-                            fagen_bwd_tma_maps &maps, std::string &what) {
+                            fagen_bwd_tma_maps &maps, std::string &what, int64_t totalQ = 0,
+                            int64_t totalK = 0) {
   const fagen_fwd_params &p = b.fwd;
+  const bool varlen = totalQ > 0;
+  const int64_t batch = varlen ? 1 : p.batch;
+  const int64_t rowsQ = varlen ? totalQ : p.seqlen_q, rowsK = varlen ? totalK : p.seqlen_k;
+  auto batchStride = [varlen](int64_t stride) { return varlen ? 0 : stride; };
   const TmaTensor tensors[4] = {
-      {"q", maps.q, p.q, headDimQK, p.seqlen_q, p.heads_q, p.q_row_stride, p.q_head_stride,
-       p.q_batch_stride, blockM},
-      {"k", maps.k, p.k, headDimQK, p.seqlen_k, p.heads_kv, p.k_row_stride, p.k_head_stride,
-       p.k_batch_stride, blockN},
-      {"v", maps.v, p.v, headDimV, p.seqlen_k, p.heads_kv, p.v_row_stride, p.v_head_stride,
-       p.v_batch_stride, blockN},
-      {"dout", maps.dout, b.dout, headDimV, p.seqlen_q, p.heads_q, b.do_row_stride,
-       b.do_head_stride, b.do_batch_stride, blockM}};
-  return encodeTmaTensors(encode, tensors, 4, p.batch, what);
+      {"q", maps.q, p.q, headDimQK, rowsQ, p.heads_q, p.q_row_stride, p.q_head_stride,
+       batchStride(p.q_batch_stride), blockM},
+      {"k", maps.k, p.k, headDimQK, rowsK, p.heads_kv, p.k_row_stride, p.k_head_stride,
+       batchStride(p.k_batch_stride), blockN},
+      {"v", maps.v, p.v, headDimV, rowsK, p.heads_kv, p.v_row_stride, p.v_head_stride,
+       batchStride(p.v_batch_stride), blockN},
+      {"dout", maps.dout, b.dout, headDimV, rowsQ, p.heads_q, b.do_row_stride,
+       b.do_head_stride, batchStride(b.do_batch_stride), blockM}};
+  return encodeTmaTensors(encode, tensors, 4, batch, what);
 }
 
 } // namespace fagen

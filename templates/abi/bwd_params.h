@@ -27,10 +27,12 @@
 // copy storing instead of adding (so _pre zeroes none of them), and _post sums the copies in
 // order. Version 6: the embedded fagen_fwd_params grew (tile_counter, forward version 5).
 // Version 7: it grew again (total_q / total_k, forward version 6), and a deterministic
-// kernel's semaphore waits are bounded (a trap after kSemaphoreSpinLimit polls). (The
-// backward's numbers skip the forward's current one, so that a kernel of one pass filed as the
-// other is always refused.)
-#define FAGEN_BWD_PARAMS_VERSION 7
+// kernel's semaphore waits are bounded (a trap after kSemaphoreSpinLimit polls). Version 8:
+// varlen kernels that add whole query tiles (sm90ws) take fagen_bwd_dq_tiled_rows rows of
+// dq_accum a head, sequence b's tiles from fagen_bwd_dq_tile_row0. (The backward's numbers skip
+// the forward's current one, so that a kernel of one pass filed as the other is always
+// refused.)
+#define FAGEN_BWD_PARAMS_VERSION 8
 
 // Deterministic kernels without a mask or block sparsity: key tile n adds its dQ into copy
 // (slot) n % FAGEN_BWD_DET_DQ_SLOTS of dq_accum after the slot's later key tiles only, so a
@@ -50,7 +52,9 @@ extern "C" {
 ///   dq_accum  float32, head_dim_qk floats a row: dq_accum + b * dq_accum_batch_stride +
 ///             h * dq_accum_head_stride + row * head_dim_qk. Rows per head: m_blocks * kBlockM,
 ///             i.e. whole query tiles, the last one padded (varlen: total_q, row =
-///             cu_seqlens_q[b] + i); the order inside one query tile's block is the kernel's own
+///             cu_seqlens_q[b] + i; varlen kernels that add whole tiles, sm90ws:
+///             fagen_bwd_dq_tiled_rows, row = fagen_bwd_dq_tile_row0(cu_seqlens_q[b], b,
+///             block_m) + i); the order inside one query tile's block is the kernel's own
 ///             (sm80: the order of its dQ reductions, see BwdConfig::kDqAccumFragmentOrder),
 ///             read back by _post. fagen_bwd_dq_rows gives the row count.
 ///   d         float32, addressed like the LSE with d_batch_stride / d_head_stride
@@ -87,8 +91,31 @@ static inline int64_t fagen_bwd_dq_rows(int32_t varlen, int64_t seqlen_q, int64_
   return varlen ? total_q : (seqlen_q + block_m - 1) / block_m * block_m;
 }
 
+#if defined(__CUDACC__)
+#define FAGEN_BWD_HD __host__ __device__
+#else
+#define FAGEN_BWD_HD
+#endif
+
+/// Varlen kernels whose query tiles each own a whole block_m-row block of dq_accum (sm90ws:
+/// its bulk reductions add whole blocks, padding rows included): the first dq_accum row of
+/// sequence b, whose first packed row is row0 (cu_seqlens_q[b], clamped to [0, total_q]):
+/// row0 + b * block_m rounded down to a whole tile. Sequence b's tiles then end at or before
+/// sequence b + 1's first (row0 + length <= the next row0), and every tile ends within
+/// fagen_bwd_dq_tiled_rows (row0 + length <= total_q, b < batch), whatever the array holds.
+static FAGEN_BWD_HD inline int64_t fagen_bwd_dq_tile_row0(int64_t row0, int32_t b,
+                                                          int32_t block_m) {
+  return (row0 + (int64_t)b * block_m) / block_m * block_m;
+}
+
+/// Rows of dq_accum per head of such a varlen kernel: total_q + batch * block_m.
+static inline int64_t fagen_bwd_dq_tiled_rows(int64_t total_q, int32_t batch, int32_t block_m) {
+  return total_q + (int64_t)batch * block_m;
+}
+
 /// Where each workspace buffer starts and how big the whole is. `rows_q`: batch * seqlen_q
-/// (varlen: total_q), the rows of D; `dq_rows`: batch * fagen_bwd_dq_rows (varlen: total_q).
+/// (varlen: total_q), the rows of D; `dq_rows`: batch * fagen_bwd_dq_rows (varlen: total_q, or
+/// fagen_bwd_dq_tiled_rows).
 /// Every offset is 256-byte aligned.
 typedef struct fagen_bwd_workspace {
   uint64_t dq_accum_offset, d_offset, semaphore_offset, total_bytes;

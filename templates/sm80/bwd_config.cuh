@@ -139,6 +139,9 @@ template <class Options> struct BwdConfig : VariantParts<typename Options::Varia
   static __device__ __forceinline__ bool dq_fragment_order(bool full_tile) {
     return kDqAccumFragmentOrder && (!Variant::kVarlen || full_tile);
   }
+  /// Varlen rows of dq_accum are packed (cu_seqlens_q[b] + i), not whole tiles a sequence
+  /// (bwd_params.h; the sm90ws backward's are).
+  static constexpr bool kDqWholeTiles = false;
   static constexpr int kTileDK = kHeadDimQKPad / GridKV::kWarpsCols; // dK columns per warp
   static constexpr int kTileDV = kHeadDimVPad / GridKV::kWarpsCols;  // dV columns per warp
 

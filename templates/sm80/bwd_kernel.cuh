@@ -657,11 +657,17 @@ __device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
                 "more than one dq_accum copy only where the first key tile stores (no zeroing)");
   if constexpr (Config::kDqStoreFirst)
     return; // every slot's first key tile stores
-  // A fragment-order block spreads its rows over the whole tile: zero all of it.
+  // A fragment-order block spreads its rows over the whole tile: zero all of it. Varlen
+  // kernels that add whole tiles (Config::kDqWholeTiles) keep each sequence's tiles apart
+  // (bwd_params.h, fagen_bwd_dq_tile_row0).
   const int zero_rows = Config::dq_fragment_order(rows == kBlockM) ? kBlockM : rows;
+  const int64_t dq_row0 =
+      (kVarlen && Config::kDqWholeTiles ? fagen_bwd_dq_tile_row0(span.q_row0, batch, kBlockM)
+                                        : span.q_row0) +
+      int64_t(m_block) * kBlockM;
   float4 *accum = reinterpret_cast<float4 *>(
       params.dq_accum + batch_offset<kVarlen>(batch, params.dq_accum_batch_stride) +
-      head * params.dq_accum_head_stride + row0 * Config::kHeadDimQK);
+      head * params.dq_accum_head_stride + dq_row0 * Config::kHeadDimQK);
   for (int i = threadIdx.x; i < zero_rows * Config::kHeadDimQK / 4; i += kThreads)
     accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }

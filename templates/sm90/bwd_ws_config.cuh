@@ -42,6 +42,10 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// whole kBlockM-row block of a query tile (dq_accum_offset spreads a tile's rows over it).
   static constexpr bool kDqStoreFirst = false;
   static __device__ __forceinline__ bool dq_fragment_order(bool) { return true; }
+  /// Each query tile owns a whole kBlockM-row block of dq_accum, padding rows included (the
+  /// bulk reductions add whole 64 x 64 sub-blocks): varlen sequences start at
+  /// fagen_bwd_dq_tile_row0 (abi/bwd_params.h), which the runtime sizes for.
+  static constexpr bool kDqWholeTiles = true;
 
   /// Head dim 64 only (H100, bf16, 2k-16k, one process, two rounds each; docs/perf/sm90-bwd.md):
   /// P^T computed while dP^T is still in the tensor cores (kOverlapP), and each key tile's walk
@@ -93,8 +97,6 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
   static_assert(!kDeterministic, "the sm90 backward has no deterministic mode: use the sm80 "
                                  "template");
-  static_assert(!Variant::Dropout::kEnabled && !Variant::kVarlen,
-                "the sm90 backward serves neither dropout nor varlen: use the sm80 template");
   static_assert(kSmemBytes <= 227 * 1024, "kSmemBytes exceeds 227 KB: lower kStages");
   static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
 };

@@ -3,18 +3,25 @@
 // and LSE, D rows into a ring of slots handed over by mbarriers; the consumer warpgroups
 // (bwd_ws_config.cuh: 64 keys each) run, per query tile,
 //   S^T = K Q^T, dP^T = V dO^T            wgmma from shared memory
-//   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - D)    in registers (masks, score mods)
+//   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - D)    in registers (masks, score mods;
+//                                         dropout: the forward's keep flags, transposed)
 //   dV += P^T dO, dK += dS^T Q            wgmma, A from registers
 //   dQ_sub = dS K                         wgmma from dS^T in shared memory, bulk-added to dq_accum
 // and store dK, dV at the end. Three kernels per plan, as abi/bwd_params.h describes:
 // bwd_ws_preprocess (D, dq_accum zeroed), bwd_ws_kernel, bwd_ws_postprocess (dQ out).
 // Semantics as the portable backward (docs/design/variants-and-backward.md): with the identity
 // score mod dS is kept unscaled, the softmax scale applied to dK here and to dQ in _post.
+// Varlen: the grid covers the longest sequence's key tiles (a CTA past its sequence's keys
+// exits); Q, dO, K and V come by TMA from the packed tensors at each sequence's first row, so a
+// sequence's last tiles read the next sequence's rows, which the masks (keys) and LSE = +inf
+// (query rows: P = dS = 0) keep out; each sequence's query tiles own whole blocks of dq_accum
+// (WsBwdConfig::kDqWholeTiles).
 #ifndef FAGEN_TEMPLATES_SM90_BWD_WS_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM90_BWD_WS_KERNEL_CUH
 
 #include "abi/bwd_params.h"
 #include "abi/tma_params.h"
+#include "common/dropout.cuh"
 #include "common/ptx.cuh"
 #include "sm80/bwd_kernel.cuh"
 #include "sm90/bwd_ws_config.cuh"
@@ -101,16 +108,22 @@ template <class Config>
 __device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
                                                const fagen_bwd_params &params,
                                                const fagen_bwd_tma_maps &maps, int n_block,
-                                               int kv_head, int batch, AttentionShape shape) {
+                                               int kv_head, int batch, const SequenceSpan &span) {
+  constexpr bool kVarlen = Config::kVarlen;
   constexpr int kBlockM = Config::kBlockM, kBlocks = Config::kDim / 64;
+  const AttentionShape shape = span.shape;
+  // Varlen: rows of the packed tensors, batch 0 (rows past a sequence's end are the next
+  // sequence's: keys there are masked, query rows get LSE +inf below, hence P = dS = 0).
+  const int map_batch = kVarlen ? 0 : batch;
   const int lane = threadIdx.x % 32;
   if (lane == 0) {
     mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Config::kSmemKBytes);
+    const int key_row = int(span.k_row0) + n_block * Config::kBlockN;
     for (int b = 0; b < kBlocks; ++b) {
-      tma_load_4d(sm.k() + b * Config::kBlockN * 128, maps.k, sm.kv_full(), 64 * b,
-                  n_block * Config::kBlockN, kv_head, batch);
-      tma_load_4d(sm.v() + b * Config::kBlockN * 128, maps.v, sm.kv_full(), 64 * b,
-                  n_block * Config::kBlockN, kv_head, batch);
+      tma_load_4d(sm.k() + b * Config::kBlockN * 128, maps.k, sm.kv_full(), 64 * b, key_row,
+                  kv_head, map_batch);
+      tma_load_4d(sm.v() + b * Config::kBlockN * 128, maps.v, sm.kv_full(), 64 * b, key_row,
+                  kv_head, map_batch);
     }
   }
   const float kInf = __int_as_float(0x7f800000);
@@ -120,8 +133,10 @@ __device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
     const int s = it % Config::kStages, round = it / Config::kStages;
     mbarrier_wait(sm.q_empty(s), (round & 1) ^ 1);
     // Rows past seqlen_q, and rows that saw no key (LSE -inf), get LSE +inf: P = 0 there.
-    const float *lse = f.lse + batch * f.lse_batch_stride + tile.head * f.lse_head_stride;
-    const float *d = params.d + batch * params.d_batch_stride + tile.head * params.d_head_stride;
+    const float *lse = f.lse + sm80::batch_offset<kVarlen>(batch, f.lse_batch_stride) +
+                       tile.head * f.lse_head_stride + span.q_row0;
+    const float *d = params.d + sm80::batch_offset<kVarlen>(batch, params.d_batch_stride) +
+                     tile.head * params.d_head_stride + span.q_row0;
     for (int r = lane; r < kBlockM; r += 32) {
       const int row = tile.m_block * kBlockM + r;
       float l = kInf, dr = 0.f;
@@ -135,11 +150,12 @@ __device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
     }
     if (lane == 0) {
       mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Config::kSmemQBytes);
+      const int q_row = int(span.q_row0) + tile.m_block * kBlockM;
       for (int b = 0; b < kBlocks; ++b) {
-        tma_load_4d(sm.q(s) + b * kBlockM * 128, maps.q, sm.q_full(s), 64 * b,
-                    tile.m_block * kBlockM, tile.head, batch);
-        tma_load_4d(sm.dout(s) + b * kBlockM * 128, maps.dout, sm.q_full(s), 64 * b,
-                    tile.m_block * kBlockM, tile.head, batch);
+        tma_load_4d(sm.q(s) + b * kBlockM * 128, maps.q, sm.q_full(s), 64 * b, q_row, tile.head,
+                    map_batch);
+        tma_load_4d(sm.dout(s) + b * kBlockM * 128, maps.dout, sm.q_full(s), 64 * b, q_row,
+                    tile.head, map_batch);
       }
     } else {
       mbarrier_arrive(sm.q_full(s));
@@ -158,15 +174,20 @@ __device__ __forceinline__ void gemm_dq_issue(float (&dq)[8][4], u32 ds_smem, u3
     WgmmaTransposed<Element>::ss(dq, a.at(k * 16 * 128), b.at(k * 16 * 128), k > 0);
 }
 
+/// Dropout's keep flags of a consumer thread's P^T elements (dropout_keep_bits_transposed).
+template <class Config> using WsKeepBits = u32[Config::kBlockM / 64];
+
 /// P^T and dS^T of one consumer warpgroup's 64 keys against a query tile, from S^T (st) and
-/// dP^T (dpt) in place: st becomes P^T, dpt dS^T. key0: the warpgroup's first key (in the
+/// dP^T (dpt) in place: st becomes P^T (with dropout: P^T o keep / (1 - p), which dV reads),
+/// dpt dS^T = P^T o (dP^T [o keep / (1 - p)] - D). key0: the warpgroup's first key (in the
 /// sequence), q0: the tile's first query row.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
                                             float (&dpt)[Config::kBlockM / 8][4],
                                             const fagen_bwd_params &params, const float *lse2,
-                                            const float *d, int key0, int q0, int head,
-                                            int batch, bool masked, AttentionShape shape) {
+                                            const float *d, const WsKeepBits<Config> &keep,
+                                            int key0, int q0, int head, int batch, bool masked,
+                                            AttentionShape shape) {
   using Mask = typename Config::Mask;
   using ScoreMod = typename Config::ScoreMod;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
@@ -188,10 +209,17 @@ __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
         p = exp2_approx(fmaf(mod.logit(s, q, key), sm80::kLog2e, -(e % 2 ? l.y : l.x)));
       if (masked && !(key < shape.seqlen_k && Mask::is_visible(q, key, shape)))
         p = 0.f;
-      float ds = p * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+      float ds;
+      if constexpr (Config::Dropout::kEnabled) {
+        const float ks = keep_scale_transposed(keep, j, e, params.fwd.dropout_rescale);
+        ds = p * fmaf(dpt[j][e], ks, -(e % 2 ? dd.y : dd.x));
+        st[j][e] = p * ks;
+      } else {
+        ds = p * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+        st[j][e] = p;
+      }
       if constexpr (!ScoreMod::kIdentity)
         ds *= mod.dlogit(s, q, key);
-      st[j][e] = p;
       dpt[j][e] = ds;
     }
   }
@@ -220,18 +248,26 @@ __device__ __forceinline__ void bwd_ws_p(float (&st)[Config::kBlockM / 8][4],
   }
 }
 
-/// bwd_ws_p_ds's dS^T from P^T (pt), for the identity score mod: dpt (dP^T) becomes dS^T.
+/// bwd_ws_p_ds's dS^T from P^T (pt), for the identity score mod: dpt (dP^T) becomes dS^T (and
+/// with dropout pt the dropped P^T o keep / (1 - p)).
 template <class Config>
 __device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kBlockM / 8][4],
-                                          const float (&pt)[Config::kBlockM / 8][4],
-                                          const float *d) {
+                                          float (&pt)[Config::kBlockM / 8][4], const float *d,
+                                          const WsKeepBits<Config> &keep, float rescale) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
   for (int j = 0; j < Config::kBlockM / 8; ++j) {
     const float2 dd = *reinterpret_cast<const float2 *>(d + 8 * j + 2 * (lane % 4));
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-      dpt[j][e] = pt[j][e] * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (Config::Dropout::kEnabled) {
+        const float ks = keep_scale_transposed(keep, j, e, rescale);
+        dpt[j][e] = pt[j][e] * fmaf(dpt[j][e], ks, -(e % 2 ? dd.y : dd.x));
+        pt[j][e] *= ks;
+      } else {
+        dpt[j][e] = pt[j][e] * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
+      }
+    }
   }
 }
 
@@ -242,7 +278,8 @@ template <class Config>
 __device__ __forceinline__ void bwd_ws_wait_p_ds(float (&st)[Config::kBlockM / 8][4],
                                                  float (&dpt)[Config::kBlockM / 8][4],
                                                  const WsBwdSmem<Config> &sm,
-                                                 const fagen_bwd_params &params, int s, int key0,
+                                                 const fagen_bwd_params &params,
+                                                 const WsKeepBits<Config> &keep, int s, int key0,
                                                  int head, int m_block, int batch, bool masked,
                                                  AttentionShape shape) {
   constexpr int kBlockM = Config::kBlockM;
@@ -252,13 +289,13 @@ __device__ __forceinline__ void bwd_ws_wait_p_ds(float (&st)[Config::kBlockM / 8
     bwd_ws_p<Config>(st, params, sm.lse(s), key0, m_block * kBlockM, masked, shape);
     wgmma_wait<0>();
     fence_operands(dpt);
-    bwd_ws_ds<Config>(dpt, st, sm.d(s));
+    bwd_ws_ds<Config>(dpt, st, sm.d(s), keep, params.fwd.dropout_rescale);
   } else {
     wgmma_wait<0>();
     fence_operands(st);
     fence_operands(dpt);
-    bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), key0, m_block * kBlockM, head,
-                        batch, masked, shape);
+    bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), keep, key0, m_block * kBlockM,
+                        head, batch, masked, shape);
   }
 }
 
@@ -278,13 +315,25 @@ __device__ __forceinline__ void bwd_ws_store_ds(const WsBwdSmem<Config> &sm, u32
     }
 }
 
+/// Where batch entry `batch`'s query tiles start in dq_accum (floats): dense, its batch
+/// stride; varlen, its whole-tile rows (abi/bwd_params.h, fagen_bwd_dq_tile_row0), so that the
+/// padding rows of its last tile are its own.
+template <class Config>
+__device__ __forceinline__ int64_t ws_dq_accum_seq(const fagen_bwd_params &params, int batch,
+                                                   const SequenceSpan &span) {
+  if constexpr (Config::kVarlen)
+    return fagen_bwd_dq_tile_row0(span.q_row0, batch, Config::kBlockM) * Config::kDim;
+  else
+    return batch * params.dq_accum_batch_stride;
+}
+
 /// Adds a consumer warpgroup's 64 x 64 dQ block to dq_accum: staged in shared memory (once
 /// the previous block's reduction has read it) and added by one bulk reduction.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
                                               const fagen_bwd_params &params,
-                                              const float (&dq)[8][4], int head, int m_block,
-                                              int batch, int consumer, int tid) {
+                                              const float (&dq)[8][4], int64_t dq_seq, int head,
+                                              int m_block, int consumer, int tid) {
   if (tid == 0)
     bulk_wait_group_read<0>();
   named_barrier_sync<128>(2 + consumer);
@@ -295,8 +344,7 @@ __device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
   fence_proxy_async_smem();
   named_barrier_sync<128>(2 + consumer);
   if (tid == 0)
-    bulk_reduce_add_f32(params.dq_accum + batch * params.dq_accum_batch_stride +
-                            head * params.dq_accum_head_stride +
+    bulk_reduce_add_f32(params.dq_accum + dq_seq + head * params.dq_accum_head_stride +
                             int64_t(m_block) * Config::kBlockM * Config::kDim +
                             consumer * Config::kSubBlockFloats,
                         sm.dq(consumer), Config::kSmemDqBytes);
@@ -309,8 +357,10 @@ __device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
 template <class Config>
 __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
                                                const fagen_bwd_params &params, int n_block,
-                                               int kv_head, int batch, AttentionShape shape) {
+                                               int kv_head, int batch, const SequenceSpan &span) {
   using Element = typename Config::Element;
+  constexpr bool kVarlen = Config::kVarlen;
+  const AttentionShape shape = span.shape;
   using Mask = typename Config::Mask;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kDim = Config::kDim;
   const int consumer = threadIdx.x / 128 - 1, tid = threadIdx.x % 128;
@@ -337,9 +387,14 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     wgmma_commit();
     gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(dpt, v_rows, sm.dout(s));
     wgmma_commit();
+    // Dropout's keep flags of the tile, the forward's, drawn while S^T and dP^T are in flight.
+    WsKeepBits<Config> keep;
+    if constexpr (Config::Dropout::kEnabled)
+      dropout_keep_bits_transposed<kBlockM / 8>(keep, typename Config::Dropout(f, batch, tile.head),
+                                                key0 + 16 * warp, tile.m_block * kBlockM);
     const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
                         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
-    bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, s, key0, tile.head, tile.m_block, batch,
+    bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
                              masked, shape);
     // dV += P^T dO, dK += dS^T Q.
     u32 pt[kBlockM / 16][4], dst[kBlockM / 16][4];
@@ -367,7 +422,8 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     mbarrier_arrive(sm.q_empty(s));
     wgmma_wait<0>();
     fence_operands(dq);
-    bwd_ws_add_dq<Config>(sm, params, dq, tile.head, tile.m_block, batch, consumer, tid);
+    bwd_ws_add_dq<Config>(sm, params, dq, ws_dq_accum_seq<Config>(params, batch, span), tile.head,
+                          tile.m_block, consumer, tid);
   }
   // dK (times the softmax scale for the identity score mod) and dV of the warpgroup's rows.
   if constexpr (Config::ScoreMod::kIdentity) {
@@ -378,11 +434,14 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
         dk[j][e] *= f.softmax_scale;
   }
   const int row = key0 + 16 * warp;
-  store_o_rows<Element, kDim>(static_cast<Element *>(params.dk) + batch * params.dk_batch_stride +
-                                  kv_head * params.dk_head_stride + row * params.dk_row_stride,
+  const int64_t key_row = span.k_row0 + row; // in the packed tensors (dense: the sequence)
+  store_o_rows<Element, kDim>(static_cast<Element *>(params.dk) +
+                                  sm80::batch_offset<kVarlen>(batch, params.dk_batch_stride) +
+                                  kv_head * params.dk_head_stride + key_row * params.dk_row_stride,
                               params.dk_row_stride, shape.seqlen_k - row, dk);
-  store_o_rows<Element, kDim>(static_cast<Element *>(params.dv) + batch * params.dv_batch_stride +
-                                  kv_head * params.dv_head_stride + row * params.dv_row_stride,
+  store_o_rows<Element, kDim>(static_cast<Element *>(params.dv) +
+                                  sm80::batch_offset<kVarlen>(batch, params.dv_batch_stride) +
+                                  kv_head * params.dv_head_stride + key_row * params.dv_row_stride,
                               params.dv_row_stride, shape.seqlen_k - row, dv);
   if (tid == 0)
     bulk_wait_group<0>();
@@ -397,7 +456,9 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
   extern __shared__ __align__(1024) unsigned char smem[];
   const WsBwdSmem<Config> sm(smem);
   const int n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;
-  const AttentionShape shape = sequence_span<false>(params.fwd, batch).shape;
+  const SequenceSpan span = sequence_span<Config::kVarlen>(params.fwd, batch);
+  if (Config::kVarlen && n_block * Config::kBlockN >= span.shape.seqlen_k)
+    return; // past this sequence's keys
   if (threadIdx.x == 0) {
     prefetch_tensor_map(maps.q);
     prefetch_tensor_map(maps.k);
@@ -414,11 +475,11 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
   if (threadIdx.x < 128) {
     setmaxnreg_dec<Config::kProducerRegs>();
     if (threadIdx.x < 32)
-      bwd_ws_produce<Config>(sm, params, maps, n_block, kv_head, batch, shape);
+      bwd_ws_produce<Config>(sm, params, maps, n_block, kv_head, batch, span);
     return;
   }
   setmaxnreg_inc<Config::kConsumerRegs>();
-  bwd_ws_consume<Config>(sm, params, n_block, kv_head, batch, shape);
+  bwd_ws_consume<Config>(sm, params, n_block, kv_head, batch, span);
 }
 
 /// D = rowsum(dO o O) of one query tile in fp32, and its dq_accum block (kBlockM x head dim,
@@ -436,18 +497,22 @@ __device__ __forceinline__ void bwd_ws_preprocess(const fagen_bwd_params &params
 template <class Config>
 __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &params) {
   using Element = typename Config::Element;
+  constexpr bool kVarlen = Config::kVarlen;
   constexpr int kBlockM = Config::kBlockM, kChunks = Config::kDim / 8;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const fagen_fwd_params &f = params.fwd;
-  const int rows = min(kBlockM, f.seqlen_q - m_block * kBlockM);
+  const SequenceSpan span = sequence_span<kVarlen>(f, batch);
+  const int rows = min(kBlockM, span.shape.seqlen_q - m_block * kBlockM);
   if (rows <= 0)
     return;
   const float scale = Config::ScoreMod::kIdentity ? f.softmax_scale : 1.f;
-  const int64_t row0 = int64_t(m_block) * kBlockM;
-  const float *accum = params.dq_accum + batch * params.dq_accum_batch_stride +
-                       head * params.dq_accum_head_stride + row0 * Config::kDim;
-  Element *dq = static_cast<Element *>(params.dq) + batch * params.dq_batch_stride +
-                head * params.dq_head_stride + row0 * params.dq_row_stride;
+  const float *accum = params.dq_accum + ws_dq_accum_seq<Config>(params, batch, span) +
+                       head * params.dq_accum_head_stride +
+                       int64_t(m_block) * kBlockM * Config::kDim;
+  Element *dq = static_cast<Element *>(params.dq) +
+                sm80::batch_offset<kVarlen>(batch, params.dq_batch_stride) +
+                head * params.dq_head_stride +
+                (span.q_row0 + int64_t(m_block) * kBlockM) * params.dq_row_stride;
   for (int c = threadIdx.x; c < rows * kChunks; c += Config::kPrePostThreads) {
     const int r = c / kChunks, col = 8 * (c % kChunks);
     u32 v[4];

@@ -1135,6 +1135,66 @@ TEST_F(FakeVariantTest, VarlenBackwardWorkspaceAndArguments) {
   EXPECT_EQ(bp.m_blocks, 11);
 }
 
+TEST_F(FakeVariantTest, TmaVarlenBackwardTakesWholeDqTiles) {
+  // The sm90ws varlen backward: its maps span the packed tensors (total_q / total_k rows, one
+  // batch) as the forward's, and its dq_accum gives every sequence whole query tiles
+  // (fagen_bwd_dq_tiled_rows: total_q + batch * block_m rows a head).
+  Bundle b = makeVariantBundle();
+  b.archs = {"sm_90a"};
+  for (KernelRecord &k : b.kernels)
+    k.arch = "sm_90a";
+  KernelRecord &k = b.kernels[0]; // bf16 hd64 window tl + softcap + dropout + varlen
+  k.name = "fagen_bwd_bf16_hd64_windowtl_softcap_drop_varlen_sm90ws_m128n128w8s2";
+  k.templ = "sm90ws";
+  k.blockM = 128;
+  k.blockN = 128;
+  k.threads = 384;
+  load(b);
+  fagen_fwd_problem p = windowProblem(); // batch 3, total_q 1500, total_k 2000, 16/4 heads
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), k.name);
+  fagen_bwd_workspace w =
+      fagen_bwd_workspace_layout(1500, 1500 + 3 * 128, 16, 64, 3, 6, 0, 1);
+  EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
+  EXPECT_EQ(fagen_bwd_dq_tiled_rows(1500, 3, 128), 1500 + 3 * 128);
+  EXPECT_EQ(plan.workspace_offsets[1], w.d_offset);
+  EXPECT_EQ(plan.grid[0], 8);           // ceil(900 / 128) key tiles of the longest sequence
+  EXPECT_EQ(plan.pre_post_grid[0], 6);  // ceil(700 / 128) query tiles
+  fagen_bwd_params bp;
+  std::memcpy(&bp, plan.params, sizeof bp);
+  EXPECT_EQ(bp.dq_accum_batch_stride, 0);
+  EXPECT_EQ(bp.dq_accum_head_stride, (1500 + 3 * 128) * 64);
+  // Sequence b's tiles start at cu_seqlens_q[b] + b tiles, rounded down to a tile: after the
+  // previous sequence's whole tiles.
+  EXPECT_EQ(fagen_bwd_dq_tile_row0(0, 0, 128), 0);
+  EXPECT_EQ(fagen_bwd_dq_tile_row0(700, 1, 128), 768);   // sequence 0: 6 tiles, rows 0..767
+  EXPECT_EQ(fagen_bwd_dq_tile_row0(1000, 2, 128), 1152); // sequence 1: 3 tiles, 768..1151
+  EXPECT_LE(1152 + 4 * 128, 1500 + 3 * 128);             // sequence 2: 4 tiles
+  alignas(256) static char buf[16], workspace[256];
+  static float lse[4];
+  static int32_t cuQ[4] = {0, 700, 1000, 1500}, cuK[4] = {0, 900, 1100, 2000};
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
+  args.cu_seqlens_q = cuQ;
+  args.cu_seqlens_k = cuK;
+  fake().tensorMaps.clear();
+  size_t before = fake().launchLog.size();
+  ASSERT_EQ(fagen_run_backward(&plan, buf, buf, buf, buf, lse, buf, buf, buf, buf, workspace,
+                               plan.workspace_bytes, &args, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  ASSERT_EQ(launchesSince(before).size(), 3u);
+  ASSERT_EQ(fake().tensorMaps.size(), 4u);
+  using Dims = std::vector<unsigned long long>;
+  const Dims dims[4] = {{64, 1500, 16, 1}, {64, 2000, 4, 1}, {64, 2000, 4, 1}, {64, 1500, 16, 1}};
+  const unsigned rows[4] = {128, 128, 128, 128};
+  for (int t = 0; t < 4; ++t) {
+    const FakeTensorMap &m = fake().tensorMaps[t];
+    EXPECT_EQ(Dims(m.dims, m.dims + 4), dims[t]) << t;
+    EXPECT_EQ(m.box[1], rows[t]) << t;
+  }
+}
+
 TEST_F(FakeVariantTest, BackwardLaunchFailureNamesTheKernel) {
   fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
   fagen_plan plan;

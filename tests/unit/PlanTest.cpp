@@ -733,12 +733,17 @@ TEST(Plan, Sm90WsBackwardServes) {
   - {name: hd96, dtype: bf16, head_dim: 96, passes: [bwd]}
   - {name: mla, dtype: bf16, head_dim_qk: 192, head_dim_v: 128, passes: [bwd]}
   - {name: alibi64, dtype: bf16, head_dim: 64, score_mod: alibi, passes: [bwd]}
+  - {name: dropcap, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap, dropout: true,
+     passes: [bwd]}
+  - {name: dropwin, dtype: bf16, head_dim: 64, mask: window, score_mod: softcap, dropout: true,
+     varlen: true, passes: [bwd]}
 )",
                                      {"sm_90a"});
-  ASSERT_EQ(p.size(), 11u);
+  ASSERT_EQ(p.size(), 13u);
   for (const KernelPlan &k : p) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
-                    k.variant == "bs";
+                    k.variant == "bs" || k.variant == "vl" || k.variant == "drop" ||
+                    k.variant == "dropwin";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;
