@@ -178,9 +178,13 @@ bool sm90ServesVariant(const KernelPlan &p) { return sm90VariantProblem(p, /*ws=
 namespace planner {
 
 std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
-  if (p.headDimQK != p.headDimV || (p.headDimQK != 64 && p.headDimQK != 128))
-    return llvm::formatv("head dims {0}/{1} (it serves 64/64 and 128/128)", p.headDimQK,
+  if (p.headDimQK != p.headDimV ||
+      (p.headDimQK != 64 && p.headDimQK != 128 && p.headDimQK != 256))
+    return llvm::formatv("head dims {0}/{1} (it serves 64/64, 128/128 and 256/256)", p.headDimQK,
                          p.headDimV);
+  // Head dim 256 splits S^T between the warpgroups (ws_bwd_split_s): not built for these yet.
+  if (ws_bwd_split_s(p.headDimQK) && (p.dropout || p.varlen))
+    return p.dropout ? "dropout at head dim 256" : "varlen at head dim 256";
   if (p.deterministic)
     return "the deterministic mode";
   // Its 128-row query tiles at hd 64 spilled 68-1616 bytes with ALiBi (softcap none; nvcc 13.0).
@@ -199,19 +203,25 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
     return "the sm90ws backward template (TMA, wgmma) needs the sm_90a target";
   if (std::string variant = sm90WsBwdVariantProblem(p); !variant.empty())
     return "the sm90ws backward template does not serve " + variant + " (use template sm80)";
-  if (p.blockN != 128)
+  const bool split = ws_bwd_split_s(p.headDimQK);
+  if (split && (p.blockN != 64 || p.blockM != 64))
+    return llvm::formatv("backward block_m and block_n must be 64 at head dim {0} (two consumer "
+                         "warpgroups split S^T by query columns), got {1} x {2}",
+                         p.headDimQK, p.blockM, p.blockN);
+  if (!split && p.blockN != 128)
     return llvm::formatv("backward block_n must be 128 (two consumer warpgroups of 64 keys), "
                          "got {0}",
                          p.blockN);
   // One 64 x 64 dQ sub-block per consumer warpgroup.
-  if (p.blockM * p.headDimQK != 2 * 64 * 64)
+  if (!split && p.blockM * p.headDimQK != 2 * 64 * 64)
     return llvm::formatv("backward block_m must be {0} at head dim {1} (one 64 x 64 dQ block per "
                          "consumer warpgroup), got {2}",
                          2 * 64 * 64 / p.headDimQK, p.headDimQK, p.blockM);
-  if (p.warps != p.blockN / 16)
-    return llvm::formatv("warps must be block_n / 16 = {0} (the consumer warps; the producer "
-                         "warpgroup comes on top), got {1}",
-                         p.blockN / 16, p.warps);
+  const int consumerWarps = 4 * ws_bwd_consumers(p.headDimQK, p.blockN);
+  if (p.warps != consumerWarps)
+    return llvm::formatv("warps must be {0} (the consumer warps; the producer warpgroup comes on "
+                         "top), got {1}",
+                         consumerWarps, p.warps);
   if (p.stages < 1 || p.stages > 3)
     return llvm::formatv("backward stages must be in 1..3, got {0}", p.stages);
   if (p.rescaleTau != 0 || p.exp2EmuPercent != 0 || p.stagedEpilogue)
@@ -226,10 +236,14 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
 KernelPlan sm90WsBwdPlan(KernelPlan p) {
   p.spillFallback.reset();
   p.templ = "sm90ws";
-  p.blockN = 128;
-  p.blockM = 2 * 64 * 64 / p.headDimQK;
-  p.warps = p.blockN / 16;
-  p.stages = 2;
+  // Head dim 256 (ws_bwd_split_s): 64 x 64 tiles and one Q/dO stage (two do not fit 227 KB
+  // beside K, V, the P^T and dS^T tiles and the dQ staging); H100: 0.84-0.95x cuDNN 9.19,
+  // 1.24-1.31x the portable kernel (docs/perf/sm90-bwd.md).
+  const bool split = ws_bwd_split_s(p.headDimQK);
+  p.blockN = split ? 64 : 128;
+  p.blockM = split ? 64 : 2 * 64 * 64 / p.headDimQK;
+  p.warps = 4 * ws_bwd_consumers(p.headDimQK, p.blockN);
+  p.stages = split ? 1 : 2;
   p.rescaleTau = 0;
   finalizePlan(p);
   return p;

@@ -12,20 +12,32 @@
 
 namespace fagen {
 
+/// Head dims above 128 split S^T between the consumer warpgroups by query columns (both hold
+/// every key of the tile, each half of the dK and dV columns: 64 x 256 of each would not fit
+/// one warpgroup's registers), and exchange P^T and dS^T through shared memory.
+FAGEN_WS_BWD_LAYOUT_HD constexpr bool ws_bwd_split_s(int dim) { return dim > 128; }
+
+/// Consumer warpgroups of a CTA: 64 keys each, or two that split S^T (ws_bwd_split_s).
+FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_consumers(int dim, int block_n) {
+  return ws_bwd_split_s(dim) ? 2 : block_n / 64;
+}
+
 /// Byte offsets from the 1024-byte-aligned base, tiles in 128-byte-swizzled 64-column blocks:
 /// K, V (block_n rows), stages x (Q, dO) (block_m rows), two dS^T tiles (block_n rows of block_m
-/// 16-bit columns), a 64 x 64 fp32 dQ staging sub-block per consumer warpgroup (block_n / 64),
-/// stages x (LSE, D) rows, then the mbarriers: K/V full, Q full per stage, Q empty per stage;
-/// `bytes` adds the 1024 bytes that align the base. `dim`: the head dim padded to 64.
+/// 16-bit columns), with ws_bwd_split_s two P^T tiles of the same shape, a 64 x 64 fp32 dQ
+/// staging sub-block per consumer warpgroup, stages x (LSE, D) rows, then the mbarriers: K/V
+/// full, Q full per stage, Q empty per stage; `bytes` adds the 1024 bytes that align the base.
+/// `dim`: the head dim padded to 64.
 struct WsBwdLayout {
   int k_bytes, q_bytes, ds_bytes, dq_bytes, stats_bytes;
-  int v, q, dout, ds, dq, stats, barriers, bytes;
+  int v, q, dout, ds, pt, dq, stats, barriers, bytes;
   constexpr WsBwdLayout(int dim, int block_m, int block_n, int stages)
       : k_bytes(block_n * dim * 2), q_bytes(block_m * dim * 2), ds_bytes(block_n * block_m * 2),
         dq_bytes(64 * 64 * 4), stats_bytes(block_m * 4 * 2), v(k_bytes), q(v + k_bytes),
-        dout(q + stages * q_bytes), ds(dout + stages * q_bytes), dq(ds + 2 * ds_bytes),
-        stats(dq + block_n / 64 * dq_bytes), barriers(stats + stages * stats_bytes),
-        bytes(barriers + 8 * (1 + 2 * stages) + 1024) {}
+        dout(q + stages * q_bytes), ds(dout + stages * q_bytes), pt(ds + 2 * ds_bytes),
+        dq(pt + (ws_bwd_split_s(dim) ? 2 * ds_bytes : 0)),
+        stats(dq + ws_bwd_consumers(dim, block_n) * dq_bytes),
+        barriers(stats + stages * stats_bytes), bytes(barriers + 8 * (1 + 2 * stages) + 1024) {}
 };
 
 /// Where dQ element (row, col) of a query tile lies in its block_m x head dim block of

@@ -54,7 +54,13 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr bool kOverlapP = kDim == 64;
   static constexpr bool kRotateQueryWalk = kDim == 64;
 
-  static constexpr int kConsumers = kBlockN / 64;
+  /// Head dim 256 (ws_bwd_split_s): both consumer warpgroups hold all kBlockN = 64 keys; each
+  /// computes S^T and dP^T for half the query columns (kSCols), writes its P^T and dS^T halves
+  /// to shared memory, and accumulates half the dK / dV columns (kKvCols) from the whole tiles.
+  static constexpr bool kSplitS = ws_bwd_split_s(kDim);
+  static constexpr int kSCols = kSplitS ? kBlockM / 2 : kBlockM;
+  static constexpr int kKvCols = kSplitS ? kDim / 2 : kDim;
+  static constexpr int kConsumers = ws_bwd_consumers(kDim, kBlockN);
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kPrePostThreads = 256;
@@ -66,8 +72,10 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
                 "with (common/ws_registers.h)");
 
   /// dQ sub-blocks of 64 x 64: consumer c owns rows 64 (c % kRowBlocks) .., columns
-  /// 64 (c / kRowBlocks) .. of the query tile's dQ.
+  /// 64 (c / kRowBlocks) .. of the query tile's dQ; with kSplitS the kDqBlocks = 2 sub-blocks
+  /// of its dK / dV columns.
   static constexpr int kRowBlocks = kBlockM / 64;
+  static constexpr int kDqBlocks = kSplitS ? kKvCols / 64 : 1;
   static constexpr int kSubBlockFloats = 64 * 64;
   /// Where dQ element (row, col) of a query tile lies in its block of dq_accum
   /// (common/ws_bwd_layout.h); bwd_ws_postprocess reads it back.
@@ -81,19 +89,27 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr int kSmemDsBytes = kLayout.ds_bytes, kSmemDqBytes = kLayout.dq_bytes;
   static constexpr int kSmemStatsBytes = kLayout.stats_bytes;
   static constexpr int kVOffset = kLayout.v, kQOffset = kLayout.q, kDoOffset = kLayout.dout;
-  static constexpr int kDsOffset = kLayout.ds, kDqOffset = kLayout.dq;
+  static constexpr int kDsOffset = kLayout.ds, kPtOffset = kLayout.pt, kDqOffset = kLayout.dq;
   static constexpr int kStatsOffset = kLayout.stats, kBarrierOffset = kLayout.barriers;
   static constexpr int kSmemBytes = kLayout.bytes;
   static_assert(kSmemDqBytes == kSubBlockFloats * 4, "a dQ staging block holds one sub-block");
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
-  static_assert(kHeadDimQK == kHeadDimV && (kDim == 64 || kDim == 128),
-                "the sm90 backward serves head dims 64 and 128 (Q/K and V equal)");
-  static_assert(kBlockN == 128, "kBlockN must be 128 (two consumer warpgroups of 64 keys)");
-  static_assert(kBlockM == 64 || kBlockM == 128, "kBlockM must be 64 or 128 (the wgmma N of S^T)");
-  static_assert(kRowBlocks * (kDim / 64) == kConsumers,
+  static_assert(kHeadDimQK == kHeadDimV && (kDim == 64 || kDim == 128 || kDim == 256),
+                "the sm90 backward serves head dims 64, 128 and 256 (Q/K and V equal)");
+  static_assert(kSplitS || kBlockN == 128,
+                "kBlockN must be 128 (two consumer warpgroups of 64 keys)");
+  static_assert(kSplitS || kBlockM == 64 || kBlockM == 128,
+                "kBlockM must be 64 or 128 (the wgmma N of S^T)");
+  static_assert(kSplitS || kRowBlocks * (kDim / 64) == kConsumers,
                 "one 64 x 64 dQ sub-block per consumer warpgroup: kBlockM x head dim must be "
                 "64 x 128 or 128 x 64");
+  static_assert(!kSplitS || (kBlockN == 64 && kBlockM == 64),
+                "head dim 256: kBlockN and kBlockM must be 64 (two consumer warpgroups splitting "
+                "S^T by query columns)");
+  static_assert(!kSplitS || (!Variant::Dropout::kEnabled && !Variant::kVarlen),
+                "the sm90 backward at head dim 256 serves neither dropout nor varlen yet: use "
+                "the sm80 template");
   static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
   static_assert(!kDeterministic, "the sm90 backward has no deterministic mode: use the sm80 "
                                  "template");

@@ -46,6 +46,8 @@ template <class Config> struct WsBwdSmem {
   __device__ u32 q(int s) const { return base + Config::kQOffset + s * Config::kSmemQBytes; }
   __device__ u32 dout(int s) const { return base + Config::kDoOffset + s * Config::kSmemQBytes; }
   __device__ u32 ds(int i) const { return base + Config::kDsOffset + (i & 1) * Config::kSmemDsBytes; }
+  /// Head dim 256 (Config::kSplitS): the P^T tiles, double-buffered like dS^T.
+  __device__ u32 pt(int i) const { return base + Config::kPtOffset + (i & 1) * Config::kSmemDsBytes; }
   __device__ u32 dq(int c) const { return base + Config::kDqOffset + c * Config::kSmemDqBytes; }
   /// LSE (log2 units) and D of slot s's query rows.
   __device__ float *lse(int s) const {
@@ -174,6 +176,19 @@ __device__ __forceinline__ void gemm_dq_issue(float (&dq)[8][4], u32 ds_smem, u3
     WgmmaTransposed<Element>::ss(dq, a.at(k * 16 * 128), b.at(k * 16 * 128), k > 0);
 }
 
+/// acc (kBlockN keys, 128 columns) += a (kBlockN keys, kBlockM query rows) * b (kBlockM query
+/// rows, 128 columns), issued by one warpgroup, both from shared memory: a is a P^T or dS^T tile
+/// (key-major: K-major), b_smem the first of two 64-column blocks of the Q or dO tile (MN-major).
+template <class Element, int kBlockN, int kBlockM>
+__device__ __forceinline__ void gemm_kv_split_issue(float (&acc)[16][4], u32 a_smem, u32 b_smem) {
+  const SmemDescSw128<16, 1024> a(a_smem);
+  const SmemDescSw128<kBlockM * 128, 1024> b(b_smem);
+#pragma unroll
+  for (int k = 0; k < kBlockM / 16; ++k)
+    Wgmma<128, Element>::ss_tb(acc, a.at((k / 4) * kBlockN * 128 + (k % 4) * 32),
+                               b.at(k * 16 * 128), 1);
+}
+
 /// Dropout's keep flags of a consumer thread's P^T elements (dropout_keep_bits_transposed).
 template <class Config> using WsKeepBits = u32[Config::kBlockM / 64];
 
@@ -182,8 +197,8 @@ template <class Config> using WsKeepBits = u32[Config::kBlockM / 64];
 /// dpt dS^T = P^T o (dP^T [o keep / (1 - p)] - D). key0: the warpgroup's first key (in the
 /// sequence), q0: the tile's first query row.
 template <class Config>
-__device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
-                                            float (&dpt)[Config::kBlockM / 8][4],
+__device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kSCols / 8][4],
+                                            float (&dpt)[Config::kSCols / 8][4],
                                             const fagen_bwd_params &params, const float *lse2,
                                             const float *d, const WsKeepBits<Config> &keep,
                                             int key0, int q0, int head, int batch, bool masked,
@@ -194,7 +209,7 @@ __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
   const ScoreMod mod(params.fwd, batch, head, shape);
   const float scale_log2 = params.fwd.scale_log2;
 #pragma unroll
-  for (int j = 0; j < Config::kBlockM / 8; ++j) {
+  for (int j = 0; j < Config::kSCols / 8; ++j) {
     const int c = 8 * j + 2 * (lane % 4);
     const float2 l = *reinterpret_cast<const float2 *>(lse2 + c);
     const float2 dd = *reinterpret_cast<const float2 *>(d + c);
@@ -227,14 +242,14 @@ __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kBlockM / 8][4],
 
 /// bwd_ws_p_ds's P^T alone, for the identity score mod: st (S^T) becomes P^T.
 template <class Config>
-__device__ __forceinline__ void bwd_ws_p(float (&st)[Config::kBlockM / 8][4],
+__device__ __forceinline__ void bwd_ws_p(float (&st)[Config::kSCols / 8][4],
                                          const fagen_bwd_params &params, const float *lse2,
                                          int key0, int q0, bool masked, AttentionShape shape) {
   using Mask = typename Config::Mask;
   const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
   const float scale_log2 = params.fwd.scale_log2;
 #pragma unroll
-  for (int j = 0; j < Config::kBlockM / 8; ++j) {
+  for (int j = 0; j < Config::kSCols / 8; ++j) {
     const int c = 8 * j + 2 * (lane % 4);
     const float2 l = *reinterpret_cast<const float2 *>(lse2 + c);
 #pragma unroll
@@ -251,12 +266,12 @@ __device__ __forceinline__ void bwd_ws_p(float (&st)[Config::kBlockM / 8][4],
 /// bwd_ws_p_ds's dS^T from P^T (pt), for the identity score mod: dpt (dP^T) becomes dS^T (and
 /// with dropout pt the dropped P^T o keep / (1 - p)).
 template <class Config>
-__device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kBlockM / 8][4],
-                                          float (&pt)[Config::kBlockM / 8][4], const float *d,
+__device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kSCols / 8][4],
+                                          float (&pt)[Config::kSCols / 8][4], const float *d,
                                           const WsKeepBits<Config> &keep, float rescale) {
   const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int j = 0; j < Config::kBlockM / 8; ++j) {
+  for (int j = 0; j < Config::kSCols / 8; ++j) {
     const float2 dd = *reinterpret_cast<const float2 *>(d + 8 * j + 2 * (lane % 4));
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
@@ -271,45 +286,47 @@ __device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kBlockM / 8][4],
   }
 }
 
-/// P^T (in st, from S^T) and dS^T (in dpt, from dP^T) of one query tile, once S^T and dP^T
-/// are issued (masked: the tile needs the mask or lies past seqlen_k): with Config::kOverlapP (identity score mod) P^T while dP^T is still in the
+/// P^T (in st, from S^T) and dS^T (in dpt, from dP^T) of one query tile's columns col0 ..
+/// col0 + kSCols, once S^T and dP^T are issued (masked: the tile needs the mask or lies past
+/// seqlen_k): with Config::kOverlapP (identity score mod) P^T while dP^T is still in the
 /// tensor cores, else both after.
 template <class Config>
-__device__ __forceinline__ void bwd_ws_wait_p_ds(float (&st)[Config::kBlockM / 8][4],
-                                                 float (&dpt)[Config::kBlockM / 8][4],
+__device__ __forceinline__ void bwd_ws_wait_p_ds(float (&st)[Config::kSCols / 8][4],
+                                                 float (&dpt)[Config::kSCols / 8][4],
                                                  const WsBwdSmem<Config> &sm,
                                                  const fagen_bwd_params &params,
                                                  const WsKeepBits<Config> &keep, int s, int key0,
                                                  int head, int m_block, int batch, bool masked,
-                                                 AttentionShape shape) {
-  constexpr int kBlockM = Config::kBlockM;
+                                                 AttentionShape shape, int col0 = 0) {
+  const int q0 = m_block * Config::kBlockM + col0;
+  const float *lse2 = sm.lse(s) + col0, *d = sm.d(s) + col0;
   if constexpr (Config::ScoreMod::kIdentity && Config::kOverlapP) {
     wgmma_wait<1>();
     fence_operands(st);
-    bwd_ws_p<Config>(st, params, sm.lse(s), key0, m_block * kBlockM, masked, shape);
+    bwd_ws_p<Config>(st, params, lse2, key0, q0, masked, shape);
     wgmma_wait<0>();
     fence_operands(dpt);
-    bwd_ws_ds<Config>(dpt, st, sm.d(s), keep, params.fwd.dropout_rescale);
+    bwd_ws_ds<Config>(dpt, st, d, keep, params.fwd.dropout_rescale);
   } else {
     wgmma_wait<0>();
     fence_operands(st);
     fence_operands(dpt);
-    bwd_ws_p_ds<Config>(st, dpt, params, sm.lse(s), sm.d(s), keep, key0, m_block * kBlockM,
-                        head, batch, masked, shape);
+    bwd_ws_p_ds<Config>(st, dpt, params, lse2, d, keep, key0, q0, head, batch, masked, shape);
   }
 }
 
-/// Writes a consumer warpgroup's dS^T fragments (its 64 keys' rows) into the dS^T tile at `ds`
-/// (rows: the kBlockN keys; 64-column blocks of query rows, 128-byte swizzled).
+/// Writes a consumer warpgroup's dS^T (or P^T) fragments, rows row0 .. row0 + 63 and columns
+/// col0 .. col0 + kSCols, into the tile at `ds` (rows: the kBlockN keys; 64-column blocks of
+/// query rows, 128-byte swizzled).
 template <class Config>
 __device__ __forceinline__ void bwd_ws_store_ds(const WsBwdSmem<Config> &sm, u32 ds,
-                                                const u32 (&dst)[Config::kBlockM / 16][4],
-                                                int consumer, int warp, int lane) {
+                                                const u32 (&dst)[Config::kSCols / 16][4],
+                                                int row0, int col0, int warp, int lane) {
 #pragma unroll
-  for (int j = 0; j < Config::kBlockM / 8; ++j)
+  for (int j = 0; j < Config::kSCols / 8; ++j)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = 64 * consumer + 16 * warp + lane / 4 + 8 * h, col = 8 * j + 2 * (lane % 4);
+      const int row = row0 + 16 * warp + lane / 4 + 8 * h, col = col0 + 8 * j + 2 * (lane % 4);
       *sm.template at<u32>(ds + swizzled_offset<Config::kBlockN>(row, col / 8) + (col % 8) * 2) =
           dst[j / 2][2 * (j % 2) + h];
     }
@@ -327,13 +344,14 @@ __device__ __forceinline__ int64_t ws_dq_accum_seq(const fagen_bwd_params &param
     return batch * params.dq_accum_batch_stride;
 }
 
-/// Adds a consumer warpgroup's 64 x 64 dQ block to dq_accum: staged in shared memory (once
-/// the previous block's reduction has read it) and added by one bulk reduction.
+/// Adds a consumer warpgroup's 64 x 64 dQ block (sub-block `sub` of the query tile's) to
+/// dq_accum: staged in the warpgroup's shared memory (once its previous block's reduction has
+/// read it) and added by one bulk reduction.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
                                               const fagen_bwd_params &params,
                                               const float (&dq)[8][4], int64_t dq_seq, int head,
-                                              int m_block, int consumer, int tid) {
+                                              int m_block, int sub, int consumer, int tid) {
   if (tid == 0)
     bulk_wait_group_read<0>();
   named_barrier_sync<128>(2 + consumer);
@@ -346,10 +364,39 @@ __device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
   if (tid == 0)
     bulk_reduce_add_f32(params.dq_accum + dq_seq + head * params.dq_accum_head_stride +
                             int64_t(m_block) * Config::kBlockM * Config::kDim +
-                            consumer * Config::kSubBlockFloats,
+                            sub * Config::kSubBlockFloats,
                         sm.dq(consumer), Config::kSmemDqBytes);
   if (tid == 0)
     bulk_commit_group();
+}
+
+/// A consumer warpgroup's dK (times the softmax scale for the identity score mod) and dV: a
+/// warp's 16 key rows from `row` (in the sequence), columns col0 .. col0 + kKvCols.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
+                                                 float (&dk)[Config::kKvCols / 8][4],
+                                                 const float (&dv)[Config::kKvCols / 8][4],
+                                                 int batch, int kv_head, const SequenceSpan &span,
+                                                 int row, int col0) {
+  using Element = typename Config::Element;
+  constexpr bool kVarlen = Config::kVarlen;
+  if constexpr (Config::ScoreMod::kIdentity) {
+#pragma unroll
+    for (int j = 0; j < Config::kKvCols / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        dk[j][e] *= params.fwd.softmax_scale;
+  }
+  const int64_t key_row = span.k_row0 + row; // in the packed tensors (dense: the sequence)
+  const int rows = span.shape.seqlen_k - row;
+  store_o_rows<Element, Config::kKvCols>(
+      static_cast<Element *>(params.dk) + sm80::batch_offset<kVarlen>(batch, params.dk_batch_stride) +
+          kv_head * params.dk_head_stride + key_row * params.dk_row_stride + col0,
+      params.dk_row_stride, rows, dk);
+  store_o_rows<Element, Config::kKvCols>(
+      static_cast<Element *>(params.dv) + sm80::batch_offset<kVarlen>(batch, params.dv_batch_stride) +
+          kv_head * params.dv_head_stride + key_row * params.dv_row_stride + col0,
+      params.dv_row_stride, rows, dv);
 }
 
 /// One consumer warpgroup: its 64 keys' dK and dV over every visible query tile, and its dQ
@@ -359,7 +406,6 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
                                                const fagen_bwd_params &params, int n_block,
                                                int kv_head, int batch, const SequenceSpan &span) {
   using Element = typename Config::Element;
-  constexpr bool kVarlen = Config::kVarlen;
   const AttentionShape shape = span.shape;
   using Mask = typename Config::Mask;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kDim = Config::kDim;
@@ -407,7 +453,7 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     // dS^T to shared memory for dQ = dS K of every consumer warpgroup, then all of them past
     // the barrier; this warpgroup's dQ block.
     const u32 ds = sm.ds(it);
-    bwd_ws_store_ds<Config>(sm, ds, dst, consumer, warp, lane);
+    bwd_ws_store_ds<Config>(sm, ds, dst, 64 * consumer, 0, warp, lane);
     fence_proxy_async_smem();
     named_barrier_sync<128 * Config::kConsumers>(1);
     float dq[8][4];
@@ -423,26 +469,90 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     wgmma_wait<0>();
     fence_operands(dq);
     bwd_ws_add_dq<Config>(sm, params, dq, ws_dq_accum_seq<Config>(params, batch, span), tile.head,
-                          tile.m_block, consumer, tid);
+                          tile.m_block, consumer, consumer, tid);
   }
-  // dK (times the softmax scale for the identity score mod) and dV of the warpgroup's rows.
-  if constexpr (Config::ScoreMod::kIdentity) {
+  bwd_ws_store_dkv<Config>(params, dk, dv, batch, kv_head, span, key0 + 16 * warp, 0);
+  if (tid == 0)
+    bulk_wait_group<0>();
+}
+
+/// Head dim 256 (Config::kSplitS): both consumer warpgroups hold all kBlockN = 64 keys. Each
+/// computes S^T and dP^T of its half of the query tile's columns, writes its halves of P^T and
+/// dS^T to shared memory, and, once both halves are there, accumulates its half of the dK and
+/// dV columns (wgmma from shared memory) and the dQ sub-blocks of those columns.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm,
+                                                     const fagen_bwd_params &params, int n_block,
+                                                     int kv_head, int batch,
+                                                     const SequenceSpan &span) {
+  using Element = typename Config::Element;
+  using Mask = typename Config::Mask;
+  constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kSCols = Config::kSCols;
+  const AttentionShape shape = span.shape;
+  const int consumer = threadIdx.x / 128 - 1, tid = threadIdx.x % 128;
+  const int warp = tid / 32, lane = tid % 32;
+  // The warpgroup's query columns of S^T and its 64-column blocks of dK, dV and dQ.
+  const int key0 = n_block * kBlockN, col0 = consumer * kSCols;
+  const int block0 = consumer * Config::kDqBlocks;
+  float dk[Config::kKvCols / 8][4], dv[Config::kKvCols / 8][4];
+  zero_fill(dk);
+  zero_fill(dv);
+  const fagen_fwd_params &f = params.fwd;
+  const int64_t dq_seq = ws_dq_accum_seq<Config>(params, batch, span);
+  const WsKeepBits<Config> keep{}; // no dropout at this head dim (bwd_ws_config.cuh)
+  mbarrier_wait(sm.kv_full(), 0);
+  WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
+  for (int it = 0; tile.valid(); tile.advance(), ++it) {
+    const int s = it % Config::kStages, round = it / Config::kStages;
+    mbarrier_wait(sm.q_full(s), round & 1);
+    // S^T = K Q^T, dP^T = V dO^T of the warpgroup's query columns; then P^T and dS^T.
+    float st[kSCols / 8][4], dpt[kSCols / 8][4];
+    wgmma_fence();
+    gemm_qk_issue<Element, Config::kDim, kBlockN, kSCols, kBlockM>(st, sm.k(),
+                                                                   sm.q(s) + col0 * 128);
+    wgmma_commit();
+    gemm_qk_issue<Element, Config::kDim, kBlockN, kSCols, kBlockM>(dpt, sm.v(),
+                                                                   sm.dout(s) + col0 * 128);
+    wgmma_commit();
+    const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
+                        Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
+    bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
+                             masked, shape, col0);
+    // Both warpgroups' halves of P^T and dS^T to shared memory, then all of them past the
+    // barrier.
+    u32 pt[kSCols / 16][4], dst[kSCols / 16][4];
+    convert_p<Element, kSCols / 8>(pt, st);
+    convert_p<Element, kSCols / 8>(dst, dpt);
+    const u32 pts = sm.pt(it), ds = sm.ds(it);
+    bwd_ws_store_ds<Config>(sm, pts, pt, 0, col0, warp, lane);
+    bwd_ws_store_ds<Config>(sm, ds, dst, 0, col0, warp, lane);
+    fence_proxy_async_smem();
+    named_barrier_sync<128 * Config::kConsumers>(1);
+    // dV += P^T dO, dK += dS^T Q (the warpgroup's columns); then its dQ blocks = dS K.
+    wgmma_fence();
+    gemm_kv_split_issue<Element, kBlockN, kBlockM>(dv, pts, sm.dout(s) + block0 * kBlockM * 128);
+    gemm_kv_split_issue<Element, kBlockN, kBlockM>(dk, ds, sm.q(s) + block0 * kBlockM * 128);
+    wgmma_commit();
 #pragma unroll
-    for (int j = 0; j < kDim / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e)
-        dk[j][e] *= f.softmax_scale;
+    for (int b = 0; b < Config::kDqBlocks; ++b) {
+      float dq[8][4];
+      wgmma_fence();
+      gemm_dq_issue<Element, kBlockN>(dq, ds, sm.k() + (block0 + b) * kBlockN * 128);
+      wgmma_commit();
+      if (b == 0) {
+        wgmma_wait<1>(); // dV and dK have read Q and dO: the slot goes back
+        fence_operands(dv);
+        fence_operands(dk);
+        mbarrier_arrive(sm.q_empty(s));
+      }
+      wgmma_wait<0>();
+      fence_operands(dq);
+      bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, block0 + b,
+                            consumer, tid);
+    }
   }
-  const int row = key0 + 16 * warp;
-  const int64_t key_row = span.k_row0 + row; // in the packed tensors (dense: the sequence)
-  store_o_rows<Element, kDim>(static_cast<Element *>(params.dk) +
-                                  sm80::batch_offset<kVarlen>(batch, params.dk_batch_stride) +
-                                  kv_head * params.dk_head_stride + key_row * params.dk_row_stride,
-                              params.dk_row_stride, shape.seqlen_k - row, dk);
-  store_o_rows<Element, kDim>(static_cast<Element *>(params.dv) +
-                                  sm80::batch_offset<kVarlen>(batch, params.dv_batch_stride) +
-                                  kv_head * params.dv_head_stride + key_row * params.dv_row_stride,
-                              params.dv_row_stride, shape.seqlen_k - row, dv);
+  bwd_ws_store_dkv<Config>(params, dk, dv, batch, kv_head, span, key0 + 16 * warp,
+                           consumer * Config::kKvCols);
   if (tid == 0)
     bulk_wait_group<0>();
 }
@@ -479,7 +589,10 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
     return;
   }
   setmaxnreg_inc<Config::kConsumerRegs>();
-  bwd_ws_consume<Config>(sm, params, n_block, kv_head, batch, span);
+  if constexpr (Config::kSplitS)
+    bwd_ws_consume_split<Config>(sm, params, n_block, kv_head, batch, span);
+  else
+    bwd_ws_consume<Config>(sm, params, n_block, kv_head, batch, span);
 }
 
 /// D = rowsum(dO o O) of one query tile in fp32, and its dq_accum block (kBlockM x head dim,

@@ -63,8 +63,9 @@ template <int kN> __device__ __forceinline__ void zero_fill(float (&acc)[kN][4])
 }
 
 /// s (64, kBlockN) = q (64, kHeadDim) * k (kBlockN, kHeadDim)^T, issued (not awaited) by one
-/// warpgroup. q_smem: the warpgroup's first Q row in a (kRowsQ, kHeadDim) tile; k_smem: the tile.
-template <class Element, int kHeadDim, int kRowsQ, int kBlockN>
+/// warpgroup. q_smem: the warpgroup's first Q row in a (kRowsQ, kHeadDim) tile; k_smem: the
+/// first of kBlockN K rows in a (kRowsK, kHeadDim) tile (a multiple of 8 rows in).
+template <class Element, int kHeadDim, int kRowsQ, int kBlockN, int kRowsK = kBlockN>
 __device__ __forceinline__ void gemm_qk_issue(float (&s)[kBlockN / 8][4], u32 q_smem,
                                               u32 k_smem) {
   const SmemDescSw128<16, 1024> q(q_smem), kd(k_smem);
@@ -72,7 +73,7 @@ __device__ __forceinline__ void gemm_qk_issue(float (&s)[kBlockN / 8][4], u32 q_
   for (int k = 0; k < kHeadDim / 16; ++k) {
     const u32 column = (k / 4), within = (k % 4) * 32; // 64-column block, 16-column step in it
     Wgmma<kBlockN, Element>::ss(s, q.at(column * kRowsQ * 128 + within),
-                                kd.at(column * kBlockN * 128 + within), k > 0);
+                                kd.at(column * kRowsK * 128 + within), k > 0);
   }
 }
 

@@ -166,6 +166,7 @@ using V_bs = Variant<CausalMask, NoScoreMod, NoDropout, StaticBlockMask<FagenBlo
 using V_varlen = Variant<CausalMask, NoScoreMod, NoDropout, DenseBlocks, true>;
 using V_all = Variant<WindowMask, Softcap, PhiloxDropout, RuntimeBlockMask<128>, true>;
 using V_none_varlen = Variant<NoMask, NoScoreMod, NoDropout, DenseBlocks, true>;
+using V_window_softcap = Variant<WindowMask, Softcap>;
 constexpr VariantDesc D_none{MaskK::None, ModK::None, false, SparseK::None, false};
 constexpr VariantDesc D_causal{MaskK::Causal, ModK::None, false, SparseK::None, false};
 constexpr VariantDesc D_causaltl{MaskK::CausalTL, ModK::None, false, SparseK::None, false};
@@ -179,6 +180,7 @@ constexpr VariantDesc D_bs{MaskK::Causal, ModK::None, false, SparseK::Static, fa
 constexpr VariantDesc D_varlen{MaskK::Causal, ModK::None, false, SparseK::None, true};
 constexpr VariantDesc D_all{MaskK::Window, ModK::Softcap, true, SparseK::Runtime, true};
 constexpr VariantDesc D_none_varlen{MaskK::None, ModK::None, false, SparseK::None, true};
+constexpr VariantDesc D_window_softcap{MaskK::Window, ModK::Softcap, false, SparseK::None, false};
 
 #define KBF16 bfloat16_t, ElType::BF16
 #define KF16 half_t, ElType::F16
@@ -202,6 +204,11 @@ constexpr VariantDesc D_none_varlen{MaskK::None, ModK::None, false, SparseK::Non
                 V_causal, D_causal)
 WS_DEFAULTS(64, 128, 128, 2)
 WS_DEFAULTS(128, 64, 128, 2)
+WS_DEFAULTS(256, 64, 64, 1)
+WS_BWD_KERNEL(fagen_bwd_f16_hd256_causaltl_sm90ws_m64n64s1, KF16, 256, 64, 64, 1, V_causaltl,
+              D_causaltl)
+WS_BWD_KERNEL(fagen_bwd_bf16_hd256_window_softcap_sm90ws_m64n64s1, KBF16, 256, 64, 64, 1,
+              V_window_softcap, D_window_softcap)
 WS_BWD_KERNEL(fagen_bwd_f16_hd128_causal_sm90ws_m64n128s2, KF16, 128, 64, 128, 2, V_causal, D_causal)
 WS_BWD_KERNEL(fagen_bwd_f16_hd64_none_sm90ws_m128n128s2, KF16, 64, 128, 128, 2, V_none, D_none)
 #define WS_VAR(NAME, V, D)                                                                         \
@@ -216,9 +223,9 @@ WS_VAR(causal_bs128, V_bs, D_bs)
 #endif
 DEFAULTS(64, 128, 128, 8, 2)
 DEFAULTS(128, 64, 128, 8, 2)
+DEFAULTS(256, 64, 64, 8, 2)
 #ifndef FAGEN_HARNESS_SM90_ONLY
 DEFAULTS(256, 64, 64, 8, 1)
-DEFAULTS(256, 64, 64, 8, 2)
 // Candidates: 4-warp CTAs (2 a SM by shared memory and registers), other tile shapes.
 DEFAULTS(64, 64, 64, 4, 2)
 DEFAULTS(64, 64, 128, 8, 2)

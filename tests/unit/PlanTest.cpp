@@ -322,8 +322,9 @@ TEST(Plan, BackwardDefaultsFitEveryArch) {
         std::vector<KernelPlan> plans = planOf(yaml, {arch});
         ASSERT_EQ(plans.size(), 1u) << qk << " " << v << " " << arch;
         const KernelPlan &k = plans[0];
-        // sm_90a: the sm90ws backward at equal head dims 64 and 128 (+ a producer warpgroup).
-        const bool ws = arch == "sm_90a" && qk == v && (qk == 64 || qk == 128);
+        // sm_90a: the sm90ws backward at equal head dims 64, 128 and 256 (+ a producer
+        // warpgroup).
+        const bool ws = arch == "sm_90a" && qk == v && (qk == 64 || qk == 128 || qk == 256);
         EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
         EXPECT_LE(k.smemBytes, archSmemLimit(arch)) << k.name;
         EXPECT_EQ(k.threads, 32 * k.warps + (ws ? 128 : 0));
@@ -616,8 +617,11 @@ TEST(Build, PtxasReportOfABackwardCubin) {
 }
 
 TEST(Build, NvccFlagsPerArch) {
-  EXPECT_EQ(nvccFlags("sm_90a"), (std::vector<std::string>{"-gencode", "arch=compute_90a,code=sm_90a"}));
-  EXPECT_EQ(nvccFlags("sm_80"), (std::vector<std::string>{"-gencode", "arch=compute_80,code=sm_80"}));
+  // Host-only functions called from __host__ __device__ code are errors, not warnings.
+  EXPECT_EQ(nvccFlags("sm_90a"), (std::vector<std::string>{"-gencode", "arch=compute_90a,code=sm_90a",
+                                                           "--diag-error", "20011,20013"}));
+  EXPECT_EQ(nvccFlags("sm_80"), (std::vector<std::string>{"-gencode", "arch=compute_80,code=sm_80",
+                                                          "--diag-error", "20011,20013"}));
 }
 
 TEST(Build, TemplatesHashIsStable) {
@@ -737,24 +741,32 @@ TEST(Plan, Sm90WsBackwardServes) {
      passes: [bwd]}
   - {name: dropwin, dtype: bf16, head_dim: 64, mask: window, score_mod: softcap, dropout: true,
      varlen: true, passes: [bwd]}
+  - {name: c256, dtype: bf16, head_dim: 256, mask: causal, score_mod: softcap, passes: [bwd]}
+  - {name: drop256, dtype: bf16, head_dim: 256, dropout: true, passes: [bwd]}
+  - {name: vl256, dtype: fp16, head_dim: 256, varlen: true, passes: [bwd]}
 )",
                                      {"sm_90a"});
-  ASSERT_EQ(p.size(), 13u);
+  ASSERT_EQ(p.size(), 16u);
   for (const KernelPlan &k : p) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
                     k.variant == "bs" || k.variant == "vl" || k.variant == "drop" ||
-                    k.variant == "dropwin";
+                    k.variant == "dropwin" || k.variant == "c256";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;
     if (!ws)
       continue;
-    // One 64 x 64 dQ block per consumer warpgroup, two warpgroups of 64 keys.
-    EXPECT_EQ(k.blockN, 128) << k.name;
-    EXPECT_EQ(k.blockM * k.headDimQK, 2 * 64 * 64) << k.name;
     EXPECT_EQ(k.threads, 384) << k.name;
     EXPECT_EQ(k.smemBytes, sm90WsBwdSmemBytes(k.headDimQK, k.blockM, k.blockN, k.stages));
     EXPECT_LE(k.smemBytes, archSmemLimit("sm_90a")) << k.name;
+    if (k.headDimQK == 256) {
+      // Two consumer warpgroups over 64 keys that split S^T by query columns, one stage.
+      EXPECT_EQ(configOf(k).text(), "m64n64w8s1") << k.name;
+      continue;
+    }
+    // One 64 x 64 dQ block per consumer warpgroup, two warpgroups of 64 keys.
+    EXPECT_EQ(k.blockN, 128) << k.name;
+    EXPECT_EQ(k.blockM * k.headDimQK, 2 * 64 * 64) << k.name;
   }
   // What it cannot build is refused with the reason.
   KernelConfig c = configOf(planNamed(p, "c128"));
@@ -763,4 +775,9 @@ TEST(Plan, Sm90WsBackwardServes) {
   ASSERT_FALSE(bool(refused));
   EXPECT_NE(llvm::toString(refused.takeError()).find("block_m must be 64 at head dim 128"),
             std::string::npos);
+  c = configOf(planNamed(p, "c256"));
+  c.stages = 2; // 2 x (Q + dO) of 64 x 256 do not fit beside the rest
+  refused = applyConfig(planNamed(p, "c256"), c);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("bytes of shared memory"), std::string::npos);
 }

@@ -72,14 +72,28 @@ TEST(SmemLayout, Sm90WsBackward) {
   // Every tile starts on a 1024-byte swizzle atom.
   for (int off : {l.v, l.q, l.dout, l.ds, l.dq})
     EXPECT_EQ(off % 1024, 0);
+  EXPECT_EQ(l.pt, l.dq); // no P^T tiles below hd 256
   EXPECT_LE(WsBwdLayout(64, 128, 128, 2).bytes, 227 * 1024);
+  // hd 256, 64 x 64 tiles, one stage (S^T split by query columns): K, V, Q, dO 32 KB each, two
+  // dS^T and two P^T tiles of 8 KB, a 16 KB dQ staging block for each of the two consumer
+  // warpgroups, LSE + D 512 bytes, 3 mbarriers, alignment.
+  static_assert(ws_bwd_split_s(256) && !ws_bwd_split_s(128), "");
+  static_assert(ws_bwd_consumers(256, 64) == 2 && ws_bwd_consumers(128, 128) == 2, "");
+  constexpr WsBwdLayout w(256, 64, 64, 1);
+  static_assert(w.bytes == 4 * 32768 + 4 * 8192 + 2 * 16384 + 512 + 3 * 8 + 1024, "");
+  EXPECT_EQ(w.pt, w.ds + 2 * 8192);
+  EXPECT_EQ(w.dq, w.pt + 2 * 8192);
+  for (int off : {w.v, w.q, w.dout, w.ds, w.pt, w.dq})
+    EXPECT_EQ(off % 1024, 0);
+  EXPECT_LE(w.bytes, 227 * 1024);
+  EXPECT_GT(WsBwdLayout(256, 64, 64, 2).bytes, 227 * 1024);
 }
 
 TEST(SmemLayout, Sm90WsBackwardDqAccumOrder) {
   // A bijection of the query tile's (row, col) onto its block_m x head dim floats, for both
   // tiles the planner builds; each 64 x 64 sub-block is contiguous, and a pair of columns
   // (2 c, 2 c + 1) of a row is one float2.
-  for (auto [blockM, dim] : {std::pair{64, 128}, std::pair{128, 64}}) {
+  for (auto [blockM, dim] : {std::pair{64, 128}, std::pair{128, 64}, std::pair{64, 256}}) {
     std::vector<int> seen(blockM * dim, 0);
     for (int row = 0; row < blockM; ++row)
       for (int col = 0; col < dim; ++col) {
