@@ -449,6 +449,28 @@ template <class Acc, bool SamePrecision> FwdResult forward(const FwdProblem &Pb)
   return R;
 }
 
+/// D = dO . O in fp32 in the order of the backward templates' _pre (templates/sm80/
+/// bwd_kernel.cuh, bwd_preprocess, which the sm90ws backward runs too): 8 lanes a row, lane l
+/// summing the 8-column chunks l, l + 8, ... by fused multiply-adds (of each column pair the
+/// odd column first), then the lanes' sums pairwise (xor 1, 2, 4). With the kernel's O this is
+/// the kernel's D bit for bit, so that where D cancels against dP (a row that sees one key: dS
+/// is 0 but for the rounding of the two sums) the same-precision reference keeps a rounding of
+/// the kernel's kind instead of cancelling exactly.
+inline float preprocessRowSum(const float *DOut, const float *O, int Dv) {
+  float Lane[8] = {};
+  for (int L = 0; L < 8; ++L)
+    for (int C = L; C < Dv / 8; C += 8)
+      for (int X = 8 * C; X < 8 * C + 8; X += 2)
+        Lane[L] = std::fmaf(DOut[X], O[X], std::fmaf(DOut[X + 1], O[X + 1], Lane[L]));
+  for (int M = 1; M < 8; M *= 2)
+    for (int L = 0; L < 8; ++L)
+      if ((L & M) == 0) {
+        const float Sum = Lane[L] + Lane[L | M];
+        Lane[L] = Lane[L | M] = Sum;
+      }
+  return Lane[0];
+}
+
 /// Backward over one (batch, kv head): its query heads' dQ and the group's summed dK, dV.
 /// D_i = dO_i . O_i; dP = dO V^T; dS = P o (dP o Z - D); ds_raw = dS * dlogit/ds;
 /// dQ = ds_raw K, dK = ds_raw^T Q, dV = (P o Z)^T dO. SamePrecision rounds P o Z and ds_raw
@@ -478,6 +500,12 @@ template <class Acc, bool SamePrecision> BwdResult backward(const BwdProblem &Bp
         for (int X = 0; X < Dv; ++X) {
           DOut[X] = Acc(loadElement(Pb, Bp.DOut, B, H, S.Q0, I, X));
           D += DOut[X] * (GivenO ? Acc(GivenO[X]) : Row.O[X]);
+        }
+        if constexpr (SamePrecision) {
+          if (GivenO && Dv % 8 == 0) {
+            std::vector<float> DOutF(DOut.begin(), DOut.end()), OF(GivenO, GivenO + Dv);
+            D = Acc(preprocessRowSum(DOutF.data(), OF.data(), Dv));
+          }
         }
         std::fill(DQ.begin(), DQ.end(), Acc(0));
         for (int J = 0; J < S.Sk; ++J) {

@@ -592,3 +592,36 @@ TEST(ReferencePrecision, ReadsKernelGradientsThroughStrides) {
 }
 
 } // namespace
+
+namespace {
+
+TEST(ReferencePrecision, PreprocessRowSumIsTheKernelsOrder) {
+  // 8 lanes over 8-column chunks, each pair of columns by two fused multiply-adds (odd column
+  // first), then the lanes pairwise: written out for 16 columns (lanes 0 and 1 hold a chunk each).
+  float DOut[16], O[16];
+  for (int X = 0; X < 16; ++X) {
+    DOut[X] = 1.f + 0.37f * float(X);
+    O[X] = 1.f / float(3 + X);
+  }
+  float Chunk[2] = {0.f, 0.f};
+  for (int C = 0; C < 2; ++C)
+    for (int X = 8 * C; X < 8 * C + 8; X += 2)
+      Chunk[C] = std::fmaf(DOut[X], O[X], std::fmaf(DOut[X + 1], O[X + 1], Chunk[C]));
+  EXPECT_EQ(detail::preprocessRowSum(DOut, O, 16), Chunk[0] + Chunk[1]);
+  // 256 columns: lane l holds chunks l, l + 8, l + 16, l + 24; the sum is ((0+1)+(2+3))+((4+5)+(6+7)).
+  std::vector<float> A(256), B(256);
+  for (int X = 0; X < 256; ++X) {
+    A[X] = std::sin(0.1f * float(X));
+    B[X] = std::cos(0.07f * float(X));
+  }
+  float Lane[8] = {};
+  for (int L = 0; L < 8; ++L)
+    for (int C = L; C < 32; C += 8)
+      for (int X = 8 * C; X < 8 * C + 8; X += 2)
+        Lane[L] = std::fmaf(A[X], B[X], std::fmaf(A[X + 1], B[X + 1], Lane[L]));
+  const float Expect =
+      ((Lane[0] + Lane[1]) + (Lane[2] + Lane[3])) + ((Lane[4] + Lane[5]) + (Lane[6] + Lane[7]));
+  EXPECT_EQ(detail::preprocessRowSum(A.data(), B.data(), 256), Expect);
+}
+
+} // namespace
