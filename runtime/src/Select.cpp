@@ -246,14 +246,15 @@ fagen_status currentDevice(const DriverApi &api, Device &d) {
 }
 
 /// Among the kernels that serve the problem, the best one that runs on this device: a decode
-/// kernel over any other (candidates hold one only for calls of at most its q_tokens), a
+/// kernel over any other (candidates hold one only for calls of at most its q_tokens), the one
+/// of the fewest q_tokens among them (the smallest packed tile that holds the call), a
 /// nondeterministic backward over a deterministic one (faster, and the call did not ask for
 /// bitwise repeatability, or only deterministic kernels serve it), then the best arch match,
 /// then the narrowest tuned seqlen range.
 fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidates,
                           const Device &d, int &chosen) {
   std::set<std::string> archs;
-  std::tuple<bool, int, int, int64_t> best;
+  std::tuple<bool, int, int, int, int64_t> best;
   const KernelRecord *tooBig = nullptr;
   chosen = -1;
   for (int i : candidates) {
@@ -265,9 +266,9 @@ fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidat
       tooBig = &k;
       continue;
     }
-    std::tuple<bool, int, int, int64_t> rank{isDecodeKernel(k), !k.deterministic,
-                                             archRank(k.arch, d.major, d.minor),
-                                             -(k.seqlenMax - k.seqlenMin)};
+    std::tuple<bool, int, int, int, int64_t> rank{isDecodeKernel(k), -k.qTokens, !k.deterministic,
+                                                  archRank(k.arch, d.major, d.minor),
+                                                  -(k.seqlenMax - k.seqlenMin)};
     if (chosen < 0 || rank > best) {
       best = rank;
       chosen = i;

@@ -267,6 +267,28 @@ TEST_F(FakeDecodeTest, MoreTokensThanTheKernelServesTakeTheForward) {
   EXPECT_EQ(chosenKernel(plan), "fagen_fwd_fp16_d128_causal_sm80");
 }
 
+TEST_F(FakeDecodeTest, TheFewestTokensThatHoldTheCall) {
+  // Two decode kernels of one variant: q_tokens 16 (32-row tiles) and 1 (16-row tiles).
+  Bundle b = makeDecodeBundle();
+  KernelRecord wide = b.kernels[4];
+  wide.name = "fagen_fwd_fp16_hd128_causal_sm80decode_m32n64w4s3";
+  wide.qTokens = 16;
+  wide.blockM = 32;
+  b.kernels[4].qTokens = 1;
+  b.kernels.push_back(wide);
+  load(b);
+  fagen_plan plan;
+  fagen_fwd_problem p = decodeProblem(1, 1, 8192);
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), kDecode);
+  p = decodeProblem(1, 2, 8192);
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), wide.name);
+  fagen_decode_params dp;
+  std::memcpy(&dp, plan.params, sizeof dp);
+  EXPECT_EQ(dp.m_blocks, 1); // 8 rows in one 32-row block
+}
+
 TEST_F(FakeDecodeTest, WindowSplitsOnlyTheVisibleKeys) {
   Bundle b = makeDecodeBundle();
   b.kernels[4].mask = Mask::Window;

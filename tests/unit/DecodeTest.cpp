@@ -1,5 +1,6 @@
 //===- DecodeTest.cpp - the split-KV decode: plans, emitted source, split rule ===//
 
+#include "check/Check.h"
 #include "compiler/emit/Emit.h"
 #include "compiler/plan/Plan.h"
 #include "compiler/spec/Spec.h"
@@ -256,4 +257,29 @@ TEST(DecodeSplit, WorkspaceLayout) {
   EXPECT_EQ(odd.total_bytes, 768u);
   EXPECT_EQ(fagen_merge_blocks(32, 128), 4);  // 32 rows x 16 chunks / 128 threads
   EXPECT_EQ(fagen_merge_blocks(1, 64), 1);
+}
+
+TEST(DecodeCheck, ShapesStayWithinTheKernelsTokens) {
+  KernelRecord k;
+  k.templ = "sm80decode";
+  for (int tokens : {1, 4, 16})
+    for (bool quick : {false, true}) {
+      k.qTokens = tokens;
+      const std::vector<CheckShape> shapes = checkShapesFor(k, quick);
+      ASSERT_GE(shapes.size(), 3u);
+      bool oneKey = false, gqa7 = false, mqa = false, noKeyRows = false, most = false;
+      for (const CheckShape &s : shapes) {
+        EXPECT_LE(s.seqlenQ, tokens) << checkShapeText(s);
+        EXPECT_GE(s.seqlenQ, 1);
+        EXPECT_EQ(s.headsQ % s.headsKV, 0) << checkShapeText(s);
+        oneKey |= s.seqlenK == 1;
+        gqa7 |= s.headsQ == 7 * s.headsKV;
+        mqa |= s.headsKV == 1 && s.headsQ > 1;
+        noKeyRows |= s.seqlenQ > s.seqlenK;
+        most |= s.seqlenQ == tokens;
+      }
+      EXPECT_TRUE(oneKey && gqa7 && mqa && most) << tokens << (quick ? " quick" : "");
+      if (!quick && tokens >= 3)
+        EXPECT_TRUE(noKeyRows) << tokens;
+    }
 }
