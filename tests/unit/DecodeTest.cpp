@@ -172,6 +172,34 @@ TEST(DecodePlan, RefusesWhatTheTemplateDoesNotServe) {
             "");
 }
 
+TEST(DecodePlan, ConfigProblemsMirrorTheTemplatesAsserts) {
+  std::vector<KernelPlan> plans =
+      plansOf("variants: [{name: d, dtype: bf16, head_dim: 256, passes: [decode]}]", {"sm_90a"});
+  ASSERT_EQ(plans.size(), 1u);
+  auto problem = [&](auto edit) {
+    KernelConfig c = configOf(plans[0]);
+    edit(c);
+    llvm::Expected<KernelPlan> p = applyConfig(plans[0], c);
+    return p ? std::string() : llvm::toString(p.takeError());
+  };
+  auto has = [](const std::string &error, const char *what) {
+    return error.find(what) != std::string::npos;
+  };
+  EXPECT_EQ(problem([](KernelConfig &) {}), "");
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.blockM = 48; }), "decode block_m must be 16 or 32"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.warps = 3; }), "decode warps must be 2, 4 or 8"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.blockN = 96; }),
+                  "decode block_n must be a multiple of 16 x warps (64) up to 256, got 96"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.stages = 1; }), "decode stages must be in 2..8"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.blockM = 32; }),
+                  "block_m 32 needs head_dim_v <= 128"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.rescaleTau = 8; }),
+                  "the decode template has no rescale_tau or exp2 emulation"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.stages = 4; }),
+                  "decode tile 16x64 with 4 stages needs 270336 bytes of shared memory; sm_90a "
+                  "allows 232448"));
+}
+
 TEST(DecodeEmit, SourceFillsTheConfigAndThreeEntryPoints) {
   std::vector<KernelPlan> plans =
       plansOf("variants: [{name: d, dtype: fp16, head_dim: 64, mask: window, score_mod: softcap, "
