@@ -49,7 +49,9 @@ std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, boo
 
 /// The shapes for kernel `k`: as above, and for a static block layout only those the layout
 /// covers (seqlen_q <= sparseRows * sparseBlock, seqlen_k <= sparseCols * sparseBlock), with
-/// odd covered shapes added where fewer than two are left.
+/// odd covered shapes added where fewer than two are left. A decode kernel gets decode shapes
+/// instead: at most its q_tokens query tokens, one key to 16k keys, GQA 4:1 and 7:1, MQA,
+/// batches, rows that see no key (CheckInputs.cpp decodeShapes).
 std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick);
 
 /// The forward problem of `shape` for a kernel of this dtype ("bf16" or "fp16"), head dims and

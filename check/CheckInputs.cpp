@@ -183,7 +183,28 @@ std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, boo
   return shapesInRange(shapeGrid(quick), seqlenMin, seqlenMax, quick);
 }
 
+/// The shapes of a decode kernel serving up to `tokens` query tokens (each shape's tokens
+/// capped there): one key; odd lengths and the lengths around page boundaries (255, 4097);
+/// GQA 4:1 (packed rows of 4 heads), 7:1 (T = 5: 35 rows, three row blocks of 16) and MQA
+/// 16:1; MHA; batches of 2 and 3; BSHD and BHSD; more query tokens than keys (rows that see no
+/// key); the most tokens the kernel serves; keys rising across the splits (the combine of
+/// very different LSEs); and one long call of many splits.
+static std::vector<CheckShape> decodeShapes(int tokens, bool quick) {
+  auto t = [tokens](int want) { return std::min(want, tokens); };
+  if (quick)
+    return {{1, 4, 1, 1, 1000, false}, {2, 7, 1, tokens, 257, true}, {1, 1, 1, 1, 1, false}};
+  return {
+      {1, 1, 1, 1, 1, false},           {1, 32, 8, 1, 1000, false},
+      {2, 7, 1, 1, 4097, true},         {3, 8, 8, 1, 255, false},
+      {1, 16, 1, 1, 2048, false, true}, {2, 4, 2, t(4), 577, false},
+      {1, 8, 2, tokens, 129, true},     {1, 4, 4, t(3), 2, false},
+      {1, 28, 4, t(5), 3000, false},    {1, 8, 1, 1, 16401, false},
+  };
+}
+
 std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick) {
+  if (isDecodeKernel(k))
+    return decodeShapes(k.qTokens, quick);
   std::vector<CheckShape> shapes = checkShapesFor(k.seqlenMin, k.seqlenMax, quick);
   if (k.sparsity != Sparsity::Static)
     return shapes;

@@ -83,6 +83,7 @@ llvm::json::Value plansJson(const std::string &specPath, const std::vector<Kerne
     k["persistent"] = p.persistent;
     k["tile_counter"] = p.tileCounter;
     k["tma_store_o"] = p.tmaStoreO;
+    k["q_tokens"] = p.qTokens;
     k["staged_epilogue"] = p.stagedEpilogue;
     k["seqlen_min"] = p.seqlenMin;
     k["seqlen_max"] = seqlenBound(p.seqlenMax);
@@ -120,6 +121,12 @@ std::string inspectText(const std::string &path, const Bundle &bundle, bool verb
     if (k.tmaStoreO)
       out += "  O stored through shared memory with TMA (O's strides must meet TMA's rules, as "
              "Q's)\n";
+    if (isDecodeKernel(k))
+      out += llvm::formatv("  decode: serves forward calls of up to {0} query tokens per "
+                           "sequence, keys split across CTAs (NAME_combine merges the splits; "
+                           "NAME_merge serves fagen_run_merge_states; {1} threads)\n",
+                           k.qTokens, k.prePostThreads)
+                 .str();
     if (k.seqlenMin != 0 || k.seqlenMax != kSeqlenUnbounded)
       out += "  serves max(seqlen_q, seqlen_k): " + seqlenRangeText(k.seqlenMin, k.seqlenMax) +
              "\n";
@@ -160,6 +167,7 @@ llvm::json::Value inspectJson(const std::string &path, const Bundle &bundle) {
     o["persistent"] = k.persistent;
     o["tile_counter"] = k.tileCounter;
     o["tma_store_o"] = k.tmaStoreO;
+    o["q_tokens"] = k.qTokens;
     o["seqlen_min"] = k.seqlenMin;
     o["seqlen_max"] = seqlenBound(k.seqlenMax);
     o["registers"] = k.registers;

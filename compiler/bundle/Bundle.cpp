@@ -184,6 +184,7 @@ Fields kernelFields(const KernelRecord &k) {
           {"pass", toText(k.pass)},
           {"persistent", std::to_string(int(k.persistent))},
           {"pre_post_threads", std::to_string(k.prePostThreads)},
+          {"q_tokens", std::to_string(k.qTokens)},
           {"registers", std::to_string(k.registers)},
           {"rescale_tau", std::to_string(k.rescaleTau)},
           {"score_mod", toText(k.scoreMod)},
@@ -411,9 +412,23 @@ bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
     return r.fail("tma_store_o is 1 on a " + std::string(k.varlen ? "varlen " : "") +
                   toText(k.pass) + " kernel of template '" + k.templ +
                   "'; only sm90ws forward kernels without varlen store O through TMA");
-  if (k.isForward() && k.prePostThreads != 0)
+  if (isDecodeKernel(k)) {
+    if (!k.isForward() || k.qTokens < 1 || k.qTokens > 16 || k.prePostThreads == 0)
+      return r.fail("a kernel of template sm80decode must be a fwd kernel with q_tokens in "
+                    "1..16 and pre_post_threads (of NAME_combine and NAME_merge) above 0, got "
+                    "pass " + std::string(toText(k.pass)) + ", q_tokens " + n(k.qTokens) +
+                    ", pre_post_threads " + n(k.prePostThreads));
+    if (k.dropout || k.varlen || k.scoreMod == ScoreMod::Alibi || k.sparsity != Sparsity::None)
+      return r.fail("a kernel of template sm80decode has no dropout, varlen, alibi or block "
+                    "sparsity");
+  } else if (k.qTokens != 0) {
+    return r.fail("q_tokens is " + n(k.qTokens) + " on a kernel of template '" + k.templ +
+                  "'; only sm80decode kernels serve a number of query tokens");
+  }
+  if (k.isForward() && !isDecodeKernel(k) && k.prePostThreads != 0)
     return r.fail("pre_post_threads is " + n(k.prePostThreads) +
-                  " on a fwd kernel, expected 0 (only bwd kernels have NAME_pre and NAME_post)");
+                  " on a fwd kernel, expected 0 (only bwd kernels have NAME_pre and NAME_post, "
+                  "sm80decode kernels NAME_combine and NAME_merge)");
   if (k.isBackward() && k.prePostThreads == 0)
     return r.fail("pre_post_threads is 0 on a bwd kernel, expected the threads of NAME_pre "
                   "and NAME_post (1 to 1024)");
@@ -462,6 +477,7 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.integer("params_version", 1, INT32_MAX, k.paramsVersion) && r.oneOf("pass", k.pass) &&
             r.flag("persistent", k.persistent) &&
             r.integer("pre_post_threads", 0, 1024, k.prePostThreads) &&
+            r.integer("q_tokens", 0, 1024, k.qTokens) &&
             r.integer("registers", -1, 255, k.registers) &&
             r.integer("rescale_tau", -1, 64, k.rescaleTau) && r.oneOf("score_mod", k.scoreMod) &&
             r.integer("seqlen_max", 0, kSeqlenUnbounded, k.seqlenMax) &&

@@ -18,7 +18,7 @@
 namespace fagen {
 
 /// Bumped on any incompatible change of the file layout or the manifest keys.
-constexpr uint32_t kBundleFormatVersion = 6;
+constexpr uint32_t kBundleFormatVersion = 7;
 
 /// Upper end of an open seqlen range.
 constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
@@ -28,14 +28,19 @@ constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
 struct KernelRecord : Variant {
   std::string name;      ///< symbol in the cubin (a backward's main kernel; NAME_pre, NAME_post)
   std::string arch;      ///< "sm_80", "sm_90", "sm_90a", "sm_100a"
-  std::string templ;     ///< template family: "sm80" (portable mma.sync)
+  std::string templ;     ///< template family: "sm80" (portable mma.sync), "sm90", "sm90ws",
+                         ///< "sm80decode" (split-KV decode: NAME, NAME_combine, NAME_merge)
+  /// sm80decode: the most query tokens per sequence of the forward calls it serves; 0 else.
+  int qTokens = 0;
   std::string variant;   ///< the spec variant's name
   int sparseRows = 0, sparseCols = 0;     ///< static layout: table size in blocks
-  int prePostThreads = 0;                 ///< bwd: threads of NAME_pre and NAME_post
+  int prePostThreads = 0;                 ///< bwd: threads of NAME_pre and NAME_post;
+                                          ///< sm80decode: of NAME_combine and NAME_merge
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
   int threads = 0;       ///< threads per block
   int smemBytes = 0;     ///< dynamic shared memory per block
-  int paramsVersion = 0; ///< FAGEN_FWD_PARAMS_VERSION (fwd) / FAGEN_BWD_PARAMS_VERSION (bwd)
+  int paramsVersion = 0; ///< FAGEN_FWD_PARAMS_VERSION (fwd) / FAGEN_BWD_PARAMS_VERSION (bwd) /
+                         ///< FAGEN_DECODE_PARAMS_VERSION (sm80decode)
   int registers = -1;    ///< from the ptxas report; -1 = unknown
   int spillBytes = -1;   ///< spill stores + loads, from the ptxas report
   int rescaleTau = 0;     ///< FA4 conditional-rescaling threshold (-1 always, 0 exact skip)
@@ -65,6 +70,9 @@ struct Bundle {
   std::vector<KernelRecord> kernels;  ///< sorted by name
   std::vector<std::string> cubins;    ///< raw cubin bytes
 };
+
+/// Whether kernel `k` is a split-KV decode kernel (template sm80decode).
+inline bool isDecodeKernel(const KernelRecord &k) { return k.templ == "sm80decode"; }
 
 /// Serializes a bundle. Deterministic: no timestamps, no paths.
 std::vector<uint8_t> serializeBundle(const Bundle &bundle);

@@ -3,6 +3,7 @@
 #include "compiler/bundle/Package.h"
 
 #include "templates/abi/bwd_params.h"
+#include "templates/abi/decode_params.h"
 
 #include <algorithm>
 #include <set>
@@ -45,14 +46,17 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     r.persistent = p.persistent;
     r.tileCounter = p.tileCounter;
     r.tmaStoreO = p.tmaStoreO;
-    r.prePostThreads = backward ? p.prePostThreads : 0;
+    r.prePostThreads = backward || isDecodePlan(p) ? p.prePostThreads : 0;
+    r.qTokens = isDecodePlan(p) ? p.qTokens : 0;
     r.blockM = p.blockM;
     r.blockN = p.blockN;
     r.warps = p.warps;
     r.stages = p.stages;
     r.threads = p.threads;
     r.smemBytes = p.smemBytes;
-    r.paramsVersion = backward ? FAGEN_BWD_PARAMS_VERSION : FAGEN_FWD_PARAMS_VERSION;
+    r.paramsVersion = backward          ? FAGEN_BWD_PARAMS_VERSION
+                      : isDecodePlan(p) ? FAGEN_DECODE_PARAMS_VERSION
+                                        : FAGEN_FWD_PARAMS_VERSION;
     r.registers = k->report.registers;
     r.spillBytes = k->report.spillBytes();
     r.rescaleTau = p.rescaleTau;
@@ -70,6 +74,9 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
 }
 
 std::string verifiedOn(const std::string &templ, Pass pass, const std::string &arch) {
+  // The split-KV decode template has not run on a GPU yet (tests/gpu/decode_check.sh).
+  if (templ == "sm80decode")
+    return "";
   // The sm90ws backward: tests/gpu/check-bwd90.yaml on an H100 (docs/perf/sm90-bwd.md).
   if (templ == "sm90ws" && pass == Pass::Backward)
     return arch == "sm_90a" ? "NVIDIA H100 (fagen check, 2026-12-06)" : "";

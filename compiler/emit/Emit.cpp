@@ -96,6 +96,10 @@ std::string planComment(const KernelPlan &p) {
   out += llvm::formatv("\n//   block_m={0} block_n={1} warps={2} stages={3} smem={4} tuning={5}\n",
                        p.blockM, p.blockN, p.warps, p.stages, p.smemBytes, p.tuning)
              .str();
+  if (isDecodePlan(p))
+    return out + llvm::formatv("//   q_tokens={0} merge_threads={1}\n", p.qTokens,
+                               p.prePostThreads)
+                     .str();
   if (p.pass == Pass::Backward)
     return out + llvm::formatv("//   deterministic={0} pre_post_threads={1}\n",
                                p.deterministic ? "true" : "false", p.prePostThreads)
@@ -163,6 +167,18 @@ std::string forwardConfig(const KernelPlan &p) {
       "fagen::sm80::FwdConfig");
 }
 
+/// The config of a decode plan.
+std::string decodeConfig(const KernelPlan &p) {
+  return optionsDecl(
+      "fagen::sm80::DecodeOptions", p.dtype,
+      llvm::formatv("  static constexpr int kHeadDimQK = {0}, kHeadDimV = {1};\n"
+                    "  static constexpr int kBlockM = {2}, kBlockN = {3}, kWarps = {4}, "
+                    "kStages = {5};\n",
+                    p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps, p.stages)
+          .str(),
+      "fagen::sm80::DecodeConfig");
+}
+
 /// The config of a backward plan.
 std::string backwardConfig(const KernelPlan &p) {
   if (p.templ == "sm90ws")
@@ -193,6 +209,11 @@ std::string agreement(const KernelPlan &p) {
       "memory\");\nstatic_assert(Config::kThreads == {1}, \"planner and template disagree on "
       "threads\");\n",
       p.smemBytes, p.threads);
+  if (isDecodePlan(p))
+    out += llvm::formatv("static_assert(Config::kMergeThreads == {0}, \"planner and template "
+                         "disagree on the combine and merge threads\");\n",
+                         p.prePostThreads)
+               .str();
   if (p.pass == Pass::Backward) {
     out += llvm::formatv("static_assert(Config::kPrePostThreads == {0}, \"planner and template "
                          "disagree on the _pre/_post threads\");\n",
@@ -244,6 +265,16 @@ std::string emitKernelSource(const KernelPlan &p) {
     out += entryPoint(mainBounds, p.name, "fagen_bwd_params", "fagen::sm80::bwd_kernel");
     out += entryPoint("Config::kPrePostThreads", p.name + "_post", "fagen_bwd_params",
                       "fagen::sm80::bwd_postprocess");
+    return out;
+  }
+  if (isDecodePlan(p)) {
+    out += "#include \"sm80/decode_kernel.cuh\"\n\n" + variantDecl(p) + decodeConfig(p) +
+           agreement(p);
+    out += entryPoint(mainBounds, p.name, "fagen_decode_params", "fagen::sm80::decode_kernel");
+    out += entryPoint("Config::kMergeThreads", p.name + "_combine", "fagen_merge_params",
+                      "fagen::sm80::decode_combine");
+    out += entryPoint("Config::kMergeThreads", p.name + "_merge", "fagen_merge_params",
+                      "fagen::sm80::decode_merge");
     return out;
   }
   if (p.templ == "sm90ws") {

@@ -1,6 +1,7 @@
 //===- Plan.cpp - KernelPlan: one kernel per variant x pass x arch --------===//
 
 #include "compiler/plan/PlanRules.h"
+#include "templates/abi/decode_params.h"
 #include "templates/common/ws_registers.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -201,6 +202,8 @@ bool validHeadDim(int headDim) { return headDim % 8 == 0 && headDim >= 32 && hea
 std::vector<std::string> entryPointNames(const KernelPlan &p) {
   if (p.pass == Pass::Backward)
     return {p.name, p.name + "_pre", p.name + "_post"};
+  if (isDecodePlan(p))
+    return {p.name, p.name + "_combine", p.name + "_merge"};
   return {p.name};
 }
 
@@ -261,6 +264,8 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
     problem = p.templ == "sm80"     ? sm80BwdConfigProblem(p)
               : p.templ == "sm90ws" ? sm90WsBwdConfigProblem(p)
                                     : "the backward pass has the sm80 and sm90ws templates";
+  else if (problem.empty() && isDecodePlan(p))
+    problem = decodeConfigProblem(p);
   else if (problem.empty())
     problem = p.templ == "sm90" || p.templ == "sm90ws"
                   ? sm90ConfigProblem(p, /*ws=*/p.templ == "sm90ws")
@@ -371,13 +376,20 @@ void finalizePlan(KernelPlan &p) {
   else if (p.templ == "sm90ws")
     p.smemBytes = sm90WsFwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
                                      p.tileCounter, p.tmaStoreO);
+  else if (isDecodePlan(p))
+    p.smemBytes =
+        sm80DecodeSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.warps);
   else
     p.smemBytes = sm80FwdSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages);
-  p.prePostThreads = p.pass == Pass::Backward ? kBwdPrePostThreads : 0;
+  p.prePostThreads = p.pass == Pass::Backward ? kBwdPrePostThreads
+                     : isDecodePlan(p)        ? FAGEN_MERGE_THREADS
+                                              : 0;
   p.name = kernelName(p);
 }
 
-std::string workloadKey(const KernelPlan &p) { return p.key() + " " + p.arch; }
+std::string workloadKey(const KernelPlan &p) {
+  return p.key() + (isDecodePlan(p) ? " decode " : " ") + p.arch;
+}
 
 namespace planner {
 
@@ -570,6 +582,19 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
       return makeSpecError(v.loc, llvm::formatv("variant '{0}' has no target archs: add "
                                                 "'targets: [sm_90a]' to the spec or pass --arch",
                                                 v.name));
+    if (v.decode)
+      for (const std::string &arch : targets) {
+        llvm::Expected<KernelPlan> decode = decodePlan(v, arch);
+        if (!decode)
+          return decode.takeError();
+        auto [found, inserted] =
+            byKey.try_emplace(std::make_tuple(decode->name, decode->arch, decode->seqlenMin),
+                              *decode);
+        if (!inserted) { // one kernel for every variant that plans it: the most tokens
+          found->second.variant += "," + v.name;
+          found->second.qTokens = std::max(found->second.qTokens, decode->qTokens);
+        }
+      }
     for (Pass pass : v.passes) {
       for (const std::string &arch : targets) {
         llvm::Expected<KernelPlan> base = basePlan(v, pass, arch);
@@ -659,6 +684,11 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                  .str();
     if (p.stagedEpilogue)
       out += "  staged_epilogue=true\n";
+    if (isDecodePlan(p))
+      out += llvm::formatv("  decode: split-KV, up to q_tokens={0} query tokens per sequence; "
+                           "combine and merge threads={1}\n",
+                           p.qTokens, p.prePostThreads)
+                 .str();
     if (p.spillFallback)
       out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over {1} spill "
                            "bytes)\n",

@@ -54,10 +54,15 @@ struct KernelPlan : Variant {
   std::string variant;  ///< spec variant name(s) served, comma-separated
   std::string arch;     ///< canonical target arch, e.g. "sm_90a"
   std::string templ;    ///< template family: "sm80" (portable mma.sync), "sm90" (wgmma, sm_90a,
-                        ///< cp.async), "sm90ws" (wgmma + TMA, warp-specialized, sm_90a)
+                        ///< cp.async), "sm90ws" (wgmma + TMA, warp-specialized, sm_90a),
+                        ///< "sm80decode" (portable split-KV decode, a forward kernel)
+  /// sm80decode: the most query tokens per sequence of the calls it serves (spec
+  /// decode.q_tokens); 0 for other templates.
+  int qTokens = 0;
   int sparseRows = 0, sparseCols = 0;     ///< static layout: table size in blocks
   std::vector<uint8_t> sparseTable;       ///< static layout: rows x cols, 1 = computed
-  int prePostThreads = 0;                 ///< bwd: threads of the _pre and _post kernels
+  int prePostThreads = 0;                 ///< bwd: threads of the _pre and _post kernels;
+                                          ///< sm80decode: of NAME_combine and NAME_merge
   int blockM = 0, blockN = 0, warps = 0, stages = 0;
   int threads = 0;
   int smemBytes = 0;
@@ -103,7 +108,8 @@ struct KernelPlan : Variant {
 std::string kernelName(const KernelPlan &plan);
 
 /// The entry points of a plan's cubin, main kernel first: {NAME} for a forward plan,
-/// {NAME, NAME_pre, NAME_post} for a backward plan (docs/design/variants-and-backward.md).
+/// {NAME, NAME_pre, NAME_post} for a backward plan (docs/design/variants-and-backward.md),
+/// {NAME, NAME_combine, NAME_merge} for a decode plan (templates/abi/decode_params.h).
 std::vector<std::string> entryPointNames(const KernelPlan &plan);
 
 /// Whether the sm90ws (wgmma, TMA) forward template serves `plan`'s variant: any mask, score
@@ -148,7 +154,8 @@ using TuningTable = std::map<std::string, std::vector<TunedConfig>>;
 
 /// The canonical workload of a plan, as the tuning database keys it: every variant feature, so
 /// that records of different variants never mix: "fwd bf16 hd128x128 causal sm_90a" for a
-/// dense kernel, "bwd bf16 hd128x128 windowtl softcap drop bsr128 varlen det sm_90" otherwise.
+/// dense kernel, "bwd bf16 hd128x128 windowtl softcap drop bsr128 varlen det sm_90" otherwise,
+/// "fwd bf16 hd128x128 causal decode sm_90a" for a decode kernel.
 std::string workloadKey(const KernelPlan &plan);
 
 /// The largest dynamic shared memory a block may opt into on `arch`, in bytes.
@@ -161,6 +168,9 @@ int sm80FwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int st
 /// Shared memory of the sm80 backward template's main kernel: BwdConfig::kSmemBytes (ditto).
 int sm80BwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
                      bool varlen);
+/// Shared memory of the sm80 decode template: DecodeConfig::kSmemBytes (common/smem_layout.h).
+int sm80DecodeSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
+                        int warps);
 /// Shared memory of the sm90 (wgmma) forward template; mirrors sm90::FwdConfig::kSmemBytes.
 int sm90FwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 /// Shared memory of the sm90ws backward template: WsBwdConfig::kSmemBytes (both read
@@ -171,7 +181,12 @@ int sm90WsBwdSmemBytes(int headDim, int blockM, int blockN, int stages);
 int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int stages,
                        bool tileCounter = false, bool tmaStoreO = false);
 
-/// Plans every kernel of `spec`: one per variant x pass x arch (x tuned seqlen range).
+/// Whether `plan` is a split-KV decode kernel (template sm80decode).
+inline bool isDecodePlan(const KernelPlan &plan) { return plan.templ == "sm80decode"; }
+
+/// Plans every kernel of `spec`: one per variant x pass x arch (x tuned seqlen range), and a
+/// decode kernel per arch for a variant whose passes list decode (never tuned; kernels of
+/// equal names keep the largest qTokens).
 /// `archs`, when non-empty, replaces the spec's targets. Backward kernels use the sm80
 /// template on every arch; forward kernels the sm90ws template on sm_90a where it serves the
 /// variant (sm90ServesVariant), else sm80. A spec's `tile:` pins the forward kernel only.

@@ -1,7 +1,7 @@
 //===- PlanRules.h - the planner's internals (private) ----------------------===//
 //
 // Plan.cpp holds the shared base (default tiles, fitting, kernel names, configs, planKernels);
-// PlanSm80.cpp and PlanSm90.cpp the rules of each template family. Not included outside
+// PlanSm80.cpp, PlanSm90.cpp and PlanDecode.cpp the rules of each template family. Not included outside
 // compiler/plan.
 //
 //===----------------------------------------------------------------------===//
@@ -47,9 +47,22 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p);
 /// The sm90ws backward's defaults for backward plan `p`.
 KernelPlan sm90WsBwdPlan(KernelPlan p);
 
+// PlanDecode.cpp
+/// What the decode template serves, for error messages.
+const char *decodeServes();
+/// What of `p`'s variant the decode template cannot serve ("" when it serves it).
+std::string decodeVariantProblem(const KernelPlan &p);
+/// "" when templates/sm80/decode_config.cuh can build decode plan `p`, else what is wrong.
+std::string decodeConfigProblem(const KernelPlan &p);
+/// The decode kernel of variant `v` (which lists decode in its passes) for `arch`, or a spec
+/// error at `passes: [decode]` naming what the template does not serve.
+llvm::Expected<KernelPlan> decodePlan(const VariantSpec &v, const std::string &arch);
+
 // Plan.cpp
 /// Tiles must divide the block of a block mask or layout (variants.cuh static_asserts it).
 std::string sparseBlockProblem(const KernelPlan &p);
+/// A multiple of 8 in 32..256.
+bool validHeadDim(int headDim);
 
 } // namespace planner
 } // namespace fagen

@@ -62,6 +62,14 @@ struct BlockSparseSpec {
   bool isStatic() const { return layout != "runtime"; }
 };
 
+/// The split-KV decode kernel of a variant (`decode` in `passes`, settings in `decode:`):
+/// docs/spec.md#decode.
+struct DecodeSpec {
+  /// The most query tokens per sequence a call may have for the decode kernel to serve it
+  /// (1: plain decoding; more: speculative verification), 1..FAGEN_DECODE_MAX_Q_TOKENS.
+  int qTokens = 1;
+};
+
 /// One attention variant: everything that changes the generated kernel.
 struct VariantSpec {
   std::string name;                  ///< unique within the spec; [a-z0-9_]+
@@ -76,12 +84,16 @@ struct VariantSpec {
   std::optional<BlockSparseSpec> blockSparse;
   bool deterministic = false;        ///< bwd: bitwise-repeatable dQ/dK/dV
   std::vector<Pass> passes;          ///< in file order, each at most once
+  /// Set when `passes` lists decode: the variant's split-KV decode kernel (a forward kernel of
+  /// template sm80decode, beside or instead of the fwd pass's).
+  std::optional<DecodeSpec> decode;
   std::vector<std::string> targets;  ///< archs; empty = the spec's top-level targets
   int headsQ = 0, headsKV = 0;       ///< optional model shape (0 = unspecified); its GQA ratio shapes fagen tune's buckets
   std::optional<TileOverride> tile;  ///< pins the forward kernel's config
   SourceLoc loc;                     ///< of the variant's mapping
   /// Where each key's value stands. Nested keys are dotted ("heads.q", "tile.block_m",
-  /// "block_sparse.block"), each target is "targets.<arch>" (canonical arch), and "head_dim",
+  /// "block_sparse.block", "decode.q_tokens"), each pass is "passes.<pass>" ("passes.decode"
+  /// too), each target is "targets.<arch>" (canonical arch), and "head_dim",
   /// "head_dim_qk" and "head_dim_v" are all present when either form was written, pointing at
   /// what was written.
   std::map<std::string, SourceLoc> keyLocs;

@@ -1,6 +1,7 @@
 //===- SpecParse.cpp - the spec parser: the structure of a spec ----------===//
 
 #include "compiler/spec/SpecParser.h"
+#include "templates/abi/decode_params.h"
 
 #include "llvm/ADT/ArrayRef.h"
 #include "llvm/ADT/SmallVector.h"
@@ -151,7 +152,7 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
   static const std::vector<std::string> keys = {
       "name",   "dtype",   "head_dim",     "head_dim_qk",   "head_dim_v", "mask",
       "mask_align", "score_mod", "dropout", "varlen",     "block_sparse", "deterministic",
-      "passes", "heads",   "targets",      "tile"};
+      "passes", "decode",  "heads",        "targets",       "tile"};
   Entries entries = readMapping(node, keys);
   VariantSpec variant;
   variant.loc = loc;
@@ -193,6 +194,8 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
     variant.targets = readTargets(it->second, variant.keyLocs);
   if (auto it = entries.find("tile"); it != entries.end())
     parseTile(it->second, variant);
+  if (auto it = entries.find("decode"); it != entries.end())
+    parseDecode(it->second, variant);
 
   spec.variants.push_back(std::move(variant));
 }
@@ -249,22 +252,26 @@ void SpecParser::parsePasses(const Entries &entries, VariantSpec &variant) {
     }
     const std::string &text = node.Scalar();
     std::optional<Pass> pass = fromText<Pass>(text);
-    if (!pass) {
+    const bool decode = text == "decode"; // a forward kernel of its own, not a Pass
+    if (!pass && !decode) {
       std::string lower = StringRef(text).lower();
       std::string meant = lower == "forward"    ? "fwd"
                           : lower == "backward" ? "bwd"
-                                                : closestMatch(text, {"fwd", "bwd"});
+                                                : closestMatch(text, {"fwd", "bwd", "decode"});
       error(item.valueLoc, "unknown pass " + quoted(text) +
-                               (meant.empty() ? ": the passes are fwd and bwd"
+                               (meant.empty() ? ": the passes are fwd, bwd and decode"
                                               : ": did you mean " + meant + "?"));
       continue;
     }
-    if (llvm::is_contained(variant.passes, *pass)) {
+    if (decode ? variant.decode.has_value() : llvm::is_contained(variant.passes, *pass)) {
       error(item.valueLoc, "pass " + text + " is listed twice: remove one of them");
       continue;
     }
     variant.keyLocs["passes." + text] = item.valueLoc;
-    variant.passes.push_back(*pass);
+    if (decode)
+      variant.decode = DecodeSpec();
+    else
+      variant.passes.push_back(*pass);
   }
 }
 
@@ -316,7 +323,7 @@ void SpecParser::parseSemantics(const Entries &entries, VariantSpec &variant) {
   if (auto it = entries.find("deterministic"); it != entries.end()) {
     std::optional<bool> deterministic = readBool(it->second, "deterministic");
     if (deterministic && *deterministic && !llvm::is_contained(variant.passes, Pass::Backward) &&
-        !variant.passes.empty())
+        (!variant.passes.empty() || variant.decode))
       error(it->second.valueLoc, "deterministic applies to the backward pass: add bwd to "
                                  "passes, or remove deterministic");
     variant.deterministic = deterministic.value_or(false);
@@ -621,6 +628,25 @@ void SpecParser::parseTile(const Entry &entry, VariantSpec &variant) {
     }
   }
   variant.tile = tile;
+}
+
+void SpecParser::parseDecode(const Entry &entry, VariantSpec &variant) {
+  if (!entry.value.IsMap()) {
+    error(entry.valueLoc, "decode must be a mapping like {q_tokens: 4}, got " +
+                              describe(entry.value));
+    return;
+  }
+  Entries keys = readMapping(entry.value, {"q_tokens"});
+  if (!variant.decode) {
+    error(entry.keyLoc, "decode configures the decode kernel: add decode to passes (e.g. "
+                        "passes: [fwd, decode]), or remove decode");
+    return;
+  }
+  if (auto it = keys.find("q_tokens"); it != keys.end()) {
+    variant.keyLocs["decode.q_tokens"] = it->second.valueLoc;
+    variant.decode->qTokens =
+        readRange(it->second, "decode.q_tokens", 1, FAGEN_DECODE_MAX_Q_TOKENS, 1).value_or(1);
+  }
 }
 
 void SpecParser::checkUniqueNames(const AttentionSpec &spec) {

@@ -3,7 +3,7 @@
 // The parser walks one YAML document and collects every diagnostic: SpecReader.cpp holds its
 // diagnostics and the typed readers of keys (int, range, choice, name, list, bool, targets),
 // SpecParse.cpp the spec's structure (top level, variants, semantics, block sparsity, heads,
-// tiles). Not included outside compiler/spec.
+// tiles, decode). Not included outside compiler/spec.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FAGEN_COMPILER_SPEC_SPECPARSER_H
@@ -113,6 +113,7 @@ private:
   void readLayoutFile(const Entry &entry, BlockSparseSpec &sparse);
   void parseHeads(const Entry &entry, VariantSpec &variant);
   void parseTile(const Entry &entry, VariantSpec &variant);
+  void parseDecode(const Entry &entry, VariantSpec &variant);
   void checkUniqueNames(const AttentionSpec &spec);
 
   std::string file;

@@ -3,6 +3,7 @@
     import fagen
     fagen.Bundle("attn.fab")                          # optional: prebuilt kernels (fagen build)
     out = fagen.attention(q, k, v, causal=True)       # q, k, v [batch, seqlen, heads, head_dim]
+    out, lse = fagen.merge_states(o_states, lse_states)  # attention states merged by their LSE
 
 fagen.attention is the custom op fagen::attention_forward (+ its backward): autograd, FakeTensor,
 torch.compile(fullgraph=True) and torch.library.opcheck work with it. fagen.runtime is the
@@ -18,7 +19,11 @@ try:
 except ImportError:  # the runtime binding works without torch; fagen.attention needs it
     def attention(*args, **kwargs):
         raise ImportError("fagen.attention needs PyTorch: pip install torch")
-else:
-    from .ops import attention
 
-__all__ = ["Bundle", "FagenError", "KernelNotBuilt", "attention", "loaded", "runtime", "version"]
+    def merge_states(*args, **kwargs):
+        raise ImportError("fagen.merge_states needs PyTorch: pip install torch")
+else:
+    from .ops import attention, merge_states
+
+__all__ = ["Bundle", "FagenError", "KernelNotBuilt", "attention", "loaded", "merge_states",
+           "runtime", "version"]

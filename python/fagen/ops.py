@@ -1,4 +1,5 @@
-"""fagen.attention: the runtime's forward and backward as PyTorch custom ops.
+"""fagen.attention: the runtime's forward and backward as PyTorch custom ops; fagen.merge_states:
+the merge of attention states by their log-sum-exp (fagen::merge_states, not differentiable).
 
 Two ops, fagen::attention_forward and fagen::attention_backward (torch.library.custom_op), each
 with a fake implementation (shapes only: FakeTensor, meta tensors, torch.compile) and the
@@ -12,6 +13,7 @@ from typing import Optional
 import torch
 
 from . import bundle as _bundle
+from . import ondemand as _ondemand
 from . import runtime
 
 Tensor = torch.Tensor
@@ -255,3 +257,65 @@ def _autograd_backward(ctx, dout, dlse, drng):
 
 
 _forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def merge_states(o_states, lse_states, *, bundle=None):
+    """Merges attention states by their log-sum-exp, as fagen_run_merge_states: o_states
+    [states, batch, seqlen, heads, head_dim] (float16 or bfloat16, CUDA, the head dim
+    contiguous), lse_states float32 [states, batch, heads, seqlen]: e.g. the out and lse of
+    fagen.attention(..., return_lse=True) over disjoint sets of keys (cascade / shared-prefix
+    attention, context parallelism), stacked. Returns (out [batch, seqlen, heads, head_dim],
+    lse float32 [batch, heads, seqlen]): the attention over the union of the keys. A row whose
+    states all have lse -inf gets out 0 and lse -inf; a state of lse -inf adds nothing.
+    Needs a loaded bundle (or `bundle`) with a decode kernel of this dtype and head dim (spec
+    passes: [decode]), whose cubin holds the merge. Not differentiable."""
+    if o_states.dim() != 5 or lse_states.dim() != 4:
+        raise ValueError(f"fagen.merge_states: o_states must be [states, batch, seqlen, heads, "
+                         f"head_dim] and lse_states [states, batch, heads, seqlen], got shapes "
+                         f"{tuple(o_states.shape)} and {tuple(lse_states.shape)}")
+    s, b, t, h, _ = o_states.shape
+    if tuple(lse_states.shape) != (s, b, h, t):
+        raise ValueError(f"fagen.merge_states: lse_states has shape {tuple(lse_states.shape)}, "
+                         f"expected {(s, b, h, t)} for o_states {tuple(o_states.shape)}")
+    if o_states.dtype not in (torch.float16, torch.bfloat16) or lse_states.dtype != torch.float32:
+        raise TypeError(f"fagen.merge_states: o_states must be float16 or bfloat16 and "
+                        f"lse_states float32, got {o_states.dtype} and {lse_states.dtype}")
+    if o_states.stride(-1) != 1:
+        o_states = o_states.contiguous()
+    return torch.ops.fagen.merge_states(o_states, lse_states, 0 if bundle is None else bundle.id)
+
+
+def _merge_outputs(o_states):
+    _, b, t, h, d = o_states.shape
+    return (o_states.new_empty((b, t, h, d)),
+            o_states.new_empty((b, h, t), dtype=torch.float32))
+
+
+@torch.library.custom_op("fagen::merge_states", mutates_args=(), device_types="cuda")
+def _merge_states(o_states: Tensor, lse_states: Tensor, bundle: int) -> tuple[Tensor, Tensor]:
+    out, lse = _merge_outputs(o_states)
+    pool = [b for b in _bundle.loaded() if not bundle or b.id == bundle]
+    reasons = []
+    with torch.cuda.device(o_states.device):
+        for b in pool:
+            try:
+                plan = b.plan_merge_states(o_states, lse_states, out, lse)
+            except runtime.FagenError as e:
+                if e.status_name != "FAGEN_ERROR_NOT_SUPPORTED":
+                    raise
+                reasons.append(f"  {b.path}: {e}")
+                continue
+            plan.run_merge_states(o_states, lse_states, out, lse)
+            return out, lse
+    dtype = "bf16" if o_states.dtype == torch.bfloat16 else "fp16"
+    entry = (f"  - {{name: merge_{dtype}_{o_states.shape[-1]}, dtype: {dtype}, head_dim: "
+             f"{o_states.shape[-1]}, passes: [decode]}}")
+    raise _ondemand.KernelNotBuilt(
+        f"fagen.merge_states: no loaded bundle has a merge kernel for {dtype} states of head dim "
+        f"{o_states.shape[-1]}:\n" + "\n".join(reasons or ["  (no bundle loaded)"]) +
+        f"\nAdd this variant to a spec, build it and load it with fagen.Bundle:\n{entry}", entry)
+
+
+@_merge_states.register_fake
+def _merge_states_fake(o_states, lse_states, bundle):
+    return _merge_outputs(o_states)

@@ -80,6 +80,14 @@ class RunArgs(_Versioned):
                 ("dropout_seed", ctypes.c_uint64), ("dropout_offset", ctypes.c_uint64)]
 
 
+class _MergeProblem(_Versioned):
+    """fagen_merge_problem."""
+    _fields_ = _HEADER + [(name, _I32) for name in
+                ("num_states", "batch", "heads", "seqlen", "head_dim", "dtype")] + [
+        ("o_states_strides", _I64 * 4), ("lse_states_strides", _I64 * 4),
+        ("o_strides", _I64 * 3), ("lse_strides", _I64 * 3)]
+
+
 class _Plan(ctypes.Structure):
     """fagen_plan."""
     _fields_ = _HEADER + [("bundle", _P), ("bundle_id", ctypes.c_uint64), ("context", _P),
@@ -139,6 +147,8 @@ def library(path=None):
         "fagen_plan_backward": (c.c_int, [P, Pr, c.c_int32, Pl]),
         "fagen_plan_backward_kernel": (c.c_int, [P, Pr, c.c_int32, c.c_int, Pl]),
         "fagen_run_backward": (c.c_int, [Pl, P, P, P, P, P, P, P, P, P, P, c.c_size_t, A, P]),
+        "fagen_plan_merge_states": (c.c_int, [P, c.POINTER(_MergeProblem), Pl]),
+        "fagen_run_merge_states": (c.c_int, [Pl, P, P, P, P, P]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -258,6 +268,16 @@ class Plan:
             ctypes.byref(self._plan), q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
             lse.data_ptr(), _ptr(workspace), _nbytes(workspace),
             None if args is None else ctypes.byref(args), stream))
+
+    def run_merge_states(self, o_states, lse_states, o, lse=None, stream=None):
+        """Launches a merge plan (Bundle.plan_merge_states) on the tensors it was planned for:
+        o_states [S, B, T, H, D], lse_states [S, B, H, T] into o [B, T, H, D] and lse
+        [B, H, T] (None: not written)."""
+        if stream is None:
+            stream = _current_stream()
+        _check(library().fagen_run_merge_states(
+            ctypes.byref(self._plan), o_states.data_ptr(), lse_states.data_ptr(), o.data_ptr(),
+            _ptr(lse), stream))
 
     def _own_workspace(self, device, stream):
         cache = self.__dict__.setdefault("_workspaces", {})
@@ -381,6 +401,45 @@ class Bundle:
             _check(library().fagen_plan_backward_kernel(self._handle, ctypes.byref(p), det,
                                                         kernel_index, ctypes.byref(plan)))
         return Plan(self, plan)
+
+    def plan_merge_states(self, o_states, lse_states, o, lse=None):
+        """Plans the merge of attention states by their LSE (fagen_plan_merge_states):
+        o_states [S, B, T, H, D] (fp16 / bf16), lse_states float32 [S, B, H, T] into o
+        [B, T, H, D] and lse float32 [B, H, T] (None: not written); any strides with the head
+        dim contiguous. Needs a decode kernel of that dtype and head dim in the bundle."""
+        dtype = _DTYPES.get(str(o_states.dtype))
+        if dtype is None:
+            raise ValueError(f"o_states.dtype is {o_states.dtype}; merges take float16 or "
+                             f"bfloat16 states")
+        if o_states.dim() != 5 or lse_states.dim() != 4 or o.dim() != 4:
+            raise ValueError("o_states must be [states, batch, seq, heads, head_dim], lse_states "
+                             "[states, batch, heads, seq], o [batch, seq, heads, head_dim]; got "
+                             f"{tuple(o_states.shape)}, {tuple(lse_states.shape)}, {tuple(o.shape)}")
+        m = _MergeProblem()
+        m.num_states, m.batch, m.seqlen, m.heads, m.head_dim = o_states.shape
+        m.dtype = dtype
+        so, sl = o_states.stride(), lse_states.stride()
+        if so[-1] != 1 or o.stride(-1) != 1:
+            raise ValueError("o_states' and o's head dims must be contiguous (stride 1)")
+        m.o_states_strides[:] = (so[0], so[1], so[3], so[2])
+        m.lse_states_strides[:] = (sl[0], sl[1], sl[2], sl[3])
+        m.o_strides[:] = (o.stride(0), o.stride(2), o.stride(1))
+        ls = lse.stride() if lse is not None else (m.heads * m.seqlen, m.seqlen, 1)
+        m.lse_strides[:] = ls
+        plan = _Plan()
+        _check(library().fagen_plan_merge_states(self._handle, ctypes.byref(m), ctypes.byref(plan)))
+        return Plan(self, plan)
+
+    def merge_states(self, o_states, lse_states, stream=None):
+        """Merges attention states by their LSE: returns (o [B, T, H, D], lse [B, H, T]) for
+        o_states [S, B, T, H, D] and lse_states [S, B, H, T] (see plan_merge_states)."""
+        import torch
+        _, b, t, h, d = o_states.shape
+        o = torch.empty((b, t, h, d), dtype=o_states.dtype, device=o_states.device)
+        lse = torch.empty((b, h, t), dtype=torch.float32, device=o_states.device)
+        self.plan_merge_states(o_states, lse_states, o, lse).run_merge_states(
+            o_states, lse_states, o, lse, stream)
+        return o, lse
 
     def forward(self, q, k, v, stream=None, args=None, **variant):
         """Plans, allocates O (contiguous BSHD) and LSE, runs; returns (o, lse)."""

@@ -106,6 +106,31 @@ class FakeShapesTest(unittest.TestCase):
         self.assertEqual(fagen.attention(q, q, q).shape, (1, 64, 2, 64))
 
 
+class MergeStatesTest(unittest.TestCase):
+    def test_schema_and_fake_shapes(self):
+        schema = str(torch.ops.fagen.merge_states.default._schema)
+        self.assertEqual(schema, "fagen::merge_states(Tensor o_states, Tensor lse_states, "
+                                 "SymInt bundle) -> (Tensor, Tensor)")
+        o_states = meta(3, 2, 5, 8, 128)
+        lse_states = torch.empty(3, 2, 8, 5, device="meta")
+        out, lse = fagen.merge_states(o_states, lse_states)
+        self.assertEqual((tuple(out.shape), out.dtype), ((2, 5, 8, 128), BF16))
+        self.assertEqual((tuple(lse.shape), lse.dtype), ((2, 8, 5), torch.float32))
+
+    def test_opcheck(self):
+        args = (meta(2, 1, 3, 4, 64, dtype=FP16), torch.empty(2, 1, 4, 3, device="meta"), 0)
+        result = torch.library.opcheck(torch.ops.fagen.merge_states.default, args)
+        self.assertEqual(set(result.values()), {"SUCCESS"}, result)
+
+    def test_errors(self):
+        with self.assertRaisesRegex(ValueError, r"lse_states has shape \(3, 2, 5, 8\), expected "
+                                                r"\(3, 2, 8, 5\)"):
+            fagen.merge_states(meta(3, 2, 5, 8, 64), torch.empty(3, 2, 5, 8, device="meta"))
+        with self.assertRaisesRegex(TypeError, "float16 or bfloat16 and lse_states float32"):
+            fagen.merge_states(meta(1, 1, 1, 1, 64, dtype=torch.float32),
+                               torch.empty(1, 1, 1, 1, device="meta"))
+
+
 class OpcheckTest(unittest.TestCase):
     """torch.library.opcheck on meta tensors: schema, autograd registration, fake tensors and
     AOT dispatch (the real kernels need a GPU: tests/gpu/python_check.py)."""

@@ -8,13 +8,6 @@ namespace fagen::rt {
 
 //===--- Run ---------------------------------------------------------------===//
 
-struct Pointer {
-  const char *name;
-  const void *ptr;
-  uintptr_t align;
-};
-
-/// Null and alignment checks; messages start with `prefix` ("fagen_run_forward: ").
 /// Null and alignment checks of a run call's pointers; the message ("FUNCTION: PREFIXname is
 /// null") is built only on failure, so the run path does no string work.
 fagen_status checkPointers(const char *function, const char *prefix,
@@ -34,7 +27,12 @@ fagen_status checkPointers(const char *function, const char *prefix,
 fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass pass) {
   if (plan == nullptr)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": plan is null");
-  const char *planner = pass == FAGEN_PASS_BACKWARD ? "fagen_plan_backward" : "fagen_plan_forward";
+  const char *planner = pass == FAGEN_PASS_BACKWARD ? "fagen_plan_backward"
+                        : pass == FAGEN_PASS_MERGE  ? "fagen_plan_merge_states"
+                                                    : "fagen_plan_forward";
+  auto passName = [](fagen_pass p) {
+    return p == FAGEN_PASS_BACKWARD ? "backward" : p == FAGEN_PASS_MERGE ? "merge" : "forward";
+  };
   // A plan that no planner filled (zeroed, or failed) has struct_size 0; one of another ABI
   // another size or tag.
   if (plan->struct_size == 0 && plan->abi_tag == 0)
@@ -52,8 +50,7 @@ fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass 
 
   if (plan->pass != pass)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                std::string(function) + ": the plan is a " +
-                    (pass == FAGEN_PASS_BACKWARD ? "forward" : "backward") +
+                std::string(function) + ": the plan is a " + passName(plan->pass) +
                     " plan; make it with " + planner);
   if (pass == FAGEN_PASS_BACKWARD &&
       (plan->pre_function == nullptr || plan->post_function == nullptr))
@@ -279,7 +276,7 @@ const std::string &kernelName(const fagen_plan &plan) {
 
 fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function,
                     const int32_t grid[3], const int32_t block[3], int32_t smem, void *params,
-                    void *stream, const char *suffix, void *tmaMaps = nullptr) {
+                    void *stream, const char *suffix, void *tmaMaps) {
   void *args[] = {params, tmaMaps};
   CUresult r = api.cuLaunchKernel(static_cast<CUfunction>(function), unsigned(grid[0]),
                                   unsigned(grid[1]), unsigned(grid[2]), unsigned(block[0]),
@@ -323,6 +320,8 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
   params.o = o;
   params.lse = lse;
   const KernelRecord &kernel = plan->bundle->bundle.kernels[plan->kernel_index];
+  if (isDecodeKernel(kernel))
+    return runDecode(function, *api, *plan, params, workspace, workspaceBytes, stream);
   if (!takesTmaMaps(kernel))
     return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes,
                   &params, stream, "");

@@ -21,6 +21,7 @@
 #include "runtime/src/TmaMaps.h"
 #include "runtime/src/VariantAbi.h"
 #include "templates/abi/bwd_params.h"
+#include "templates/abi/decode_params.h"
 #include "templates/common/philox.h"
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <mutex>
 #include <set>
@@ -39,6 +41,12 @@ static_assert(sizeof(fagen_fwd_params) <= sizeof(fagen_plan{}.params),
               "fagen_plan::params must hold the forward parameter block");
 static_assert(sizeof(fagen_bwd_params) <= sizeof(fagen_plan{}.params),
               "fagen_plan::params must hold the backward parameter block");
+/// A decode plan's parameter block: fagen_decode_params, then its combine's fagen_merge_params
+/// at this offset.
+constexpr size_t kDecodeMergeParamsOffset = (sizeof(fagen_decode_params) + 15) / 16 * 16;
+static_assert(kDecodeMergeParamsOffset + sizeof(fagen_merge_params) <=
+                  sizeof(fagen_plan{}.params),
+              "fagen_plan::params must hold the decode and combine parameter blocks");
 
 static_assert(sizeof(fagen_dtype) == 4 && sizeof(fagen_mask) == 4 &&
                   sizeof(fagen_mask_align) == 4 && sizeof(fagen_score_mod) == 4 &&
@@ -66,6 +74,33 @@ fagen_status fail(fagen_status status, std::string message);
 std::string str(int64_t v);
 
 // Select.cpp
+/// The device of the current context, as a plan needs it.
+struct Device {
+  CUcontext context = nullptr;
+  uint64_t contextId = 0; ///< cuCtxGetId, 0 without it
+  CUdevice device = 0;
+  int major = 0, minor = 0, smemOptin = 0, sms = 0;
+  std::string name;
+  std::string arch() const { return "sm_" + std::to_string(major * 10 + minor); }
+};
+
+/// The entry points of a kernel's cubin (docs/bundle-format.md): a backward's NAME, NAME_pre and
+/// NAME_post; a decode kernel's NAME, NAME_combine and NAME_merge.
+enum class Part { kMain = 0, kPre = 1, kPost = 2, kCombine = 3, kMerge = 4 };
+
+/// Makes a context current if none is (device 0's primary) and describes its device.
+fagen_status currentDevice(const DriverApi &api, Device &d);
+/// The best of `candidates` (kernel indices) that runs on `d`, or why none does.
+fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidates,
+                          const Device &d, int &chosen);
+/// Entry point `part` of kernel `index` in `d`'s context, its module loaded on first use.
+fagen_status loadFunction(const DriverApi &api, fagen_bundle &b, const Device &d, int index,
+                          Part part, CUfunction &function);
+/// The forward parameter block of a validated problem, pointers left null (run fills them).
+void fillForwardParams(const fagen_fwd_problem &p, fagen_fwd_params &fp);
+void setGrid(int32_t out[3], int64_t x, int32_t y, int32_t z);
+int64_t ceilDiv(int64_t a, int64_t b);
+
 /// The value a C caller stored in an enum field: any int may arrive, which must not be loaded
 /// as the enum (undefined behaviour for values outside it).
 template <typename Enum> int32_t raw(const Enum &e) {
@@ -95,6 +130,33 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
                       const fagen_fwd_problem *problem, fagen_pass pass, int32_t deterministic,
                       bool pinned, int kernelIndex, fagen_plan *plan);
 
+// Decode.cpp
+/// A decode kernel's plan of a validated forward call: the split count (common/decode_split.h)
+/// for `sms` SMs, the grids of NAME and NAME_combine, both parameter blocks, the workspace.
+void fillDecodePlan(const fagen_fwd_problem &p, const KernelRecord &k, int sms, fagen_plan &plan);
+/// Launches a decode plan: NAME over the planned splits and NAME_combine where the call has
+/// the plan's workspace, else NAME over one split. `params`: the forward block, pointers filled.
+fagen_status runDecode(const char *function, const DriverApi &api, const fagen_plan &plan,
+                       const fagen_fwd_params &params, void *workspace, size_t workspaceBytes,
+                       void *stream);
+
+// Launch.cpp
+struct Pointer {
+  const char *name;
+  const void *ptr;
+  uintptr_t align;
+};
+/// Null and alignment checks of a run call's pointers ("FUNCTION: PREFIXname is null").
+fagen_status checkPointers(const char *function, const char *prefix,
+                           std::initializer_list<Pointer> pointers);
+/// That `plan` was filled by the planner of `pass` (and this ABI).
+fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass pass);
+fagen_status checkBundleLive(const char *function, const fagen_plan &plan);
+fagen_status checkContext(const char *function, const DriverApi &api, const fagen_plan &plan);
+fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function,
+                    const int32_t grid[3], const int32_t block[3], int32_t smem, void *params,
+                    void *stream, const char *suffix, void *tmaMaps = nullptr);
+
 // Validate.cpp
 /// The longest seqlen_q / seqlen_k a call may have: the kernels' masks add a row, the diagonal
 /// offset, a window bound (capped by capWindowBound) and a tile in 32-bit ints, which stays below
@@ -109,6 +171,10 @@ int32_t capWindowBound(int32_t bound, int32_t seqlenQ, int32_t seqlenK);
 /// elements on one address.
 bool checkStrides(const char *tensor, const int64_t strides[3], const int64_t extents[4],
                   bool isOutput, bool varlen, std::string &error);
+/// That no two elements of an output (strides of `extents`: batch, heads, rows, head dim) share
+/// an address.
+bool checkNoOverlap(const char *tensor, const int64_t strides[3], const int64_t extents[4],
+                    bool varlen, std::string &error);
 /// The forward's problem: shapes, the variant, the strides of Q, K, V and O.
 bool validateProblem(const fagen_fwd_problem &p, std::string &error);
 /// The backward's gradients: dO like O, dQ like Q, dK like K, dV like V.

@@ -84,6 +84,11 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
 }
 
 std::string shapeProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
+  if (isDecodeKernel(k) && p.seqlen_q > k.qTokens)
+    return "kernel " + k.name + " decodes up to " + str(k.qTokens) +
+           " query tokens per sequence (spec decode.q_tokens); the call has seqlen_q " +
+           str(p.seqlen_q) + ": raise decode.q_tokens (at most " +
+           str(FAGEN_DECODE_MAX_Q_TOKENS) + "), or add fwd to the variant's passes";
   if (takesTmaMaps(k))
     if (std::string why = tmaLayoutProblem(k, p); !why.empty())
       return why;
@@ -140,7 +145,9 @@ std::string wsSizeProblem(const KernelRecord &k, const fagen_fwd_problem &p, int
 }
 
 int expectedParamsVersion(const KernelRecord &k) {
-  return k.isBackward() ? FAGEN_BWD_PARAMS_VERSION : FAGEN_FWD_PARAMS_VERSION;
+  return k.isBackward()       ? FAGEN_BWD_PARAMS_VERSION
+         : isDecodeKernel(k) ? FAGEN_DECODE_PARAMS_VERSION
+                             : FAGEN_FWD_PARAMS_VERSION;
 }
 
 fagen_status paramsVersionMismatch(const KernelRecord &k) {
@@ -195,15 +202,6 @@ int archRank(const std::string &arch, int major, int minor) {
   return archComputeCapability(arch) == major * 10 + minor ? 2 : 1;
 }
 
-struct Device {
-  CUcontext context = nullptr;
-  uint64_t contextId = 0; ///< cuCtxGetId, 0 without it
-  CUdevice device = 0;
-  int major = 0, minor = 0, smemOptin = 0, sms = 0;
-  std::string name;
-  std::string arch() const { return "sm_" + std::to_string(major * 10 + minor); }
-};
-
 /// The primary context of device 0, retained once per process.
 CUresult primaryContext(const DriverApi &api, CUcontext &ctx) {
   static std::once_flag once;
@@ -251,14 +249,16 @@ fagen_status currentDevice(const DriverApi &api, Device &d) {
   return FAGEN_OK;
 }
 
-/// Among the kernels that serve the problem, the best one that runs on this device: a
+/// Among the kernels that serve the problem, the best one that runs on this device: a decode
+/// kernel over any other (candidates hold one only for calls of at most its q_tokens), the one
+/// of the fewest q_tokens among them (the smallest packed tile that holds the call), a
 /// nondeterministic backward over a deterministic one (faster, and the call did not ask for
 /// bitwise repeatability, or only deterministic kernels serve it), then the best arch match,
 /// then the narrowest tuned seqlen range.
 fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidates,
                           const Device &d, int &chosen) {
   std::set<std::string> archs;
-  std::tuple<int, int, int64_t> best;
+  std::tuple<bool, int, int, int, int64_t> best;
   const KernelRecord *tooBig = nullptr;
   chosen = -1;
   for (int i : candidates) {
@@ -270,8 +270,9 @@ fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidat
       tooBig = &k;
       continue;
     }
-    std::tuple<int, int, int64_t> rank{!k.deterministic, archRank(k.arch, d.major, d.minor),
-                                       -(k.seqlenMax - k.seqlenMin)};
+    std::tuple<bool, int, int, int, int64_t> rank{isDecodeKernel(k), -k.qTokens, !k.deterministic,
+                                                  archRank(k.arch, d.major, d.minor),
+                                                  -(k.seqlenMax - k.seqlenMin)};
     if (chosen < 0 || rank > best) {
       best = rank;
       chosen = i;
@@ -296,11 +297,19 @@ fagen_status chooseKernel(const Bundle &bundle, const std::vector<int> &candidat
                   ": rebuild with --arch " + suggestion);
 }
 
-/// The entry points of a kernel's cubin: a backward is three (docs/bundle-format.md).
-enum class Part { kMain = 0, kPre = 1, kPost = 2 };
-
 const char *partSuffix(Part part) {
-  return part == Part::kPre ? "_pre" : part == Part::kPost ? "_post" : "";
+  switch (part) {
+  case Part::kPre:
+    return "_pre";
+  case Part::kPost:
+    return "_post";
+  case Part::kCombine:
+    return "_combine";
+  case Part::kMerge:
+    return "_merge";
+  default:
+    return "";
+  }
 }
 
 /// One entry point of the kernel in the current context, loading its module on first use.
@@ -571,17 +580,22 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
     return s;
   // The cache is the one mutable part of a loaded bundle; the mutex makes this thread-safe.
   auto &mutableBundle = const_cast<fagen_bundle &>(bundle);
+  const KernelRecord &k = bundle.bundle.kernels[chosen];
+  // Slots: main, pre, post (a decode kernel's combine in post).
   CUfunction functions[3] = {};
-  for (Part part : {Part::kMain, Part::kPre, Part::kPost}) {
-    if (part != Part::kMain && pass != FAGEN_PASS_BACKWARD)
-      break;
-    if (fagen_status s = loadFunction(*api, mutableBundle, device, chosen, part,
-                                      functions[int(part)]);
+  const std::pair<Part, int> parts[] = {{Part::kMain, 0}, {Part::kPre, 1}, {Part::kPost, 2},
+                                        {Part::kCombine, 2}};
+  for (auto [part, slot] : parts) {
+    const bool needed = part == Part::kMain ||
+                        (pass == FAGEN_PASS_BACKWARD && (part == Part::kPre || part == Part::kPost)) ||
+                        (isDecodeKernel(k) && part == Part::kCombine);
+    if (!needed)
+      continue;
+    if (fagen_status s = loadFunction(*api, mutableBundle, device, chosen, part, functions[slot]);
         s != FAGEN_OK)
       return s;
   }
 
-  const KernelRecord &k = bundle.bundle.kernels[chosen];
   if (takesTmaMaps(k) && api->cuTensorMapEncodeTiled == nullptr)
     return fail(FAGEN_ERROR_NOT_SUPPORTED,
                 "kernel " + k.name + " loads through TMA, and the CUDA driver (" + api->path +
@@ -617,6 +631,10 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
       setKeepAll(bp.fwd);
       std::memcpy(plan.params, &bp, sizeof bp);
     }
+    return FAGEN_OK;
+  }
+  if (isDecodeKernel(k)) {
+    fillDecodePlan(problem, k, device.sms, plan);
     return FAGEN_OK;
   }
   const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;

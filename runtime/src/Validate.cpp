@@ -8,9 +8,6 @@ namespace fagen::rt {
 
 //===--- Problem validation (no GPU needed) --------------------------------===//
 
-bool checkNoOverlap(const char *tensor, const int64_t strides[3], const int64_t extents[4],
-                    bool varlen, std::string &error);
-
 bool checkStrides(const char *tensor, const int64_t strides[3], const int64_t extents[4],
                   bool isOutput, bool varlen, std::string &error) {
   static const char *kDims[3] = {"batch", "head", "row"};

@@ -53,6 +53,13 @@ __device__ __forceinline__ void ld_shared_v4(u32 (&d)[4], u32 addr) {
                : "r"(addr));
 }
 
+/// 16 bytes of memory this kernel does not write (not volatile: loads may be scheduled freely).
+__device__ __forceinline__ void ld_global_v4(u32 (&d)[4], const void *ptr) {
+  asm("ld.global.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+               : "l"(ptr));
+}
+
 __device__ __forceinline__ void st_global_v4(void *ptr, const u32 (&v)[4]) {
   asm volatile("st.global.v4.b32 [%0], {%1,%2,%3,%4};\n" ::"l"(ptr), "r"(v[0]), "r"(v[1]),
                "r"(v[2]), "r"(v[3])

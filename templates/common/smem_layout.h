@@ -1,6 +1,7 @@
-// fagen: the portable (sm80) template's shared-memory layout arithmetic, in one place for the
-// template (sm80/tile_ops.cuh's SmemRow, sm80/fwd_config.cuh and sm80/bwd_config.cuh) and the
-// planner's shared-memory budget (compiler/plan/PlanSm80.cpp). Plain C++, host and device.
+// fagen: the portable (sm80) templates' shared-memory layout arithmetic, in one place for the
+// templates (sm80/tile_ops.cuh's SmemRow, sm80/fwd_config.cuh, bwd_config.cuh and
+// decode_config.cuh) and the planner's shared-memory budget (compiler/plan/PlanSm80.cpp). Plain
+// C++, host and device.
 #ifndef FAGEN_TEMPLATES_COMMON_SMEM_LAYOUT_H
 #define FAGEN_TEMPLATES_COMMON_SMEM_LAYOUT_H
 
@@ -40,6 +41,29 @@ constexpr int sm80_fwd_smem_bytes(int head_dim_qk, int head_dim_v, int block_m, 
          stages * block_n *
              (smem_row_bytes(head_dim_qk, kFwdSwizzleFrom) +
               smem_row_bytes(head_dim_v, kFwdSwizzleFrom));
+}
+
+/// The fp32 scratch at the end of the sm80 decode kernel: each warp's O rows (head_dim_v + 8
+/// floats apart: 8 banks, so that a warp's fragment stores fall in distinct banks), then each
+/// warp's row maxima and row sums. Head dims already padded to 16.
+constexpr int sm80_decode_reduce_bytes(int head_dim_v, int block_m, int warps) {
+  return warps * block_m * (head_dim_v + 8) * 4 + 2 * warps * block_m * 4;
+}
+
+/// The sm80 decode kernel's shared memory: a Q tile, then `stages` x (K tile + V tile), whose
+/// space the end reuses for the warps' partial O (sm80_decode_reduce_bytes). Head dims already
+/// padded to 16.
+constexpr int sm80_decode_smem_bytes(int head_dim_qk, int head_dim_v, int block_m, int block_n,
+                                     int stages, int warps) {
+  return block_m * smem_row_bytes(head_dim_qk, kFwdSwizzleFrom) +
+         (stages * block_n *
+                      (smem_row_bytes(head_dim_qk, kFwdSwizzleFrom) +
+                       smem_row_bytes(head_dim_v, kFwdSwizzleFrom)) >
+                  sm80_decode_reduce_bytes(head_dim_v, block_m, warps)
+              ? stages * block_n *
+                    (smem_row_bytes(head_dim_qk, kFwdSwizzleFrom) +
+                     smem_row_bytes(head_dim_v, kFwdSwizzleFrom))
+              : sm80_decode_reduce_bytes(head_dim_v, block_m, warps));
 }
 
 /// Bytes of a row of the sm80 backward's P and dS tiles (block_n 2-byte elements, padded by 16).

@@ -72,6 +72,27 @@ __device__ __forceinline__ void apply_mask(float (&s)[kRowTiles][kColTiles][4], 
       }
 }
 
+/// As apply_mask for fragments whose rows are not consecutive queries: row r = 2 t + e / 2 of
+/// this thread's fragments (as OnlineSoftmax numbers them) is query `query[r]` (a decode tile's
+/// packed rows: several heads' query tokens). col0: the fragments' first key column.
+template <class Mask, int kRowTiles, int kColTiles>
+__device__ __forceinline__ void apply_mask_to_queries(float (&s)[kRowTiles][kColTiles][4],
+                                                      const int (&query)[2 * kRowTiles],
+                                                      int col0, AttentionShape shape) {
+  const int lane = threadIdx.x % 32;
+  const float kNegInf = -__int_as_float(0x7f800000);
+#pragma unroll
+  for (int t = 0; t < kRowTiles; ++t)
+#pragma unroll
+    for (int j = 0; j < kColTiles; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = fragment_col(col0, lane, j, e);
+        if (col >= shape.seqlen_k || !Mask::is_visible(query[2 * t + e / 2], col, shape))
+          s[t][j][e] = kNegInf;
+      }
+}
+
 /// Replaces raw scores s = q . k by the score mod's logits (natural-log units), element by
 /// element; call before apply_mask (a masked -inf is no score). (row0, col0) as apply_mask.
 template <class ScoreMod, int kRowTiles, int kColTiles>

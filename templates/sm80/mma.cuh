@@ -94,6 +94,20 @@ template <> __device__ __forceinline__ u32 pack2<half_t>(float lo, float hi) {
   return d;
 }
 
+/// The two 16-bit elements of `packed` (lo in the low half) as floats; exact.
+template <class Element> __device__ __forceinline__ void unpack2(float &lo, float &hi, u32 packed);
+
+template <> __device__ __forceinline__ void unpack2<bfloat16_t>(float &lo, float &hi, u32 packed) {
+  lo = __uint_as_float(packed << 16);
+  hi = __uint_as_float(packed & 0xffff0000u);
+}
+
+template <> __device__ __forceinline__ void unpack2<half_t>(float &lo, float &hi, u32 packed) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.f32.f16 %0, l;\n cvt.f32.f16 %1, h;\n}\n"
+      : "=f"(lo), "=f"(hi)
+      : "r"(packed));
+}
+
 } // namespace sm80
 } // namespace fagen
 

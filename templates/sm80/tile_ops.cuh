@@ -120,6 +120,31 @@ __device__ __forceinline__ void load_tile_padded_async(u32 smem, const Element *
                     SmemRow<kColsPad>::kSwizzled>(smem, gmem, row_stride, rows_valid);
 }
 
+/// As load_tile_padded_async for a tile whose rows lie anywhere: row r of the (kRows, kCols)
+/// tile is read from row_ptr(r) (a const Element *), rows >= rows_valid and the columns in
+/// [kCols, kColsPad) zero-filled. For rows that are not one stride apart (a decode tile's
+/// packed query rows; a paged KV cache's key rows, through its block table).
+template <int kRows, int kCols, int kColsPad, int kThreads, class RowPtr>
+__device__ __forceinline__ void load_rows_async(u32 smem, RowPtr row_ptr, int rows_valid) {
+  static_assert(kCols % 8 == 0 && kColsPad % 8 == 0 && kCols <= kColsPad,
+                "columns come in 16-byte chunks");
+  using Row = SmemRow<kColsPad>;
+  constexpr int kChunksPerRow = kColsPad / 8, kValidChunks = kCols / 8;
+  constexpr int kChunks = kRows * kChunksPerRow;
+  // Addresses from a fresh read of the thread index: hoisted out of a caller's loop, one per
+  // chunk would hold 2 registers each (hd 256 decode: 64, and spills).
+  const int tid = thread_index_rematerialized();
+#pragma unroll
+  for (int i = 0; i < ceil_div(kChunks, kThreads); ++i) {
+    const int c = tid + i * kThreads;
+    if (kChunks % kThreads == 0 || c < kChunks) {
+      const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
+      const bool valid = row < rows_valid && (kValidChunks == kChunksPerRow || chunk < kValidChunks);
+      cp_async_16(smem + Row::offset(row, chunk), row_ptr(valid ? row : 0) + chunk * 8, valid);
+    }
+  }
+}
+
 /// s (16 * kRowTiles, 8 * kColTiles) = q (16 * kRowTiles, kHeadDim) *
 ///                                    k (8 * kColTiles, kHeadDim)^T.
 /// q_smem: the warp's first Q row; k_smem: the key tile's first row.

@@ -7,6 +7,10 @@ std::vector<uint8_t> fagenVariantBundleBytes() {
   return fagen::serializeBundle(fagen::test::makeVariantBundle());
 }
 
+std::vector<uint8_t> fagenDecodeBundleBytes() {
+  return fagen::serializeBundle(fagen::test::makeDecodeBundle());
+}
+
 fagen_fwd_problem fagenTestProblem(fagen_dtype dtype, int headDim, int causal) {
   return fagen::test::testProblem(dtype, headDim, causal);
 }

@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <vector>
 
-/// fagen::test::testBundleBytes(), serializeBundle(makeVariantBundle()) and
-/// fagen::test::testProblem(), defined in TestBundleBytes.cpp.
+/// fagen::test::testBundleBytes(), serializeBundle(makeVariantBundle()),
+/// serializeBundle(makeDecodeBundle()) and fagen::test::testProblem(), defined in
+/// TestBundleBytes.cpp.
 std::vector<uint8_t> fagenTestBundleBytes();
 std::vector<uint8_t> fagenVariantBundleBytes();
+std::vector<uint8_t> fagenDecodeBundleBytes();
 fagen_fwd_problem fagenTestProblem(fagen_dtype dtype, int headDim, int causal);
 
 #endif // FAGEN_TESTS_COMMON_TESTBUNDLEBYTES_H

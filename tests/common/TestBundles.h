@@ -3,6 +3,7 @@
 #define FAGEN_TESTS_COMMON_TESTBUNDLES_H
 
 #include "templates/abi/bwd_params.h"
+#include "templates/abi/decode_params.h"
 #include "compiler/bundle/Bundle.h"
 #include "fagen/fagen.h"
 
@@ -115,6 +116,38 @@ inline Bundle makeVariantBundle() {
   fwdStatic.sparseCols = 16;
   fwdStatic.sparseHash = "0123abcd";
   b.kernels = {bwdWindow, bwdCausal, bwdCausalDet, fwdWindow, fwdAlibi, fwdStatic, fwdCausal};
+  return b;
+}
+
+/// A split-KV decode kernel (NAME, NAME_combine and NAME_merge in its cubin) for up to
+/// `qTokens` query tokens: 16 packed rows, 64 keys a tile.
+inline KernelRecord testDecodeKernel(const std::string &name, const std::string &arch,
+                                     const std::string &dtype, int headDim,
+                                     const std::string &mask, uint32_t cubin, int qTokens) {
+  KernelRecord k = testKernel(name, arch, dtype, headDim, mask, cubin);
+  k.templ = "sm80decode";
+  k.qTokens = qTokens;
+  k.blockM = 16;
+  k.blockN = 64;
+  k.warps = 4;
+  k.stages = 3;
+  k.threads = 128;
+  k.smemBytes = 108800;
+  k.prePostThreads = FAGEN_MERGE_THREADS;
+  k.paramsVersion = FAGEN_DECODE_PARAMS_VERSION;
+  return k;
+}
+
+/// The test bundle (makeTestBundle) with decode kernels beside its forwards: fp16 hd 128 causal
+/// on sm_90 for up to 4 query tokens (kernel 4), bf16 hd 64 none on sm_90 for 1 (kernel 5).
+inline Bundle makeDecodeBundle() {
+  Bundle b = makeTestBundle();
+  b.archs = {"sm_80", "sm_90", "sm_90a"};
+  b.cubins.push_back(fakeCubin("sm_90 decode cubin"));
+  b.kernels.push_back(testDecodeKernel("fagen_fwd_fp16_hd128_causal_sm80decode_m16n64w4s3",
+                                       "sm_90", "fp16", 128, "causal", 2, 4));
+  b.kernels.push_back(testDecodeKernel("fagen_fwd_bf16_hd64_none_sm80decode_m16n64w4s6",
+                                       "sm_90", "bf16", 64, "none", 2, 1));
   return b;
 }
 

@@ -13,6 +13,9 @@
 #      and head dims 96/192/192x128, forward, both templates, vs SDPA flash and cuDNN.
 #   With .carry/bwd90.fab (tests/gpu/check-bwd90.yaml): fagen check of the sm90ws backward on
 #   every variant it serves, and memcheck on it.
+#   With .carry/decode.fab (tests/gpu/check-decode.yaml): fagen check of the split-KV decode
+#   kernels on the decode grid and memcheck on it (tests/gpu/decode_check.sh does more: the
+#   merge of states, racecheck and the decode benchmark).
 #   With .carry/variants.fab (tests/gpu/check-variants.yaml): fagen check on every variant,
 #   forward and backward, against tests/golden/check-variants, and the sanitizers on it; with
 #   .carry/nonfinite.fab
@@ -97,6 +100,14 @@ if [ -f "$C/bwd90.fab" ]; then
   if command -v compute-sanitizer >/dev/null; then
     step "memcheck sm90ws backward" "$OUT/sanitizer-bwd90.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/bwd90.fab --quick --kernel _sm90ws_m >$OUT/sanitizer-bwd90.log 2>&1"
     grep -E "ERROR SUMMARY" "$OUT/sanitizer-bwd90.log" | tail -1
+  fi
+fi
+if [ -f "$C/decode.fab" ]; then
+  step "check decode" "$OUT/check-decode.log" bash -c "$C/fagen check $C/decode.fab >$OUT/check-decode.log 2>&1"
+  tail -n 1 "$OUT/check-decode.log"
+  if command -v compute-sanitizer >/dev/null; then
+    step "memcheck decode" "$OUT/sanitizer-decode.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick >$OUT/sanitizer-decode.log 2>&1"
+    grep -E "ERROR SUMMARY" "$OUT/sanitizer-decode.log" | tail -1
   fi
 fi
 if [ -f "$C/nonfinite.fab" ]; then

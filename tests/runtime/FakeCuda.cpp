@@ -128,9 +128,21 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   s->smem = smem;
   s->stream = stream;
   s->function = static_cast<FakeFunction *>(f)->name;
-  std::memcpy(&s->params, params[0], sizeof s->params);
+  auto endsWith = [&](const char *suffix) {
+    const std::string x = suffix;
+    return s->function.size() >= x.size() &&
+           s->function.compare(s->function.size() - x.size(), x.size(), x) == 0;
+  };
+  // A decode kernel's merges take a fagen_merge_params, its main kernel a fagen_decode_params
+  // (which starts with the forward's block); every other kernel's block starts with that too.
+  const bool decode = s->function.find("_sm80decode_") != std::string::npos;
+  const bool merge = decode && (endsWith("_combine") || endsWith("_merge"));
+  if (!merge)
+    std::memcpy(&s->params, params[0], sizeof s->params);
   FakeLaunch launch{s->function, {gx, gy, gz}, {bx, by, bz}, smem, stream, {}};
-  size_t bytes = s->function.rfind("fagen_bwd", 0) == 0 && s->bwdParamsBytes != 0
+  size_t bytes = merge    ? sizeof(fagen_merge_params)
+                 : decode ? sizeof(fagen_decode_params)
+                 : s->function.rfind("fagen_bwd", 0) == 0 && s->bwdParamsBytes != 0
                      ? s->bwdParamsBytes
                      : sizeof(fagen_fwd_params);
   const auto *block = static_cast<const unsigned char *>(params[0]);

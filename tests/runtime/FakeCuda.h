@@ -2,7 +2,7 @@
 #ifndef FAGEN_TESTS_RUNTIME_FAKECUDA_H
 #define FAGEN_TESTS_RUNTIME_FAKECUDA_H
 
-#include "templates/abi/fwd_params.h"
+#include "templates/abi/decode_params.h"
 
 #include <atomic>
 #include <cstddef>
@@ -16,7 +16,8 @@ struct FakeLaunch {
   std::string function;
   unsigned grid[3], block[3], smem;
   void *stream;
-  std::vector<unsigned char> params; ///< the parameter block as launched
+  std::vector<unsigned char> params; ///< the parameter block as launched (decode kernels: the
+                                     ///< whole fagen_decode_params / fagen_merge_params)
   std::vector<unsigned char> tmaMaps; ///< kernels named *_sm90ws_*: their second argument
 };
 
@@ -46,7 +47,8 @@ struct FakeCudaState {
   unsigned grid[3], block[3], smem;
   void *stream;
   std::string function;
-  fagen_fwd_params params; ///< the last launch's block (of a backward: its forward part)
+  fagen_fwd_params params; ///< the last launch's block (of a backward or a decode kernel: its
+                           ///< forward part; a merge's is in launchLog only)
   /// sizeof(fagen_bwd_params), set by the test: the fake, built without templates/ on its
   /// include path, cannot see bwd_params.h. Launches of kernels named fagen_bwd_* record this
   /// many bytes (0: only the forward part, which leads the backward's block).

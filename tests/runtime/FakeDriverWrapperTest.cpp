@@ -71,3 +71,32 @@ TEST(FakeDriverWrapperTest, Backward) {
   softcap.softcap = 30;
   EXPECT_THROW(b.planForward(softcap), fagen::Error);
 }
+
+TEST(FakeDriverWrapperTest, MergeStates) {
+  std::vector<uint8_t> bytes = fagenDecodeBundleBytes();
+  fagen::Bundle b = fagen::Bundle::fromMemory(bytes.data(), bytes.size());
+  fagen_merge_problem m = FAGEN_MERGE_PROBLEM_INIT;
+  m.num_states = 2, m.batch = 1, m.heads = 32, m.seqlen = 1, m.head_dim = 128;
+  m.dtype = FAGEN_DTYPE_FP16;
+  fagen_merge_problem_set_bshd_strides(&m);
+  fagen::Plan plan = b.planMergeStates(m);
+  EXPECT_EQ(plan.pass(), FAGEN_PASS_MERGE);
+  void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+  auto state = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
+  ASSERT_NE(state, nullptr);
+  const size_t before = state()->launchLog.size();
+  alignas(16) static char states[16], out[16];
+  static float lse[4];
+  plan.runMergeStates(states, lse, out, nullptr);
+  ASSERT_EQ(state()->launchLog.size(), before + 1);
+  EXPECT_EQ(state()->launchLog.back().function,
+            "fagen_fwd_fp16_hd128_causal_sm80decode_m16n64w4s3_merge");
+  EXPECT_THROW(plan.runMergeStates(nullptr, lse, out, nullptr), fagen::Error);
+  m.dtype = FAGEN_DTYPE_BF16;
+  try {
+    b.planMergeStates(m);
+    FAIL() << "no exception";
+  } catch (const fagen::Error &e) {
+    EXPECT_EQ(e.status(), FAGEN_ERROR_NOT_SUPPORTED);
+  }
+}

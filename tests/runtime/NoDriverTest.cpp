@@ -97,6 +97,30 @@ TEST(NoDriverTest, BackwardSaysThereIsNoDriver) {
   EXPECT_EQ(std::string(fagen_last_error()).find(expectedNoDriverStart()), 0u);
 }
 
+TEST(NoDriverTest, DecodeAndMergeSayThereIsNoDriver) {
+  std::vector<uint8_t> bytes = fagen::serializeBundle(fagen::test::makeDecodeBundle());
+  fagen_bundle *bundle = nullptr;
+  ASSERT_EQ(fagen_bundle_load_memory(bytes.data(), bytes.size(), &bundle), FAGEN_OK)
+      << fagen_last_error();
+  fagen_merge_problem m = FAGEN_MERGE_PROBLEM_INIT;
+  m.num_states = 2, m.batch = 1, m.heads = 8, m.seqlen = 1, m.head_dim = 128;
+  fagen_merge_problem_set_bshd_strides(&m);
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_merge_states(bundle, &m, &plan), FAGEN_ERROR_NO_DRIVER);
+  EXPECT_EQ(std::string(fagen_last_error()).find(expectedNoDriverStart()), 0u);
+  // The problem and the bundle's kernels are checked before the driver is needed.
+  m.head_dim = 64;
+  fagen_merge_problem_set_bshd_strides(&m);
+  EXPECT_EQ(fagen_plan_merge_states(bundle, &m, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  m.num_states = 0;
+  EXPECT_EQ(fagen_plan_merge_states(bundle, &m, &plan), FAGEN_ERROR_INVALID_ARGUMENT);
+  fagen_fwd_problem p = testProblem();
+  p.seqlen_q = 1;
+  fagen_fwd_problem_set_bshd_strides(&p);
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NO_DRIVER);
+  fagen_bundle_destroy(bundle);
+}
+
 int main(int argc, char **argv) {
   setenv("FAGEN_LIBCUDA", "/nonexistent/libcuda.so.1", /*overwrite=*/0);
   ::testing::InitGoogleTest(&argc, argv);

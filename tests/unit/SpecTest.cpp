@@ -454,7 +454,52 @@ TEST(SpecError, UnknownPass) {
   EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [forward]}]\n"),
             "t.yaml:1:58: error: unknown pass 'forward': did you mean fwd?");
   EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [xyz]}]\n"),
-            "t.yaml:1:58: error: unknown pass 'xyz': the passes are fwd and bwd");
+            "t.yaml:1:58: error: unknown pass 'xyz': the passes are fwd, bwd and decode");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [decod]}]\n"),
+            "t.yaml:1:58: error: unknown pass 'decod': did you mean decode?");
+}
+
+TEST(SpecDecode, PassesListDecode) {
+  AttentionSpec spec = parseOk("variants:\n"
+                               "  - name: serve\n"
+                               "    dtype: bf16\n"
+                               "    head_dim: 128\n"
+                               "    passes: [fwd, decode]\n"
+                               "    decode: {q_tokens: 4}\n");
+  const VariantSpec &v = spec.variants[0];
+  ASSERT_TRUE(v.decode.has_value());
+  EXPECT_EQ(v.decode->qTokens, 4);
+  EXPECT_EQ(v.passes, std::vector<Pass>{Pass::Forward});
+  EXPECT_EQ(v.locOf("passes.decode").line, 5);
+  EXPECT_EQ(v.locOf("passes.decode").col, 19);
+  EXPECT_EQ(v.locOf("decode.q_tokens").line, 6);
+  // decode alone: no forward kernel; q_tokens 1 by default.
+  AttentionSpec only = parseOk("variants: [{name: a, dtype: fp16, head_dim: 64, passes: [decode]}]\n");
+  EXPECT_TRUE(only.variants[0].passes.empty());
+  ASSERT_TRUE(only.variants[0].decode.has_value());
+  EXPECT_EQ(only.variants[0].decode->qTokens, 1);
+  EXPECT_FALSE(parseOk("variants: [{name: a, dtype: fp16, head_dim: 64}]\n").variants[0].decode);
+}
+
+TEST(SpecDecode, Errors) {
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, decode: {q_tokens: 2}}]\n"),
+            "t.yaml:1:49: error: decode configures the decode kernel: add decode to passes (e.g. "
+            "passes: [fwd, decode]), or remove decode");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [decode],\n"
+                    "              decode: {q_tokens: 17}}]\n"),
+            "t.yaml:2:34: error: decode.q_tokens must be in 1..16, got 17");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [decode],\n"
+                    "              decode: {q_token: 2}}]\n"),
+            "t.yaml:2:24: error: unknown key 'q_token': did you mean 'q_tokens'?");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [decode],\n"
+                    "              decode: 4}]\n"),
+            "t.yaml:2:23: error: decode must be a mapping like {q_tokens: 4}, got '4'");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [decode, decode]}]\n"),
+            "t.yaml:1:66: error: pass decode is listed twice: remove one of them");
+  EXPECT_EQ(errorOf("variants: [{name: a, dtype: bf16, head_dim: 64, passes: [decode],\n"
+                    "              deterministic: true}]\n"),
+            "t.yaml:2:30: error: deterministic applies to the backward pass: add bwd to passes, "
+            "or remove deterministic");
 }
 
 TEST(SpecError, PassesNotAList) {

@@ -220,7 +220,13 @@ FAGEN_API void fagen_run_args_init(fagen_run_args *args);
 #define FAGEN_RUN_ARG_CU_SEQLENS 4u
 #define FAGEN_RUN_ARG_DROPOUT_SEED 8u
 
-typedef enum fagen_pass { FAGEN_PASS_FORWARD = 0, FAGEN_PASS_BACKWARD = 1 } fagen_pass;
+/** What a plan runs: a forward (fagen_run_forward*, a decode kernel's too), a backward
+ *  (fagen_run_backward) or a merge of attention states (fagen_run_merge_states). */
+typedef enum fagen_pass {
+  FAGEN_PASS_FORWARD = 0,
+  FAGEN_PASS_BACKWARD = 1,
+  FAGEN_PASS_MERGE = 2
+} fagen_pass;
 
 /** Size of fagen_plan's parameter block: holds the forward's and the backward's. */
 #define FAGEN_PLAN_PARAMS_BYTES 1024
@@ -242,15 +248,18 @@ typedef struct fagen_plan {
                                with a workspace), or the backward's main kernel */
   int32_t block[3];
   int32_t smem_bytes;
-  int32_t pre_post_grid[3]; /* backward: the _pre and _post kernels (no dynamic smem) */
+  int32_t pre_post_grid[3]; /* backward: the _pre and _post kernels (no dynamic smem);
+                               decode: the _combine kernel */
   int32_t pre_post_block[3];
   uint32_t run_args;        /* FAGEN_RUN_ARG_* bits: what fagen_run_args must carry */
   void *function;           /* CUfunction for the current context's device */
-  void *pre_function;       /* backward: NAME_pre and NAME_post; null for the forward */
+  void *pre_function;       /* backward: NAME_pre and NAME_post (decode: post_function is
+                               NAME_combine); null for the forward */
   void *post_function;
   size_t workspace_bytes;   /* caller-allocated scratch: the backward needs it; a forward with
                                it > 0 runs faster with it (fagen_run_forward_with_workspace) */
-  uint64_t workspace_offsets[3]; /* backward: dq_accum, D, dq semaphore (fagen_bwd_workspace) */
+  uint64_t workspace_offsets[3]; /* backward: dq_accum, D, dq semaphore (fagen_bwd_workspace);
+                                    decode: the partial O and LSE */
   uint8_t params[FAGEN_PLAN_PARAMS_BYTES]; /* the parameter block, pointers filled at run time */
 } fagen_plan;
 
@@ -261,7 +270,14 @@ FAGEN_API int fagen_abi_version(void);
  *  module if needed and fills *plan. Returns FAGEN_ERROR_NOT_SUPPORTED with the reason when no
  *  kernel in the bundle serves the call (naming what the bundle has and the spec keys to
  *  add). Needs the driver and a current context (the primary context of device 0 is made
- *  current if none is). */
+ *  current if none is).
+ *
+ *  Decode: where the bundle has a split-KV decode kernel of the call's variant (spec `passes:
+ *  [decode]`) whose q_tokens is at least seqlen_q, that kernel serves the call (the query
+ *  heads of a kv head packed into one tile, the keys split across CTAs). The plan then
+ *  chooses the split count from batch, heads_kv, seqlen_k and the GPU's SM count, and
+ *  plan->workspace_bytes is the split partials' scratch (0 when one split suffices): give it to
+ *  fagen_run_forward_with_workspace; a call without it runs one split (correct, slower). */
 FAGEN_API fagen_status fagen_plan_forward(const fagen_bundle *bundle,
                                           const fagen_fwd_problem *problem, fagen_plan *plan);
 
@@ -337,6 +353,49 @@ FAGEN_API fagen_status fagen_run_backward(const fagen_plan *plan, const void *q,
                                           const void *dout, void *dq, void *dk, void *dv,
                                           void *workspace, size_t workspace_bytes,
                                           const fagen_run_args *args, void *stream);
+
+/** A merge of num_states attention states (O_s, LSE_s) of the same query rows by their LSE:
+ *    O = sum_s exp(LSE_s - M) O_s / sum_s exp(LSE_s - M),  LSE = M + log sum_s exp(LSE_s - M),
+ *  M = max_s LSE_s: the attention over the union of the states' keys (split-KV, cascade or
+ *  shared-prefix attention, context parallelism). A row's states all -inf: O = 0, LSE = -inf;
+ *  a state of LSE -inf adds nothing (its O is not read); a NaN LSE makes the row NaN.
+ *  Strides in elements, the head dim contiguous: O states [num_states, batch, heads, seqlen,
+ *  head_dim] in `dtype` (strides state, batch, head, row: multiples of 8), LSE states float32
+ *  (strides state, batch, head, row), O out in `dtype` (batch, head, row), LSE out float32
+ *  (batch, head, row). The outputs must not overlap the states. */
+typedef struct fagen_merge_problem {
+  uint32_t struct_size; /* sizeof(fagen_merge_problem): FAGEN_MERGE_PROBLEM_INIT sets both */
+  uint32_t abi_tag;     /* FAGEN_ABI_TAG */
+  int32_t num_states, batch, heads, seqlen, head_dim;
+  fagen_dtype dtype;
+  int64_t o_states_strides[4];
+  int64_t lse_states_strides[4];
+  int64_t o_strides[3];
+  int64_t lse_strides[3];
+} fagen_merge_problem;
+
+/** A zero-initialized merge problem with its struct_size and abi_tag. */
+#define FAGEN_MERGE_PROBLEM_INIT {(uint32_t)sizeof(fagen_merge_problem), FAGEN_ABI_TAG}
+/** Zeroes *problem and sets its struct_size and abi_tag. */
+FAGEN_API void fagen_merge_problem_init(fagen_merge_problem *problem);
+/** Fills the strides of contiguous tensors laid out as the forward's outputs: O states
+ *  [num_states, batch, seqlen, heads, head_dim], LSE states [num_states, batch, heads, seqlen],
+ *  O [batch, seqlen, heads, head_dim], LSE [batch, heads, seqlen]. */
+FAGEN_API void fagen_merge_problem_set_bshd_strides(fagen_merge_problem *problem);
+
+/** Plans a merge of attention states: the merge kernel (NAME_merge) of a decode kernel of the
+ *  bundle with this dtype and head dim (spec `passes: [decode]`; the merge does not depend on
+ *  the decode kernel's mask or score mod), for the current context's device. plan->pass is
+ *  FAGEN_PASS_MERGE. FAGEN_ERROR_NOT_SUPPORTED names the spec keys when the bundle has none. */
+FAGEN_API fagen_status fagen_plan_merge_states(const fagen_bundle *bundle,
+                                               const fagen_merge_problem *problem,
+                                               fagen_plan *plan);
+
+/** Launches the planned merge on `stream`: o_states, o 16-byte aligned; lse_states, lse 4-byte
+ *  aligned; lse may be null (not written). No allocation, no synchronization. */
+FAGEN_API fagen_status fagen_run_merge_states(const fagen_plan *plan, const void *o_states,
+                                              const float *lse_states, void *o, float *lse,
+                                              void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

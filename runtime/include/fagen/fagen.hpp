@@ -10,6 +10,9 @@
 //   // workspace: backward.workspaceBytes() of device memory from the application
 //   backward.runBackward(q, k, v, o, lse, dout, dq, dk, dv, workspace,
 //                        backward.workspaceBytes(), nullptr, stream);
+//
+//   fagen_merge_problem merge = FAGEN_MERGE_PROBLEM_INIT;  // num_states, shapes, dtype, strides
+//   bundle.planMergeStates(merge).runMergeStates(oStates, lseStates, o, lse, stream);
 #ifndef FAGEN_RUNTIME_FAGEN_HPP
 #define FAGEN_RUNTIME_FAGEN_HPP
 
@@ -76,7 +79,13 @@ public:
     check(fagen_run_backward(&plan_, q, k, v, o, lse, dout, dq, dk, dv, workspace,
                              workspaceBytes, args, stream));
   }
-  /// Scratch the caller allocates for the call (a forward: optional, see run with a workspace).
+  /// Merges attention states (a plan from Bundle::planMergeStates); `lse` may be null.
+  void runMergeStates(const void *oStates, const float *lseStates, void *o, float *lse,
+                      void *stream = nullptr) const {
+    check(fagen_run_merge_states(&plan_, oStates, lseStates, o, lse, stream));
+  }
+  /// Scratch the caller allocates for the call (a forward: optional, see run with a workspace;
+  /// a decode kernel's plan: the split partials, without which the call runs one split).
   size_t workspaceBytes() const { return plan_.workspace_bytes; }
   fagen_pass pass() const { return plan_.pass; }
   const fagen_plan &get() const { return plan_; }
@@ -124,6 +133,12 @@ public:
   Plan planBackward(const fagen_fwd_problem &problem, bool deterministic = false) const {
     fagen_plan plan;
     check(fagen_plan_backward(bundle_, &problem, deterministic ? 1 : 0, &plan));
+    return Plan(plan);
+  }
+  /// A merge of attention states by their LSE (a decode kernel's merge entry point).
+  Plan planMergeStates(const fagen_merge_problem &problem) const {
+    fagen_plan plan;
+    check(fagen_plan_merge_states(bundle_, &problem, &plan));
     return Plan(plan);
   }
   const fagen_bundle *get() const { return bundle_; }

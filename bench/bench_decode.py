@@ -1,0 +1,198 @@
+"""Decode attention benchmark: fagen's split-KV decode kernel vs PyTorch SDPA's flash
+(FlashAttention-2) and cuDNN backends, side by side in one process on the same inputs, as
+effective K/V read bandwidth against the GPU's copy bandwidth measured in the same run.
+
+Cells: bf16, head dim 128, one query token per sequence (--q-tokens N: N tokens, causal
+bottom-right, as speculative verification), GQA 32/8 and MHA 32/32 (--heads), batch x context
+(--batches, --contexts); a cell whose K and V exceed --max-kv-gb is skipped. Effective
+bandwidth = the bytes of K and V (2 x B x Sk x Hkv x D x 2) / time: what one decode step must
+read. Copy bandwidth: a device-to-device copy of a 1 GiB buffer, (bytes read + written) / time,
+the best of 3 measurements. Timing: triton.testing.do_bench (CUDA events, warm-up, L2 cleared
+before each run, median).
+
+SDPA runs with enable_gqa where the backend takes it; where it does not, K and V are expanded
+to the query heads first (the row notes "expanded": that backend then reads group-size times
+the cache's bytes; the bandwidth column still counts the cache's bytes only).
+
+    python3 bench/bench_decode.py --bundle decode.fab [--out decode.json]
+    python3 bench/bench_decode.py --bundle decode.fab --q-tokens 4 --contexts 8192,32768
+
+Before timing, fagen's output is compared with SDPA flash's (else cuDNN's) on the same inputs
+(max |diff| under 0.05 and finite, else the row is WRONG and the run exits 1). fagen runs each
+plan with its workspace (the split partials; plan.run allocates it once).
+"""
+import argparse
+import json
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from triton.testing import do_bench
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from fagen import runtime as fagen_rt  # noqa: E402
+from tables import is_wrong, write_json  # noqa: E402
+
+BACKENDS = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
+
+
+def bench_ms(fn):
+    return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+
+def copy_bandwidth(dev):
+    """Device-to-device copy of 1 GiB: (read + written bytes) / time, best of 3, in TB/s."""
+    n = 1 << 30
+    src = torch.empty(n, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    best = min(bench_ms(lambda: dst.copy_(src)) for _ in range(3))
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * n / (best * 1e-3) / 1e12
+
+
+def sdpa_call(backend, q, k, v, tokens):
+    """SDPA on [B, H, S, D] views: the call to time and whether K/V had to be expanded."""
+    mask = None
+    if tokens > 1:
+        from torch.nn.attention.bias import causal_lower_right
+        mask = causal_lower_right(tokens, k.shape[2])
+    group = q.shape[1] // k.shape[1]
+
+    def native():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=group > 1)
+
+    try:
+        native()
+        return native, False
+    except (RuntimeError, TypeError):
+        if group == 1:
+            raise
+    ke, ve = (t.repeat_interleave(group, dim=1) for t in (k, v))
+
+    def expanded():
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q, ke, ve, attn_mask=mask)
+
+    expanded()
+    return expanded, True
+
+
+def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row):
+    """Times fagen and the SDPA backends on one cell; fills `row`. False if fagen is WRONG."""
+    q = torch.randn(batch, tokens, heads_q, d, device=dev, dtype=torch.bfloat16)
+    k, v = (torch.randn(batch, context, heads_kv, d, device=dev, dtype=torch.bfloat16)
+            for _ in range(2))
+    kv_bytes = 2 * k.numel() * k.element_size()
+    plan = bundle.plan_forward(q, k, v, causal=True)
+    row["fagen_kernel"] = plan.kernel.split(" ")[0]
+    row["fagen_ctas"] = plan.grid[0] * plan.grid[1] * plan.grid[2]
+    row["fagen_workspace_bytes"] = plan.workspace_bytes
+    o = torch.empty(batch, tokens, heads_q, d, device=dev, dtype=torch.bfloat16)
+    lse = torch.empty(batch, heads_q, tokens, device=dev, dtype=torch.float32)
+    plan.run(q, k, v, o, lse)
+    torch.cuda.synchronize()
+    qt, kt, vt = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    reference = None
+    for name, backend in BACKENDS:
+        try:
+            call, expanded = sdpa_call(backend, qt, kt, vt, tokens)
+        except RuntimeError as e:
+            row[name + "_error"] = str(e).splitlines()[0][:200]
+            continue
+        if reference is None:
+            reference = call().transpose(1, 2)
+            row["reference"] = name
+        row[name + "_expanded"] = expanded
+        row[name + "_ms"] = bench_ms(call)
+        del call
+    ok = True
+    if reference is not None:
+        diff = (o.float() - reference.float()).abs().max().item()
+        row["max_abs_diff"] = diff
+        ok = not is_wrong(diff)
+    row["fagen_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse))
+    for name in ("fagen",) + tuple(n for n, _ in BACKENDS):
+        if name + "_ms" in row:
+            row[name + "_tbps"] = kv_bytes / (row[name + "_ms"] * 1e-3) / 1e12
+    return ok
+
+
+def cell(x, fmt="%.2f"):
+    return fmt % x if x is not None else "-"
+
+
+def print_table(rows, copy_tbps):
+    print(f"\ncopy bandwidth {copy_tbps:.2f} TB/s (1 GiB device-to-device, read + write)")
+    print("%-6s %5s %7s %5s %7s %6s %7s %7s %8s %8s %s" % (
+        "heads", "batch", "context", "ctas", "fagen", "%copy", "flash", "cudnn", "vs flash",
+        "vs cudnn", "notes"))
+    for r in rows:
+        f, fl, cu = (r.get(n + "_tbps") for n in ("fagen", "flash", "cudnn"))
+        notes = []
+        if not r.get("ok", True):
+            notes.append("WRONG (max |diff| %.3g)" % r.get("max_abs_diff", float("nan")))
+        notes += [n + " expanded" for n, _ in BACKENDS if r.get(n + "_expanded")]
+        notes += [n + " failed" for n, _ in BACKENDS if r.get(n + "_error")]
+        print("%-6s %5d %7d %5d %7s %6s %7s %7s %8s %8s %s" % (
+            "%d/%d" % (r["heads_q"], r["heads_kv"]), r["batch"], r["context"],
+            r.get("fagen_ctas", 0), cell(f), cell(f / copy_tbps * 100 if f else None, "%.0f%%"),
+            cell(fl), cell(cu), cell(f / fl if f and fl else None, "%.2fx"),
+            cell(f / cu if f and cu else None, "%.2fx"), ", ".join(notes)))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--bundle", required=True, help="a bundle with a bf16 head-dim-128 causal "
+                    "decode kernel (tests/gpu/check-decode.yaml's causal128)")
+    ap.add_argument("--out", default=None, help="write the rows as JSON here")
+    ap.add_argument("--heads", default="32/8,32/32", help="query/kv heads, comma-separated")
+    ap.add_argument("--batches", default="1,16,64")
+    ap.add_argument("--contexts", default="2048,16384,131072")
+    ap.add_argument("--q-tokens", type=int, default=1)
+    ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--max-kv-gb", type=float, default=16.0,
+                    help="skip cells whose K and V take more (default 16)")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    props = torch.cuda.get_device_properties(0)
+    bundle = fagen_rt.Bundle(args.bundle)
+    copy_tbps = copy_bandwidth(dev)
+    meta = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version(), "fagen": fagen_rt.version(),
+            "bundle": os.path.basename(args.bundle), "q_tokens": args.q_tokens,
+            "head_dim": args.head_dim, "copy_tbps": copy_tbps, "rows": []}
+    print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
+    torch.manual_seed(0)
+    failed = False
+    for heads in args.heads.split(","):
+        hq, hkv = (int(x) for x in heads.split("/"))
+        for b in (int(x) for x in args.batches.split(",")):
+            for s in (int(x) for x in args.contexts.split(",")):
+                kv_gb = 2 * b * s * hkv * args.head_dim * 2 / 1e9
+                if kv_gb > args.max_kv_gb:
+                    print(f"skip {hq}/{hkv} batch {b} context {s}: K and V take {kv_gb:.1f} GB "
+                          f"(--max-kv-gb {args.max_kv_gb})", flush=True)
+                    continue
+                row = dict(heads_q=hq, heads_kv=hkv, batch=b, context=s, q_tokens=args.q_tokens)
+                try:
+                    row["ok"] = run_cell(bundle, dev, hq, hkv, b, s, args.q_tokens,
+                                         args.head_dim, row)
+                except (RuntimeError, fagen_rt.FagenError) as e:
+                    row["ok"], row["error"] = False, str(e).splitlines()[0][:300]
+                failed |= not row["ok"]
+                meta["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                torch.cuda.empty_cache()
+                if args.out:
+                    write_json(args.out, meta)
+    print_table(meta["rows"], copy_tbps)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,316 @@
+//===- Decode.cpp - the C ABI: split-KV decode plans and state merging --------===//
+//
+// A decode kernel (template sm80decode, templates/abi/decode_params.h) serves forward calls of
+// few query tokens: its plan chooses the split count (templates/common/decode_split.h), and a
+// run launches NAME over the splits and NAME_combine over their partials in the caller's
+// workspace, or NAME over one split without a workspace. fagen_plan_merge_states /
+// fagen_run_merge_states launch a decode cubin's NAME_merge on the caller's states.
+//
+//===----------------------------------------------------------------------===//
+#include "runtime/src/RuntimeInternal.h"
+#include "templates/common/decode_split.h"
+
+using namespace fagen;
+using namespace fagen::rt;
+
+namespace fagen::rt {
+
+namespace {
+
+/// The key tiles of blockN keys that any of the call's seqlen_q query tokens sees: what the
+/// kernel splits (its Mask::n_block_begin / n_block_end for query tile 0, mirrored; `fp`'s
+/// window bounds capped as the kernel gets them).
+int visibleKeyTiles(const KernelRecord &k, const fagen_fwd_params &fp) {
+  const int64_t tokens = fp.seqlen_q, keys = fp.seqlen_k;
+  const int64_t off = k.maskAlign == MaskAlign::TopLeft ? 0 : keys - tokens;
+  const int64_t left = k.mask == Mask::Window ? fp.window_left : -1;
+  const int64_t right = k.mask == Mask::Causal ? 0 : k.mask == Mask::Window ? fp.window_right : -1;
+  const int64_t first = left < 0 ? 0 : std::max<int64_t>(0, off - left) / k.blockN;
+  const int64_t keyEnd = right < 0 ? keys : std::min(keys, tokens - 1 + off + right + 1);
+  const int64_t end = keyEnd <= 0 ? 0 : ceilDiv(keyEnd, k.blockN);
+  return int(std::max<int64_t>(0, end - first));
+}
+
+/// The combine's (or merge's) block for states laid out as a decode call's partials:
+/// [num_splits, batch, heads_q, seqlen_q, head_dim_v] float32 and LSE without the head dim.
+fagen_merge_params combineParams(const fagen_fwd_problem &p, int32_t splits) {
+  fagen_merge_params mp;
+  std::memset(&mp, 0, sizeof mp);
+  const int64_t row = p.head_dim_v, head = int64_t(p.seqlen_q) * row,
+                batch = int64_t(p.heads_q) * head, state = int64_t(p.batch) * batch;
+  const int64_t oStates[4] = {state, batch, head, row};
+  for (int i = 0; i < 4; ++i) {
+    mp.o_states_strides[i] = oStates[i];
+    mp.lse_states_strides[i] = oStates[i] / p.head_dim_v;
+  }
+  for (int i = 0; i < 3; ++i)
+    mp.o_strides[i] = p.o_strides[i];
+  // LSE [batch, heads_q, seqlen_q] contiguous (fillForwardParams).
+  mp.lse_strides[0] = int64_t(p.heads_q) * p.seqlen_q;
+  mp.lse_strides[1] = p.seqlen_q;
+  mp.lse_strides[2] = 1;
+  mp.num_states = splits;
+  mp.batch = p.batch;
+  mp.heads = p.heads_q;
+  mp.seqlen = p.seqlen_q;
+  return mp;
+}
+
+} // namespace
+
+void fillDecodePlan(const fagen_fwd_problem &p, const KernelRecord &k, int sms, fagen_plan &plan) {
+  fagen_decode_params dp;
+  std::memset(&dp, 0, sizeof dp);
+  fillForwardParams(p, dp.fwd);
+  // The packed rows of a kv head (its group of query heads x the tokens), in row blocks.
+  const int64_t rows = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q;
+  const int32_t mBlocks = int32_t(ceilDiv(rows, k.blockM));
+  const int splits = decode_num_splits(int64_t(p.batch) * p.heads_kv * mBlocks,
+                                       visibleKeyTiles(k, dp.fwd), sms);
+  dp.num_splits = splits;
+  dp.m_blocks = mBlocks;
+  const fagen_merge_params mp = combineParams(p, splits);
+  std::memcpy(plan.params, &dp, sizeof dp);
+  std::memcpy(plan.params + kDecodeMergeParamsOffset, &mp, sizeof mp);
+  setGrid(plan.grid, int64_t(mBlocks) * splits, p.heads_kv, p.batch);
+  setGrid(plan.pre_post_grid,
+          fagen_merge_blocks(int64_t(p.batch) * p.heads_q * p.seqlen_q, p.head_dim_v), 1, 1);
+  setGrid(plan.pre_post_block, k.prePostThreads, 1, 1);
+  if (splits == 1)
+    return; // the kernel writes O and LSE itself: no workspace
+  const fagen_decode_workspace w =
+      fagen_decode_workspace_layout(splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
+  plan.workspace_bytes = size_t(w.total_bytes);
+  plan.workspace_offsets[0] = w.o_offset;
+  plan.workspace_offsets[1] = w.lse_offset;
+}
+
+fagen_status runDecode(const char *function, const DriverApi &api, const fagen_plan &plan,
+                       const fagen_fwd_params &params, void *workspace, size_t workspaceBytes,
+                       void *stream) {
+  fagen_decode_params dp;
+  std::memcpy(&dp, plan.params, sizeof dp);
+  dp.fwd = params;
+  int32_t grid[3] = {plan.grid[0], plan.grid[1], plan.grid[2]};
+  const bool split = plan.workspace_bytes > 0 && workspace != nullptr;
+  if (!split) { // one split: NAME writes O and LSE
+    dp.num_splits = 1;
+    grid[0] = dp.m_blocks;
+    return launch(api, plan, plan.function, grid, plan.block, plan.smem_bytes, &dp, stream, "");
+  }
+  if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 16}}); s != FAGEN_OK)
+    return s;
+  if (workspaceBytes < plan.workspace_bytes)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": workspace_bytes (" + str(int64_t(workspaceBytes)) +
+                    ") is less than plan->workspace_bytes (" +
+                    str(int64_t(plan.workspace_bytes)) +
+                    "): the decode's " + str(dp.num_splits) +
+                    " splits would write past it; allocate the plan's workspace_bytes, or pass "
+                    "no workspace (one split)");
+  auto *base = static_cast<uint8_t *>(workspace);
+  dp.o_partial = reinterpret_cast<float *>(base + plan.workspace_offsets[0]);
+  dp.lse_partial = reinterpret_cast<float *>(base + plan.workspace_offsets[1]);
+  if (fagen_status s =
+          launch(api, plan, plan.function, grid, plan.block, plan.smem_bytes, &dp, stream, "");
+      s != FAGEN_OK)
+    return s;
+  fagen_merge_params mp;
+  std::memcpy(&mp, plan.params + kDecodeMergeParamsOffset, sizeof mp);
+  mp.o_states = dp.o_partial;
+  mp.lse_states = dp.lse_partial;
+  mp.o = params.o;
+  mp.lse = params.lse;
+  return launch(api, plan, plan.post_function, plan.pre_post_grid, plan.pre_post_block, 0, &mp,
+                stream, "_combine");
+}
+
+namespace {
+
+/// The merge problem's shapes and strides (host only), or why not.
+bool validateMergeProblem(const fagen_merge_problem &p, std::string &error) {
+  const int32_t dtype = raw(p.dtype);
+  if (p.num_states < 1 || p.batch < 1 || p.heads < 1 || p.seqlen < 1) {
+    error = "num_states, batch, heads and seqlen must be >= 1, got " + str(p.num_states) + ", " +
+            str(p.batch) + ", " + str(p.heads) + ", " + str(p.seqlen);
+    return false;
+  }
+  if (p.head_dim % 8 != 0 || p.head_dim < 32 || p.head_dim > 256) {
+    error = "head_dim must be a multiple of 8 in 32..256, got " + str(p.head_dim);
+    return false;
+  }
+  if (dtype != FAGEN_DTYPE_FP16 && dtype != FAGEN_DTYPE_BF16) {
+    error = "dtype must be FAGEN_DTYPE_FP16 or FAGEN_DTYPE_BF16, got " + str(dtype);
+    return false;
+  }
+  // One thread per 8 columns of a row, in a 1-D grid below 2^31 blocks.
+  const int64_t rows = int64_t(p.batch) * p.heads * p.seqlen;
+  if (fagen_merge_blocks(rows, p.head_dim) >= (int64_t(1) << 31)) {
+    error = "batch x heads x seqlen (" + str(rows) + " rows) is too large for one launch (at "
+            "most " + str((int64_t(1) << 31) * FAGEN_MERGE_THREADS / (p.head_dim / 8) - 1) +
+            " rows at this head dim): merge in parts";
+    return false;
+  }
+  static const char *kDims[4] = {"state", "batch", "head", "row"};
+  for (int i = 0; i < 4; ++i) {
+    if (p.o_states_strides[i] < 0 || p.lse_states_strides[i] < 0) {
+      error = std::string(p.o_states_strides[i] < 0 ? "o_states" : "lse_states") + "_strides[" +
+              str(i) + "] (" + kDims[i] + ") is negative: strides must be >= 0";
+      return false;
+    }
+    if (p.o_states_strides[i] % 8 != 0) {
+      error = "o_states_strides[" + str(i) + "] (" + kDims[i] + ") is " +
+              str(p.o_states_strides[i]) +
+              " elements, not a multiple of 8: every row must start 16-byte aligned";
+      return false;
+    }
+  }
+  const int64_t extents[4] = {p.batch, p.heads, p.seqlen, p.head_dim};
+  if (!checkStrides("o", p.o_strides, extents, /*isOutput=*/true, /*varlen=*/false, error))
+    return false;
+  const int64_t lseExtents[4] = {p.batch, p.heads, p.seqlen, 1};
+  for (int i = 0; i < 3; ++i)
+    if (p.lse_strides[i] < 0 || (p.lse_strides[i] == 0 && lseExtents[i] > 1)) {
+      error = "lse_strides[" + str(i) + "] (" + kDims[i + 1] + ") is " + str(p.lse_strides[i]) +
+              ": an output's strides must be > 0 where the extent is above 1";
+      return false;
+    }
+  return checkNoOverlap("lse", p.lse_strides, lseExtents, /*varlen=*/false, error);
+}
+
+} // namespace
+
+} // namespace fagen::rt
+
+extern "C" {
+
+void fagen_merge_problem_init(fagen_merge_problem *problem) {
+  if (problem == nullptr)
+    return;
+  *problem = fagen_merge_problem FAGEN_MERGE_PROBLEM_INIT;
+}
+
+void fagen_merge_problem_set_bshd_strides(fagen_merge_problem *p) {
+  if (p == nullptr)
+    return;
+  const int64_t d = p->head_dim, h = p->heads, s = p->seqlen, b = p->batch;
+  const int64_t o[4] = {b * s * h * d, s * h * d, d, h * d};
+  const int64_t lse[4] = {b * h * s, h * s, s, 1};
+  for (int i = 0; i < 4; ++i) {
+    p->o_states_strides[i] = o[i];
+    p->lse_states_strides[i] = lse[i];
+  }
+  for (int i = 0; i < 3; ++i) {
+    p->o_strides[i] = o[i + 1];
+    p->lse_strides[i] = lse[i + 1];
+  }
+}
+
+fagen_status fagen_plan_merge_states(const fagen_bundle *bundle,
+                                     const fagen_merge_problem *problem, fagen_plan *plan) {
+  const char *function = "fagen_plan_merge_states";
+  if (bundle == nullptr || problem == nullptr || plan == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": " +
+                    (bundle == nullptr ? "bundle" : problem == nullptr ? "problem" : "plan") +
+                    " is null");
+  if (fagen_status s = checkAbiHeader(function, "problem", "fagen_merge_problem",
+                                      problem->struct_size, problem->abi_tag,
+                                      sizeof(fagen_merge_problem), "FAGEN_MERGE_PROBLEM_INIT");
+      s != FAGEN_OK)
+    return s;
+  std::memset(plan, 0, sizeof *plan);
+  std::string error;
+  if (!validateMergeProblem(*problem, error))
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + error);
+  const DType dtype = raw(problem->dtype) == FAGEN_DTYPE_BF16 ? DType::BF16 : DType::FP16;
+  std::vector<int> candidates;
+  const std::vector<KernelRecord> &kernels = bundle->bundle.kernels;
+  for (size_t i = 0; i < kernels.size(); ++i)
+    if (isDecodeKernel(kernels[i]) && kernels[i].dtype == dtype &&
+        kernels[i].headDimV == problem->head_dim &&
+        kernels[i].paramsVersion == FAGEN_DECODE_PARAMS_VERSION)
+      candidates.push_back(int(i));
+  if (candidates.empty())
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                std::string(function) + ": the bundle has no merge kernel for " + toText(dtype) +
+                    " states of head dim " + str(problem->head_dim) +
+                    ": the merge comes with a decode kernel; add a variant with dtype " +
+                    toText(dtype) + ", head_dim " + str(problem->head_dim) +
+                    " (head_dim_v) and passes [decode] to the spec and rebuild");
+  const DriverApi *api = getDriver(error);
+  if (api == nullptr)
+    return fail(FAGEN_ERROR_NO_DRIVER, error);
+  Device device;
+  if (fagen_status s = currentDevice(*api, device); s != FAGEN_OK)
+    return s;
+  int chosen = -1;
+  if (fagen_status s = chooseKernel(bundle->bundle, candidates, device, chosen); s != FAGEN_OK)
+    return s;
+  CUfunction merge = nullptr;
+  if (fagen_status s = loadFunction(*api, const_cast<fagen_bundle &>(*bundle), device, chosen,
+                                    Part::kMerge, merge);
+      s != FAGEN_OK)
+    return s;
+  const KernelRecord &k = kernels[chosen];
+  const fagen_merge_problem &p = *problem;
+  fagen_merge_params mp;
+  std::memset(&mp, 0, sizeof mp);
+  for (int i = 0; i < 4; ++i) {
+    mp.o_states_strides[i] = p.o_states_strides[i];
+    mp.lse_states_strides[i] = p.lse_states_strides[i];
+  }
+  for (int i = 0; i < 3; ++i) {
+    mp.o_strides[i] = p.o_strides[i];
+    mp.lse_strides[i] = p.lse_strides[i];
+  }
+  mp.num_states = p.num_states;
+  mp.batch = p.batch;
+  mp.heads = p.heads;
+  mp.seqlen = p.seqlen;
+  plan->struct_size = sizeof(fagen_plan);
+  plan->abi_tag = FAGEN_ABI_TAG;
+  plan->bundle = bundle;
+  plan->bundle_id = bundle->id;
+  plan->context = device.context;
+  plan->context_id = device.contextId;
+  plan->device = device.device;
+  plan->kernel_index = chosen;
+  plan->pass = FAGEN_PASS_MERGE;
+  setGrid(plan->grid,
+          fagen_merge_blocks(int64_t(p.batch) * p.heads * p.seqlen, p.head_dim), 1, 1);
+  setGrid(plan->block, k.prePostThreads, 1, 1);
+  plan->function = merge;
+  std::memcpy(plan->params, &mp, sizeof mp);
+  return FAGEN_OK;
+}
+
+fagen_status fagen_run_merge_states(const fagen_plan *plan, const void *o_states,
+                                    const float *lse_states, void *o, float *lse, void *stream) {
+  const char *function = "fagen_run_merge_states";
+  if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_MERGE); s != FAGEN_OK)
+    return s;
+  if (fagen_status s = checkPointers(
+          function, "", {{"o_states", o_states, 16}, {"lse_states", lse_states, 4}, {"o", o, 16}});
+      s != FAGEN_OK)
+    return s;
+  if (lse != nullptr && reinterpret_cast<uintptr_t>(lse) % 4 != 0)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": lse is not 4-byte aligned");
+  std::string error;
+  const DriverApi *api = getDriver(error);
+  if (api == nullptr)
+    return fail(FAGEN_ERROR_NO_DRIVER, error);
+  if (fagen_status s = checkBundleLive(function, *plan); s != FAGEN_OK)
+    return s;
+  if (fagen_status s = checkContext(function, *api, *plan); s != FAGEN_OK)
+    return s;
+  fagen_merge_params mp;
+  std::memcpy(&mp, plan->params, sizeof mp);
+  mp.o_states = o_states;
+  mp.lse_states = lse_states;
+  mp.o = o;
+  mp.lse = lse;
+  return launch(*api, *plan, plan->function, plan->grid, plan->block, 0, &mp, stream, "_merge");
+}
+
+} // extern "C"

@@ -1,0 +1,60 @@
+// fagen: how the split-KV decode divides the keys among CTAs: the range of key tiles each split
+// takes (the kernel) and how many splits a call gets (the runtime's plan). Plain C++, host and
+// device (tests/unit/DecodeSplitTest.cpp).
+#ifndef FAGEN_TEMPLATES_COMMON_DECODE_SPLIT_H
+#define FAGEN_TEMPLATES_COMMON_DECODE_SPLIT_H
+
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define FAGEN_DECODE_SPLIT_HD __host__ __device__ __forceinline__
+#else
+#define FAGEN_DECODE_SPLIT_HD inline
+#endif
+
+namespace fagen {
+
+/// The key tiles of split `split` of `num_splits` over the visible tiles [n_begin, n_end):
+/// consecutive runs of ceil((n_end - n_begin) / num_splits) tiles, the last one shorter; empty
+/// (*begin >= *end) for a split past the end. The splits cover [n_begin, n_end) exactly once.
+FAGEN_DECODE_SPLIT_HD void decode_split_range(int n_begin, int n_end, int num_splits, int split,
+                                              int *begin, int *end) {
+  const int tiles = n_end > n_begin ? n_end - n_begin : 0;
+  const int per_split = (tiles + num_splits - 1) / num_splits;
+  const int first = n_begin + split * per_split;
+  *begin = first < n_end ? first : n_end;
+  *end = first + per_split < n_end ? first + per_split : n_end;
+}
+
+/// CTAs per SM the split count aims at: a decode kernel's tiles are planned so that two fit an
+/// SM's shared memory on sm_90 (compiler/plan: decodeStages), and a second CTA's loads cover the
+/// first one's start and end (not measured yet).
+constexpr int kDecodeCtasPerSm = 2;
+/// The fewest key tiles a split takes: fewer make the combine's reads and each CTA's start (Q,
+/// the pipeline's first loads) weigh more than the keys it streams (not measured yet).
+constexpr int kDecodeMinTilesPerSplit = 2;
+/// The most splits: bounds the workspace (num_splits partial rows per query row).
+constexpr int kDecodeMaxSplits = 128;
+
+/// The split count of a decode call: enough splits that the grid has kDecodeCtasPerSm CTAs
+/// per SM, ceil(kDecodeCtasPerSm * sms / ctas) (ctas: the grid without splits, batch x heads_kv
+/// x row blocks), but none shorter than kDecodeMinTilesPerSplit of the `key_tiles` visible key
+/// tiles and at most kDecodeMaxSplits; then rounded so that no split is empty (every split of
+/// decode_split_range holds a tile). 1 when the grid already fills the GPU.
+FAGEN_DECODE_SPLIT_HD int decode_num_splits(int64_t ctas, int key_tiles, int sms) {
+  if (ctas <= 0 || key_tiles <= 0)
+    return 1;
+  const int64_t target = int64_t(kDecodeCtasPerSm) * (sms > 0 ? sms : 1);
+  int64_t want = (target + ctas - 1) / ctas;
+  const int64_t longest = key_tiles / kDecodeMinTilesPerSplit;
+  want = want < longest ? want : longest;
+  want = want < kDecodeMaxSplits ? want : kDecodeMaxSplits;
+  if (want <= 1)
+    return 1;
+  const int per_split = int((key_tiles + want - 1) / want);
+  return (key_tiles + per_split - 1) / per_split;
+}
+
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_COMMON_DECODE_SPLIT_H

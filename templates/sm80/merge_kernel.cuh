@@ -1,0 +1,125 @@
+// fagen sm80: the merge of attention states by their LSE (abi/decode_params.h,
+// fagen_merge_params): the split-KV decode's combine step and fagen_merge_states. Memory-bound:
+// one thread per 8 columns of an output row, 16-byte loads and stores, no shared memory.
+#ifndef FAGEN_TEMPLATES_SM80_MERGE_KERNEL_CUH
+#define FAGEN_TEMPLATES_SM80_MERGE_KERNEL_CUH
+
+#include "abi/decode_params.h"
+#include "common/ptx.cuh"
+#include "common/softmax.cuh"
+#include "sm80/mma.cuh"
+
+namespace fagen {
+namespace sm80 {
+
+/// A merge of states of ElementIn (float, or the output's Element) into Element rows of
+/// kHeadDim columns.
+template <class ElementIn_, class Element_, int kHeadDim_> struct MergeConfig {
+  using ElementIn = ElementIn_;
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kThreads = FAGEN_MERGE_THREADS;
+  static_assert(kHeadDim % 8 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
+                "kHeadDim must be a multiple of 8 in [32, 256]");
+  static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
+};
+
+/// 8 consecutive elements at `ptr` (16-byte aligned) as floats.
+__device__ __forceinline__ void load8(float (&x)[8], const float *ptr) {
+  u32 a[4], b[4];
+  ld_global_v4(a, ptr);
+  ld_global_v4(b, ptr + 4);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[i] = __uint_as_float(a[i]);
+    x[4 + i] = __uint_as_float(b[i]);
+  }
+}
+template <class Element> __device__ __forceinline__ void load8(float (&x)[8], const Element *ptr) {
+  u32 a[4];
+  ld_global_v4(a, ptr);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    unpack2<Element>(x[2 * i], x[2 * i + 1], a[i]);
+}
+
+/// 8 floats to `ptr` (16-byte aligned), rounded to Element or as floats.
+template <class Element> __device__ __forceinline__ void store8(Element *ptr, const float (&x)[8]) {
+  const u32 v[4] = {pack2<Element>(x[0], x[1]), pack2<Element>(x[2], x[3]),
+                    pack2<Element>(x[4], x[5]), pack2<Element>(x[6], x[7])};
+  st_global_v4(ptr, v);
+}
+__device__ __forceinline__ void store8(float *ptr, const float (&x)[8]) {
+  const u32 a[4] = {__float_as_uint(x[0]), __float_as_uint(x[1]), __float_as_uint(x[2]),
+                    __float_as_uint(x[3])};
+  const u32 b[4] = {__float_as_uint(x[4]), __float_as_uint(x[5]), __float_as_uint(x[6]),
+                    __float_as_uint(x[7])};
+  st_global_v4(ptr, a);
+  st_global_v4(ptr + 4, b);
+}
+
+/// Launch: grid fagen_merge_blocks(batch * heads * seqlen, kHeadDim), block kThreads. Thread i
+/// merges columns [8 c, 8 c + 8) of output row i / (kHeadDim / 8), c = i % (kHeadDim / 8):
+///   M = max_s LSE_s, w_s = exp(LSE_s - M), O = sum_s w_s O_s / sum_s w_s, LSE = M + log sum w_s.
+template <class Config> __device__ __forceinline__ void merge_states(const fagen_merge_params &p) {
+  using ElementIn = typename Config::ElementIn;
+  using Element = typename Config::Element;
+  constexpr int kChunks = Config::kHeadDim / 8;
+  const float kNegInf = -__int_as_float(0x7f800000), kLog2e = 1.4426950408889634f,
+              kLn2 = 0.693147180559945309f;
+  const int64_t item = int64_t(blockIdx.x) * Config::kThreads + threadIdx.x;
+  const int64_t rows = int64_t(p.batch) * p.heads * p.seqlen;
+  if (item >= rows * kChunks)
+    return;
+  const int chunk = int(item % kChunks);
+  const int64_t bh = item / kChunks / p.seqlen;
+  const int row = int(item / kChunks % p.seqlen), head = int(bh % p.heads), batch = int(bh / p.heads);
+  const float *lse_in = p.lse_states + batch * p.lse_states_strides[1] +
+                        head * p.lse_states_strides[2] + row * p.lse_states_strides[3];
+  const ElementIn *o_in = static_cast<const ElementIn *>(p.o_states) +
+                          batch * p.o_states_strides[1] + head * p.o_states_strides[2] +
+                          row * p.o_states_strides[3] + chunk * 8;
+
+  // M, and whether a NaN LSE makes the row NaN (fmaxf would skip it).
+  float max_lse = kNegInf;
+  bool nan = false;
+  for (int s = 0; s < p.num_states; ++s) {
+    const float lse = lse_in[s * p.lse_states_strides[0]];
+    max_lse = fmaxf(max_lse, lse);
+    nan |= lse != lse;
+  }
+  float acc[8] = {}, sum = 0.f;
+  if (max_lse != kNegInf && !nan) {
+#pragma unroll 4
+    for (int s = 0; s < p.num_states; ++s) {
+      const float lse = lse_in[s * p.lse_states_strides[0]];
+      if (lse == kNegInf)
+        continue; // no key: nothing to add, O not read
+      // M = +inf (an infinite logit) gives inf - inf = NaN here: NaN out, as the forward's.
+      const float w = exp2_approx((lse - max_lse) * kLog2e);
+      float x[8];
+      load8(x, o_in + s * p.o_states_strides[0]);
+      sum += w;
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        acc[i] = fmaf(w, x[i], acc[i]);
+    }
+  }
+  const float kNaN = __int_as_float(0x7fffffff);
+  const bool empty = max_lse == kNegInf && !nan;
+  const float inv = nan ? kNaN : empty ? 0.f : 1.f / sum;
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    acc[i] *= inv;
+  store8(static_cast<Element *>(p.o) + batch * p.o_strides[0] + head * p.o_strides[1] +
+             row * p.o_strides[2] + chunk * 8,
+         acc);
+  if (p.lse != nullptr && chunk == 0)
+    p.lse[batch * p.lse_strides[0] + head * p.lse_strides[1] + row * p.lse_strides[2]] =
+        nan ? kNaN : empty ? kNegInf : max_lse + __log2f(sum) * kLn2;
+}
+
+} // namespace sm80
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM80_MERGE_KERNEL_CUH

@@ -1,0 +1,313 @@
+//===- DecodeTest.cpp - the split-KV decode: plans, emitted source, split rule ===//
+
+#include "check/Check.h"
+#include "compiler/emit/Emit.h"
+#include "compiler/plan/Plan.h"
+#include "compiler/spec/Spec.h"
+#include "templates/abi/decode_params.h"
+#include "templates/common/decode_split.h"
+#include "templates/common/smem_layout.h"
+
+#include "gtest/gtest.h"
+
+#include <vector>
+
+using namespace fagen;
+
+namespace {
+
+std::vector<KernelPlan> plansOf(const std::string &yaml, std::vector<std::string> archs) {
+  llvm::Expected<AttentionSpec> spec = parseSpec(yaml, "t.yaml");
+  EXPECT_TRUE(bool(spec)) << (spec ? "" : llvm::toString(spec.takeError()));
+  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, archs, nullptr, false);
+  EXPECT_TRUE(bool(plans)) << (plans ? "" : llvm::toString(plans.takeError()));
+  return plans ? *plans : std::vector<KernelPlan>();
+}
+
+std::string planError(const std::string &yaml, std::vector<std::string> archs) {
+  llvm::Expected<AttentionSpec> spec = parseSpec(yaml, "t.yaml");
+  if (!spec)
+    return llvm::toString(spec.takeError());
+  llvm::Expected<std::vector<KernelPlan>> plans = planKernels(*spec, archs);
+  return plans ? "" : llvm::toString(plans.takeError());
+}
+
+const KernelPlan *decodeOf(const std::vector<KernelPlan> &plans) {
+  for (const KernelPlan &p : plans)
+    if (isDecodePlan(p))
+      return &p;
+  return nullptr;
+}
+
+} // namespace
+
+TEST(DecodePlan, DefaultsPerHeadDimAndArch) {
+  struct Case {
+    int headDim;
+    const char *arch;
+    int blockN, warps, stages, smem;
+  } cases[] = {
+      // Two CTAs per SM on sm_90 (114 KB each, less 1 KB reserved): 6, 3 and 2 stages.
+      {64, "sm_90a", 64, 4, 6, 16 * 144 + 6 * 64 * 288},
+      {128, "sm_90", 64, 4, 3, 16 * 272 + 3 * 64 * 544},
+      {256, "sm_100a", 64, 4, 2, 16 * 512 + 2 * 64 * 1024},
+      // sm_80 (82 KB a CTA): 2 stages at hd 128; sm_86 fits hd 256 only with 32 keys, 2 warps.
+      {128, "sm_80", 64, 4, 2, 16 * 272 + 2 * 64 * 544},
+      {256, "sm_86", 32, 2, 2, 16 * 512 + 2 * 32 * 1024},
+  };
+  for (const Case &c : cases) {
+    std::vector<KernelPlan> plans =
+        plansOf("variants: [{name: d, dtype: bf16, head_dim: " + std::to_string(c.headDim) +
+                    ", mask: causal, passes: [decode]}]",
+                {c.arch});
+    ASSERT_EQ(plans.size(), 1u) << c.headDim << " " << c.arch;
+    const KernelPlan &p = plans[0];
+    EXPECT_EQ(p.templ, "sm80decode");
+    EXPECT_EQ(p.pass, Pass::Forward);
+    EXPECT_EQ(p.blockM, 16);
+    EXPECT_EQ(p.qTokens, 1);
+    EXPECT_EQ(p.blockN, c.blockN) << c.headDim << " " << c.arch;
+    EXPECT_EQ(p.warps, c.warps) << c.headDim << " " << c.arch;
+    EXPECT_EQ(p.stages, c.stages) << c.headDim << " " << c.arch;
+    EXPECT_EQ(p.smemBytes, c.smem) << c.headDim << " " << c.arch;
+    EXPECT_EQ(p.threads, 32 * c.warps);
+    EXPECT_EQ(p.prePostThreads, FAGEN_MERGE_THREADS);
+    EXPECT_LE(p.smemBytes, archSmemLimit(c.arch));
+  }
+}
+
+TEST(DecodePlan, EveryHeadDimFitsEveryArch) {
+  for (int hd = 32; hd <= 256; hd += 8)
+    for (const std::string &arch : knownArchs()) {
+      std::string yaml = "variants: [{name: d, dtype: fp16, head_dim: " + std::to_string(hd) +
+                         ", passes: [decode], decode: {q_tokens: 16}}]";
+      std::vector<KernelPlan> plans = plansOf(yaml, {arch});
+      ASSERT_EQ(plans.size(), 1u) << hd << " " << arch;
+      EXPECT_LE(plans[0].smemBytes, archSmemLimit(arch)) << hd << " " << arch;
+      // The reduction of the warps' O fits where the K/V ring was.
+      EXPECT_GE(plans[0].smemBytes - plans[0].blockM * (paddedHeadDim(hd) * 2 + 16),
+                sm80_decode_reduce_bytes(paddedHeadDim(hd), plans[0].blockM, plans[0].warps));
+    }
+}
+
+TEST(DecodePlan, RowBlockFromTheGroupAndTokens) {
+  // 32 packed rows where the spec's heads x q_tokens exceed 16, up to head_dim_v 128.
+  auto blockM = [](const std::string &extra, int hd) {
+    std::vector<KernelPlan> plans =
+        plansOf("variants: [{name: d, dtype: bf16, head_dim: " + std::to_string(hd) +
+                    ", passes: [decode]" + extra + "}]",
+                {"sm_90a"});
+    return plans.empty() ? 0 : plans[0].blockM;
+  };
+  EXPECT_EQ(blockM("", 128), 16);
+  EXPECT_EQ(blockM(", heads: {q: 32, kv: 8}", 128), 16);                           // 4 rows
+  EXPECT_EQ(blockM(", heads: {q: 32, kv: 8}, decode: {q_tokens: 4}", 128), 16);   // 16 rows
+  EXPECT_EQ(blockM(", heads: {q: 32, kv: 8}, decode: {q_tokens: 5}", 128), 32);   // 20 rows
+  EXPECT_EQ(blockM(", heads: {q: 32, kv: 8}, decode: {q_tokens: 16}", 256), 16);  // registers
+  EXPECT_EQ(blockM(", decode: {q_tokens: 16}", 64), 16);
+}
+
+TEST(DecodePlan, BesideTheForwardWithItsOwnNameAndEntryPoints) {
+  std::vector<KernelPlan> plans = plansOf(
+      "variants: [{name: d, dtype: bf16, head_dim: 128, mask: causal, passes: [fwd, decode]}]",
+      {"sm_90"});
+  ASSERT_EQ(plans.size(), 2u);
+  const KernelPlan *d = decodeOf(plans);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->name, "fagen_fwd_bf16_hd128_causal_sm80decode_m16n64w4s3");
+  EXPECT_EQ(entryPointNames(*d),
+            (std::vector<std::string>{d->name, d->name + "_combine", d->name + "_merge"}));
+  EXPECT_EQ(workloadKey(*d), "fwd bf16 hd128x128 causal decode sm_90");
+  EXPECT_FALSE(d->spillFallback.has_value());
+  const std::string printed = formatPlans({*d});
+  EXPECT_NE(printed.find("template=sm80decode"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("up to q_tokens=1 query tokens"), std::string::npos) << printed;
+}
+
+TEST(DecodePlan, OneKernelForVariantsThatPlanItTakesTheMostTokens) {
+  std::vector<KernelPlan> plans =
+      plansOf("variants:\n"
+              "  - {name: a, dtype: bf16, head_dim: 64, passes: [decode], decode: {q_tokens: 2}}\n"
+              "  - {name: b, dtype: bf16, head_dim: 64, passes: [decode], decode: {q_tokens: 7}}\n"
+              "  - {name: c, dtype: bf16, head_dim: 64, passes: [decode]}\n",
+              {"sm_90a"});
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].qTokens, 7);
+  EXPECT_EQ(plans[0].variant, "a,b,c");
+}
+
+TEST(DecodePlan, RefusesWhatTheTemplateDoesNotServe) {
+  const std::string served = " (it serves masks none, causal and window in either alignment, "
+                             "score mods none and softcap; no alibi, dropout, block sparsity or "
+                             "varlen): remove decode from passes, or ";
+  EXPECT_EQ(planError("variants:\n"
+                      "  - name: d\n"
+                      "    dtype: bf16\n"
+                      "    head_dim: 128\n"
+                      "    score_mod: alibi\n"
+                      "    passes: [fwd, decode]\n",
+                      {"sm_90a"}),
+            "t.yaml:6:19: error: the decode kernel does not serve score_mod alibi" + served +
+                "score_mod alibi");
+  EXPECT_EQ(planError("variants: [{name: d, dtype: bf16, head_dim: 128, dropout: true, passes: "
+                      "[decode]}]",
+                      {"sm_90a"}),
+            "t.yaml:1:74: error: the decode kernel does not serve dropout" + served + "dropout");
+  EXPECT_EQ(planError("variants: [{name: d, dtype: bf16, head_dim: 128, varlen: true, passes: "
+                      "[decode]}]",
+                      {"sm_90a"}),
+            "t.yaml:1:73: error: the decode kernel does not serve varlen" + served + "varlen");
+  EXPECT_EQ(planError("variants: [{name: d, dtype: bf16, head_dim: 128, passes: [decode], "
+                      "block_sparse: {block: 128, layout: runtime}}]",
+                      {"sm_90a"}),
+            "t.yaml:1:59: error: the decode kernel does not serve block_sparse" + served +
+                "block_sparse");
+  // What it serves plans: every mask, both alignments, softcap.
+  EXPECT_EQ(planError("variants:\n"
+                      "  - {name: a, dtype: fp16, head_dim: 96, mask: window, mask_align: "
+                      "top_left, score_mod: softcap, passes: [decode]}\n"
+                      "  - {name: b, dtype: bf16, head_dim_qk: 192, head_dim_v: 128, mask: "
+                      "causal, passes: [decode]}\n",
+                      {"sm_80", "sm_90a", "sm_100a"}),
+            "");
+}
+
+TEST(DecodePlan, ConfigProblemsMirrorTheTemplatesAsserts) {
+  std::vector<KernelPlan> plans =
+      plansOf("variants: [{name: d, dtype: bf16, head_dim: 256, passes: [decode]}]", {"sm_90a"});
+  ASSERT_EQ(plans.size(), 1u);
+  auto problem = [&](auto edit) {
+    KernelConfig c = configOf(plans[0]);
+    edit(c);
+    llvm::Expected<KernelPlan> p = applyConfig(plans[0], c);
+    return p ? std::string() : llvm::toString(p.takeError());
+  };
+  auto has = [](const std::string &error, const char *what) {
+    return error.find(what) != std::string::npos;
+  };
+  EXPECT_EQ(problem([](KernelConfig &) {}), "");
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.blockM = 48; }), "decode block_m must be 16 or 32"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.warps = 3; }), "decode warps must be 2, 4 or 8"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.blockN = 96; }),
+                  "decode block_n must be a multiple of 16 x warps (64) up to 256, got 96"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.stages = 1; }), "decode stages must be in 2..8"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.blockM = 32; }),
+                  "block_m 32 needs head_dim_v <= 128"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.rescaleTau = 8; }),
+                  "the decode template has no rescale_tau or exp2 emulation"));
+  EXPECT_TRUE(has(problem([](KernelConfig &c) { c.stages = 4; }),
+                  "decode tile 16x64 with 4 stages needs 270336 bytes of shared memory; sm_90a "
+                  "allows 232448"));
+}
+
+TEST(DecodeEmit, SourceFillsTheConfigAndThreeEntryPoints) {
+  std::vector<KernelPlan> plans =
+      plansOf("variants: [{name: d, dtype: fp16, head_dim: 64, mask: window, score_mod: softcap, "
+              "passes: [decode], decode: {q_tokens: 8}, heads: {q: 8, kv: 2}}]",
+              {"sm_90a"});
+  ASSERT_EQ(plans.size(), 1u);
+  const std::string src = emitKernelSource(plans[0]);
+  for (const char *line : {
+           "#include \"sm80/decode_kernel.cuh\"",
+           "using KernelVariant = fagen::Variant<fagen::WindowMask, fagen::Softcap, "
+           "fagen::NoDropout,",
+           "struct KernelOptions : fagen::sm80::DecodeOptions {",
+           "  using Element = fagen::half_t;",
+           "  static constexpr int kBlockM = 32, kBlockN = 64, kWarps = 4, kStages = 6;",
+           "using Config = fagen::sm80::DecodeConfig<KernelOptions>;",
+           "static_assert(Config::kMergeThreads == 128,",
+           "(const __grid_constant__ fagen_decode_params params) {",
+           "  fagen::sm80::decode_kernel<Config>(params);",
+           "_combine(const __grid_constant__ fagen_merge_params params) {",
+           "  fagen::sm80::decode_combine<Config>(params);",
+           "_merge(const __grid_constant__ fagen_merge_params params) {",
+           "  fagen::sm80::decode_merge<Config>(params);",
+           "//   q_tokens=8 merge_threads=128",
+       })
+    EXPECT_NE(src.find(line), std::string::npos) << line << "\n" << src;
+  EXPECT_EQ(src.find("if ("), std::string::npos) << "generated code holds no logic";
+}
+
+TEST(DecodeSplit, RangesCoverTheTilesOnce) {
+  for (int begin : {0, 3})
+    for (int tiles : {0, 1, 2, 7, 64, 100, 2048})
+      for (int splits : {1, 2, 3, 7, 33, 128}) {
+        std::vector<int> seen(size_t(tiles), 0);
+        for (int s = 0; s < splits; ++s) {
+          int b = 0, e = 0;
+          decode_split_range(begin, begin + tiles, splits, s, &b, &e);
+          ASSERT_GE(b, begin);
+          ASSERT_LE(e, begin + tiles);
+          for (int n = b; n < e; ++n)
+            ++seen[size_t(n - begin)];
+        }
+        for (int n = 0; n < tiles; ++n)
+          EXPECT_EQ(seen[size_t(n)], 1) << tiles << " tiles, " << splits << " splits, tile " << n;
+      }
+  int b = -1, e = -1;
+  decode_split_range(5, 2, 4, 0, &b, &e); // an empty range stays empty
+  EXPECT_GE(b, e);
+}
+
+TEST(DecodeSplit, TheRuleFillsTheGpuWithoutEmptySplits) {
+  // 132 SMs (H100 SXM): the grid aims at two CTAs per SM.
+  EXPECT_EQ(decode_num_splits(8, 2048, 132), 33);    // 1 x 8 kv heads, 128k keys (64-key tiles)
+  EXPECT_EQ(decode_num_splits(8 * 64, 2048, 132), 1); // batch 64 fills the GPU alone
+  EXPECT_EQ(decode_num_splits(128, 2048, 132), 3);    // batch 16: 384 CTAs
+  EXPECT_EQ(decode_num_splits(8, 32, 132), 16);       // 2k keys: splits of 2 tiles at least
+  EXPECT_EQ(decode_num_splits(8, 3, 132), 1);         // too few tiles to split
+  EXPECT_EQ(decode_num_splits(1, 1 << 20, 132), kDecodeMaxSplits);
+  EXPECT_EQ(decode_num_splits(8, 0, 132), 1);
+  // Every answer leaves no split empty and none shorter than the minimum (but the last).
+  for (int64_t ctas : {1, 4, 8, 24, 100, 264, 1000})
+    for (int tiles : {1, 2, 5, 31, 32, 33, 100, 257, 2048, 4096})
+      for (int sms : {1, 46, 108, 132, 148}) {
+        const int splits = decode_num_splits(ctas, tiles, sms);
+        ASSERT_GE(splits, 1);
+        ASSERT_LE(splits, kDecodeMaxSplits);
+        for (int s = 0; s < splits; ++s) {
+          int b = 0, e = 0;
+          decode_split_range(0, tiles, splits, s, &b, &e);
+          EXPECT_LT(b, e) << ctas << " " << tiles << " " << sms << ": split " << s << " empty";
+        }
+        if (splits > 1)
+          EXPECT_GE((tiles + splits - 1) / splits, kDecodeMinTilesPerSplit);
+      }
+}
+
+TEST(DecodeSplit, WorkspaceLayout) {
+  fagen_decode_workspace w = fagen_decode_workspace_layout(3, 2, 32, 4, 128);
+  EXPECT_EQ(w.o_offset, 0u);
+  EXPECT_EQ(w.lse_offset, 3u * 2 * 32 * 4 * 128 * 4); // already a multiple of 256
+  EXPECT_EQ(w.total_bytes, w.lse_offset + 3u * 2 * 32 * 4 * 4);
+  fagen_decode_workspace odd = fagen_decode_workspace_layout(3, 1, 1, 1, 40);
+  EXPECT_EQ(odd.lse_offset, 512u); // 480 bytes, 256-aligned
+  EXPECT_EQ(odd.total_bytes, 768u);
+  EXPECT_EQ(fagen_merge_blocks(32, 128), 4);  // 32 rows x 16 chunks / 128 threads
+  EXPECT_EQ(fagen_merge_blocks(1, 64), 1);
+}
+
+TEST(DecodeCheck, ShapesStayWithinTheKernelsTokens) {
+  KernelRecord k;
+  k.templ = "sm80decode";
+  for (int tokens : {1, 4, 16})
+    for (bool quick : {false, true}) {
+      k.qTokens = tokens;
+      const std::vector<CheckShape> shapes = checkShapesFor(k, quick);
+      ASSERT_GE(shapes.size(), 3u);
+      bool oneKey = false, gqa7 = false, mqa = false, noKeyRows = false, most = false;
+      for (const CheckShape &s : shapes) {
+        EXPECT_LE(s.seqlenQ, tokens) << checkShapeText(s);
+        EXPECT_GE(s.seqlenQ, 1);
+        EXPECT_EQ(s.headsQ % s.headsKV, 0) << checkShapeText(s);
+        oneKey |= s.seqlenK == 1;
+        gqa7 |= s.headsQ == 7 * s.headsKV;
+        mqa |= s.headsKV == 1 && s.headsQ > 1;
+        noKeyRows |= s.seqlenQ > s.seqlenK;
+        most |= s.seqlenQ == tokens;
+      }
+      EXPECT_TRUE(oneKey && gqa7 && mqa && most) << tokens << (quick ? " quick" : "");
+      if (!quick && tokens >= 3)
+        EXPECT_TRUE(noKeyRows) << tokens;
+    }
+}
