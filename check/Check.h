@@ -207,7 +207,8 @@ struct NonFiniteExpectation {
 };
 
 /// The shape kernel `k`'s non-finite cases run on: 2x4/2 127x577 BSHD where the kernel serves
-/// it, else the shape of checkShapesFor(k) with the most keys.
+/// it (a decode kernel: min(q_tokens, 3) queries), else the shape of checkShapesFor(k) with the
+/// most keys.
 CheckShape nonFiniteShape(const KernelRecord &k);
 
 /// The cases of kernel `k` on inputs `in`: forward, a NaN in K and in V (last batch entry, last

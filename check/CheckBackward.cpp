@@ -72,7 +72,9 @@ llvm::Expected<std::string> forwardOutputs(DeviceMemory &memory, const fagen_bun
       records.kernels[plan.kernel_index].dropout == k.dropout) {
     std::string name = fagen_bundle_kernel_name(bundle, plan.kernel_index);
     source = name.substr(0, name.find(' '));
-    llvm::Expected<std::string> run = check::runForward(memory, plan, isDenseKernel(k), in, d);
+    llvm::Expected<std::string> run =
+        check::runForward(memory, plan, isDenseKernel(k), in, d, /*persistent=*/false,
+                          isDecodeKernel(records.kernels[plan.kernel_index]));
     if (run && !run->empty())
       return "forward " + source + ": " + *run;
     return run;

@@ -50,7 +50,7 @@ fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase 
 
 llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
                                        bool dense, const CaseInputs &in, const DeviceCase &d,
-                                       bool persistent) {
+                                       bool persistent, bool decode) {
   const CaseSizes n = caseSizes(in.problem);
   auto once = [&](const fagen_plan &p, CUdeviceptr workspace) -> llvm::Expected<std::string> {
     if (llvm::Error e = memory.fill(d.o, 0xFF, n.o * 2))
@@ -82,6 +82,12 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
     const fagen_plan *plan;
     CUdeviceptr workspace;
   };
+  if (decode && plan.workspace_bytes != 0) {
+    llvm::Expected<CUdeviceptr> workspace = memory.alloc(plan.workspace_bytes);
+    if (!workspace)
+      return workspace.takeError();
+    return once(plan, *workspace);
+  }
   std::vector<Launch> launches;
   if (persistent && fewer)
     launches.push_back({&few, 0});

@@ -41,11 +41,13 @@ fagen_status launchForward(const fagen_plan &plan, bool dense, const DeviceCase 
 /// grids of more than 3 CTAs: a `persistent` kernel's plan (at most one CTA per SM, walking the
 /// static deal of work tiles) runs again on 3 CTAs (many tiles each); a plan with a workspace
 /// (a tile counter) runs with one (poisoned) on the plan's grid and on 3 CTAs. Every run must
-/// give the first one's bits; O and LSE are then the last run's. Returns "" or the runtime's
-/// failure (or the disagreement); an error for a failed driver call.
+/// give the first one's bits; O and LSE are then the last run's. A `decode` kernel's plan runs
+/// once, with its workspace where it has one (its splits; one split without differs in the last
+/// bits, both checked by CheckForward.cpp). Returns "" or the runtime's failure (or the
+/// disagreement); an error for a failed driver call.
 llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &plan,
                                        bool dense, const CaseInputs &in, const DeviceCase &d,
-                                       bool persistent = false);
+                                       bool persistent = false, bool decode = false);
 
 /// "plan: FAGEN_ERROR_...: message" for a failed runtime call.
 std::string runtimeFailure(const char *what, fagen_status status);

@@ -172,6 +172,9 @@ size_t elementIndex(const CaseInputs &in, const int64_t strides[3], const NonFin
 } // namespace
 
 CheckShape nonFiniteShape(const KernelRecord &k) {
+  // A decode kernel: its most query tokens (up to 3) of 4 heads over 2 kv heads.
+  if (isDecodeKernel(k))
+    return {2, 4, 2, std::min(k.qTokens, 3), 577, false};
   const CheckShape preferred{2, 4, 2, 127, 577, false};
   const bool covered =
       k.sparsity != Sparsity::Static || (k.sparseRows * k.sparseBlock >= preferred.seqlenQ &&

@@ -191,9 +191,11 @@ int Tuner::finish(const std::vector<Workload> &workloads) {
 }
 
 /// Whether `fagen tune` can time this kernel: a dense forward (the timing launches through
-/// forwardProblem, which knows no variant's run-time arguments).
+/// forwardProblem, which knows no variant's run-time arguments), not a decode kernel (whose
+/// calls have few query tokens: not tuned yet).
 bool isTunable(const KernelPlan &p) {
-  return p.pass == Pass::Forward && (p.mask == Mask::None || p.mask == Mask::Causal) &&
+  return p.pass == Pass::Forward && !isDecodePlan(p) &&
+         (p.mask == Mask::None || p.mask == Mask::Causal) &&
          p.maskAlign == MaskAlign::BottomRight && p.scoreMod == ScoreMod::None && !p.dropout &&
          !p.varlen && p.sparsity == Sparsity::None;
 }
@@ -238,7 +240,7 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
   }
   for (const std::string &key : untuned)
     llvm::errs() << "fagen tune: not tuned (keeps the planner's defaults): " << key
-                 << ": only dense forward kernels are tuned so far\n";
+                 << ": only dense forward kernels (not decode kernels) are tuned so far\n";
   return out;
 }
 

@@ -36,16 +36,18 @@ constexpr int kDecodeMinTilesPerSplit = 2;
 /// The most splits: bounds the workspace (num_splits partial rows per query row).
 constexpr int kDecodeMaxSplits = 128;
 
-/// The split count of a decode call: enough splits that the grid has kDecodeCtasPerSm CTAs
-/// per SM, ceil(kDecodeCtasPerSm * sms / ctas) (ctas: the grid without splits, batch x heads_kv
-/// x row blocks), but none shorter than kDecodeMinTilesPerSplit of the `key_tiles` visible key
-/// tiles and at most kDecodeMaxSplits; then rounded so that no split is empty (every split of
-/// decode_split_range holds a tile). 1 when the grid already fills the GPU.
+/// The split count of a decode call: the most splits whose grid stays one wave of
+/// kDecodeCtasPerSm CTAs per SM, floor(kDecodeCtasPerSm * sms / ctas) (ctas: the grid without
+/// splits, batch x heads_kv x row blocks; every CTA streams the same number of keys, so a
+/// second, partial wave would leave SMs idle while it runs), but none shorter than
+/// kDecodeMinTilesPerSplit of the `key_tiles` visible key tiles and at most kDecodeMaxSplits;
+/// then rounded so that no split is empty (every split of decode_split_range holds a tile).
+/// 1 when the grid already fills the GPU.
 FAGEN_DECODE_SPLIT_HD int decode_num_splits(int64_t ctas, int key_tiles, int sms) {
   if (ctas <= 0 || key_tiles <= 0)
     return 1;
-  const int64_t target = int64_t(kDecodeCtasPerSm) * (sms > 0 ? sms : 1);
-  int64_t want = (target + ctas - 1) / ctas;
+  const int64_t slots = int64_t(kDecodeCtasPerSm) * (sms > 0 ? sms : 1);
+  int64_t want = slots / ctas;
   const int64_t longest = key_tiles / kDecodeMinTilesPerSplit;
   want = want < longest ? want : longest;
   want = want < kDecodeMaxSplits ? want : kDecodeMaxSplits;

@@ -102,10 +102,12 @@ __device__ __forceinline__ void store_decode_rows(
       break;
     const float m = row_max(row);
     float l = 0.f;
+    bool nan = false; // a NaN sum of a warp whose max stayed -inf: every logit NaN (NaN in Q)
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float mw = max_red[w * kBlockM + row];
-      l += mw == kNegInf ? 0.f : exp2_approx((mw - m) * scale_log2) * sum_red[w * kBlockM + row];
+      const float mw = max_red[w * kBlockM + row], sw = sum_red[w * kBlockM + row];
+      l += mw == kNegInf ? 0.f : exp2_approx((mw - m) * scale_log2) * sw;
+      nan |= sw != sw;
     }
     const bool empty = m == kNegInf; // no key of this split is visible to the row
     const float inv = empty ? 0.f : 1.f / l;
@@ -125,7 +127,10 @@ __device__ __forceinline__ void store_decode_rows(
 #pragma unroll
     for (int e = 0; e < 8; ++e)
       o[e] *= inv;
-    const float lse = empty ? kNegInf : (m * scale_log2 + __log2f(l)) * kLn2;
+    // NaN logits make the LSE NaN, so that the combine's merge makes the row NaN too.
+    const float lse = nan ? __int_as_float(0x7fffffff)
+                      : empty ? kNegInf
+                              : (m * scale_log2 + __log2f(l)) * kLn2;
     const int head = rows.head(row_begin + row), token = rows.token(row_begin + row);
     const fagen_fwd_params &fwd = params.fwd;
     if (params.o_partial == nullptr) {

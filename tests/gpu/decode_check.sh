@@ -8,8 +8,9 @@
 #      1 to 16k keys, GQA 4:1 and 7:1, MQA, batches, rows without keys), each case with one
 #      split (O written by the kernel) and with the planned splits and their combine, against
 #      the float64 reference.
-#   2. tests/gpu/merge_check.py: fagen_run_merge_states against a float64 merge (-inf and NaN
-#      rows, a permuted layout).
+#   2. fagen check --nonfinite (NaN in K, V, Q and +Inf in Q: docs/numerics.md's rules, with the
+#      planned splits), and tests/gpu/merge_check.py: fagen_run_merge_states against a float64
+#      merge (-inf and NaN rows, a permuted layout).
 #   3. compute-sanitizer: memcheck on the quick grid of every kernel, racecheck on two.
 #   4. bench/bench_decode.py: fagen vs SDPA flash and cuDNN, TB/s and % of the copy bandwidth.
 set -uo pipefail
@@ -38,6 +39,8 @@ done
 step "check decode" "$OUT/check-decode.log" bash -c "$C/fagen check $C/decode.fab >$OUT/check-decode.log 2>&1"
 tail -n 1 "$OUT/check-decode.log"
 grep -E "MISMATCH|CUDA error|FAIL" "$OUT/check-decode.log" | cut -c1-300 | head -20
+step "check NaN/Inf inputs" "$OUT/check-decode-nonfinite.log" bash -c "$C/fagen check $C/decode.fab --nonfinite >$OUT/check-decode-nonfinite.log 2>&1"
+tail -n 1 "$OUT/check-decode-nonfinite.log"
 step "merge_states" "$OUT/merge.log" bash -c "python3 tests/gpu/merge_check.py $C/decode.fab >$OUT/merge.log 2>&1"
 tail -n 1 "$OUT/merge.log"
 if command -v compute-sanitizer >/dev/null; then

@@ -24,7 +24,7 @@ def reference(o_states, lse_states, dtype64):
     """The merge in `dtype64` (float64 or float32): O [B, T, H, D], LSE [B, H, T]."""
     o = o_states.to(dtype64)                                 # [S, B, T, H, D]
     lse = lse_states.to(dtype64)                             # [S, B, H, T]
-    m = lse.nan_to_num(nan=-math.inf).amax(dim=0)            # [B, H, T]
+    m = torch.where(lse.isnan(), -math.inf, lse).amax(dim=0)  # [B, H, T]
     nan = lse.isnan().any(dim=0)
     empty = (m == -math.inf) & ~nan
     w = torch.exp(lse - torch.where(empty, torch.zeros_like(m), m))  # -inf states: 0

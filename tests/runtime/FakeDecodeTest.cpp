@@ -289,6 +289,21 @@ TEST_F(FakeDecodeTest, TheFewestTokensThatHoldTheCall) {
   EXPECT_EQ(dp.m_blocks, 1); // 8 rows in one 32-row block
 }
 
+TEST_F(FakeDecodeTest, ACombineGridPast2To31BlocksIsRefused) {
+  Bundle b = makeDecodeBundle();
+  b.kernels[4].qTokens = 16;
+  b.kernels = {b.kernels[4]}; // no forward to take the call instead
+  load(b);
+  // 65535 x 65535 heads x 16 tokens: 6.9e10 rows of 16 chunks, 8.6e9 blocks of 128 threads.
+  fagen_fwd_problem p = decodeProblem(65535, 16, 64, 65535, 65535);
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(fagen_last_error()).find("combine takes one thread per 8 columns of O "
+                                                 "in a 1-D grid below 2^31 blocks"),
+            std::string::npos)
+      << fagen_last_error();
+}
+
 TEST_F(FakeDecodeTest, WindowSplitsOnlyTheVisibleKeys) {
   Bundle b = makeDecodeBundle();
   b.kernels[4].mask = Mask::Window;
