@@ -735,15 +735,21 @@ TEST(Plan, Sm90WsBackwardServes) {
   - {name: alibi64, dtype: bf16, head_dim: 64, score_mod: alibi, passes: [bwd]}
   - {name: dropcap, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap, dropout: true,
      passes: [bwd]}
-  - {name: dropwin, dtype: bf16, head_dim: 64, mask: window, score_mod: softcap, dropout: true,
+  - {name: dropwin, dtype: bf16, head_dim: 128, mask: window, score_mod: softcap, dropout: true,
      varlen: true, passes: [bwd]}
+  - {name: detvl, dtype: fp16, head_dim: 64, mask: causal, varlen: true, deterministic: true,
+     passes: [bwd]}
+  - {name: droptl, dtype: bf16, head_dim: 128, mask: causal, mask_align: top_left,
+     dropout: true, passes: [bwd]}
+  - {name: capdet, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap,
+     deterministic: true, passes: [bwd]}
 )",
                                      {"sm_90a"});
-  ASSERT_EQ(p.size(), 13u);
+  ASSERT_EQ(p.size(), 16u);
   for (const KernelPlan &k : p) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
                     k.variant == "bs" || k.variant == "vl" || k.variant == "drop" ||
-                    k.variant == "dropwin";
+                    k.variant == "dropwin" || k.variant == "det" || k.variant == "detvl";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;
@@ -756,6 +762,14 @@ TEST(Plan, Sm90WsBackwardServes) {
     EXPECT_EQ(k.smemBytes, sm90WsBwdSmemBytes(k.headDimQK, k.blockM, k.blockN, k.stages));
     EXPECT_LE(k.smemBytes, archSmemLimit("sm_90a")) << k.name;
   }
+  // Combinations whose sm90ws kernels spilled say so when pinned to it.
+  KernelPlan droptl = planNamed(p, "droptl");
+  droptl.templ = "sm90ws";
+  llvm::Error droptlError = checkKernelPlan(droptl);
+  ASSERT_TRUE(bool(droptlError));
+  EXPECT_NE(llvm::toString(std::move(droptlError))
+                .find("does not serve dropout under a top-left causal mask (use template sm80)"),
+            std::string::npos);
   // What it cannot build is refused with the reason.
   KernelConfig c = configOf(planNamed(p, "c128"));
   c.blockM = 128;
