@@ -50,10 +50,13 @@ std::string spillWarning(const std::string &name, const std::string &arch, int s
       .str();
 }
 
-std::string templateRecordText(const std::string &templ, Pass pass, const std::string &arch) {
-  std::string record = verifiedOn(templ, pass, arch);
-  const std::string what =
-      "template " + templ + (pass == Pass::Backward ? " (backward)" : "") + " on " + arch;
+std::string templateRecordText(const KernelRecord &k) {
+  const std::string record = verifiedOn(k);
+  // A template with a record that does not cover this kernel's variant names the variant.
+  const bool uncovered = record.empty() && !verifiedOn(k.templ, k.pass, k.arch).empty();
+  const std::string what = "template " + k.templ +
+                           (k.pass == Pass::Backward ? " (backward)" : "") + " on " + k.arch +
+                           (uncovered ? ", this variant (" + k.text() + ")" : "");
   if (record.empty())
     return what +
            ": no verification record (compiled, never run by fagen's tests); run `fagen check` "
@@ -142,7 +145,7 @@ std::string inspectText(const std::string &path, const Bundle &bundle, bool verb
                            k.text(), k.paramsVersion, toText(k.maskAlign), toText(k.scoreMod),
                            int(k.dropout), int(k.varlen), toText(k.sparsity), k.cubinSection + 1)
                  .str();
-    out += "  " + templateRecordText(k.templ, k.pass, k.arch) + "\n";
+    out += "  " + templateRecordText(k) + "\n";
   }
   return out;
 }
@@ -175,7 +178,7 @@ llvm::json::Value inspectJson(const std::string &path, const Bundle &bundle) {
     o["cubin_bytes"] = int64_t(bundle.cubins[k.cubinSection].size());
     o["params_version"] = k.paramsVersion;
     o["tuning"] = k.tuning;
-    std::string record = verifiedOn(k.templ, k.pass, k.arch);
+    std::string record = verifiedOn(k);
     // The template's record, not a claim about this bundle's kernels.
     o["template_verified_on"] = record.empty() ? llvm::json::Value(nullptr) : record;
     if (std::string w = spillWarning(k.name, k.arch, k.spillBytes, k.registers); !w.empty())

@@ -21,9 +21,10 @@ namespace fagen {
 std::string spillWarning(const std::string &name, const std::string &arch, int spillBytes,
                          int registers);
 
-/// The template's verification record in words: "template sm90ws on sm_90a: verified on NVIDIA
-/// H200 (fagen check, 2026-11-30); a record of the template, not a check of this bundle".
-std::string templateRecordText(const std::string &templ, Pass pass, const std::string &arch);
+/// The kernel's template's verification record in words: "template sm90ws on sm_90a: verified
+/// on NVIDIA H200 (fagen check, 2026-11-30); a record of the template, not a check of this
+/// bundle" (or no record, where the template's does not cover the kernel's variant).
+std::string templateRecordText(const KernelRecord &k);
 
 /// `fagen plan --json`.
 llvm::json::Value plansJson(const std::string &specPath, const std::vector<KernelPlan> &plans);

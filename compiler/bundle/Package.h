@@ -24,6 +24,10 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
 /// tests (e.g. "NVIDIA H200"), or "" when it has only been compiled ("compiled, not run").
 std::string verifiedOn(const std::string &templ, Pass pass, const std::string &arch);
 
+/// verifiedOn for one kernel: "" also where its template's record does not cover its variant
+/// (the sm90ws backward's varlen, dropout and deterministic kernels: compiled, not run).
+std::string verifiedOn(const KernelRecord &k);
+
 } // namespace fagen
 
 #endif // FAGEN_COMPILER_PACKAGE_H

@@ -183,17 +183,27 @@ std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
     return llvm::formatv("head dims {0}/{1} (it serves 64/64, 128/128 and 256/256)", p.headDimQK,
                          p.headDimV);
   // Head dim 256 splits S^T between the warpgroups (ws_bwd_split_s): not built for these yet.
-  if (ws_bwd_split_s(p.headDimQK) && (p.dropout || p.varlen))
-    return p.dropout ? "dropout at head dim 256" : "varlen at head dim 256";
-  if (p.deterministic)
-    return "the deterministic mode";
+  if (ws_bwd_split_s(p.headDimQK) && (p.dropout || p.varlen || p.deterministic))
+    return p.dropout ? "dropout at head dim 256"
+                     : p.varlen ? "varlen at head dim 256" : "the deterministic mode at head dim 256";
   // Its 128-row query tiles at hd 64 spilled 68-1616 bytes with ALiBi (softcap none; nvcc 13.0).
   if (p.scoreMod == ScoreMod::Alibi && p.headDimQK == 64)
     return "ALiBi at head dim 64";
-  // Dropout with softcap under a causal mask spilled 8-284 bytes (hd 64 and 128, either
-  // alignment; none under other masks, nor with ALiBi; nvcc 13.0).
-  if (p.dropout && p.scoreMod == ScoreMod::Softcap && p.mask == Mask::Causal)
-    return "dropout with softcap under a causal mask";
+  // Where its kernels of the newer variants spilled (bytes of spill stores over a bf16 matrix of
+  // masks x score mods x dropout x varlen x deterministic at hd 64 and 128, nvcc 13.0; every
+  // other combination none; docs/perf/sm90-bwd.md).
+  const bool causal = p.mask == Mask::Causal, softcap = p.scoreMod == ScoreMod::Softcap;
+  const bool hd64 = p.headDimQK == 64;
+  if (softcap && p.dropout && causal) // 8-284
+    return "softcap with dropout under a causal mask";
+  if (softcap && p.deterministic) // 4-140 (causal, and hd 64 without a mask)
+    return "softcap in the deterministic mode";
+  if (softcap && p.varlen && hd64) // 4-160
+    return "softcap with varlen at head dim 64";
+  if (p.dropout && causal && p.maskAlign == MaskAlign::TopLeft) // 8-28
+    return "dropout under a top-left causal mask";
+  if (p.dropout && p.deterministic && p.mask == Mask::Window && hd64) // 64-96
+    return "dropout with a window mask in the deterministic mode at head dim 64";
   return "";
 }
 

@@ -17,14 +17,23 @@ constexpr int ws_producer_registers(int consumers, bool varlen) {
 constexpr int ws_consumer_registers(int consumers, bool varlen) {
   return consumers == 2 ? (varlen ? 232 : 240) : 160;
 }
-/// Whether the split fits what a CTA of a producer and `consumers` consumer warpgroups gets at
-/// launch: each thread a 64 K register file's share, rounded down to 8. setmaxnreg only moves
-/// registers within that; asking for more makes setmaxnreg.inc wait forever (an experiment with
-/// 64 + 2 x 224 over 384 x 168 hung on the H200).
-constexpr bool ws_registers_fit(int consumers, bool varlen) {
-  return 128 * (ws_producer_registers(consumers, varlen) +
-                consumers * ws_consumer_registers(consumers, varlen)) <=
+/// The backward's split (sm90/bwd_ws_config.cuh, 2 consumer warpgroups): 24 + 2 x 240, or
+/// 40 + 2 x 232 where a warp of the producer warpgroup is the deterministic kernels' dQ writer,
+/// whose rank and semaphore arithmetic spilled 16-36 bytes at 32 (block-sparse, nvcc 13.0).
+constexpr int ws_bwd_producer_registers(bool dq_writer) { return dq_writer ? 40 : 24; }
+constexpr int ws_bwd_consumer_registers(bool dq_writer) { return dq_writer ? 232 : 240; }
+/// Whether a split of `producer` + consumers x `consumer` registers a thread fits what a CTA of
+/// a producer and `consumers` consumer warpgroups gets at launch: each thread a 64 K register
+/// file's share, rounded down to 8. setmaxnreg only moves registers within that; asking for
+/// more makes setmaxnreg.inc wait forever (an experiment with 64 + 2 x 224 over 384 x 168 hung
+/// on the H200).
+constexpr bool ws_split_fits(int consumers, int producer, int consumer) {
+  return 128 * (producer + consumers * consumer) <=
          128 * (consumers + 1) * ((65536 / (128 * (consumers + 1))) / 8 * 8);
+}
+constexpr bool ws_registers_fit(int consumers, bool varlen) {
+  return ws_split_fits(consumers, ws_producer_registers(consumers, varlen),
+                       ws_consumer_registers(consumers, varlen));
 }
 /// What a consumer thread has for its S, O and P accumulators: its share less 32 for addresses,
 /// the softmax's state and loop variables.

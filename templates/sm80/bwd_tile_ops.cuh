@@ -95,7 +95,7 @@ constexpr uint32_t kSemaphorePollsPerClockRead = 1u << 16;
 /// The end of a wait that cannot finish: a message on the device's printf, then a trap (the
 /// launch fails with CUDA_ERROR_LAUNCH_FAILED instead of hanging). Out of line: the polling
 /// loop keeps no registers for it.
-__device__ __noinline__ void semaphore_wait_timed_out(const int32_t *sem, int value, int seen) {
+[[noreturn]] __device__ __noinline__ void semaphore_wait_timed_out(const int32_t *sem, int value, int seen) {
   printf("fagen backward: dQ semaphore %p stuck at %d waiting for %d for over %llu s "
          "(block %d,%d,%d): a workspace is used by two calls in flight; trapping\n",
          static_cast<const void *>(sem), seen, value,
@@ -104,32 +104,43 @@ __device__ __noinline__ void semaphore_wait_timed_out(const int32_t *sem, int va
   __trap();
 }
 
+/// Polls *sem until it equals value (acquire), from the calling thread alone; traps after
+/// kSemaphoreWaitLimitNs.
+__device__ __forceinline__ void semaphore_poll(const int32_t *sem, int value) {
+  uint32_t polls = 0;
+  uint64_t start = 0;
+  for (int seen; (seen = ld_acquire_gpu(sem)) != value;) {
+    if (++polls % kSemaphorePollsPerClockRead != 0)
+      continue;
+    const uint64_t now = global_timer_ns();
+    if (start == 0)
+      start = now;
+    else if (now - start > kSemaphoreWaitLimitNs)
+      semaphore_wait_timed_out(sem, value, seen);
+  }
+}
+
+/// Adds 1 to *sem from the calling thread, releasing the global writes it has seen (one
+/// gpu-scope fence, cumulative: CUTLASS's semaphore).
+__device__ __forceinline__ void semaphore_release(int32_t *sem) {
+  asm volatile("fence.acq_rel.gpu;\n red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem)
+               : "memory");
+}
+
 /// Blocks the CTA until *sem == value (thread 0 polls; acquire ordering for the CTA after it);
 /// traps after kSemaphoreWaitLimitNs.
 __device__ __forceinline__ void semaphore_wait(const int32_t *sem, int value) {
-  if (threadIdx.x == 0) {
-    uint32_t polls = 0;
-    uint64_t start = 0;
-    for (int seen; (seen = ld_acquire_gpu(sem)) != value;) {
-      if (++polls % kSemaphorePollsPerClockRead != 0)
-        continue;
-      const uint64_t now = global_timer_ns();
-      if (start == 0)
-        start = now;
-      else if (now - start > kSemaphoreWaitLimitNs)
-        semaphore_wait_timed_out(sem, value, seen);
-    }
-  }
+  if (threadIdx.x == 0)
+    semaphore_poll(sem, value);
   __syncthreads();
 }
 
 /// Adds 1 to *sem once every thread of the CTA is here, releasing the CTA's earlier global
-/// writes with it (one gpu-scope fence after the barrier, cumulative: CUTLASS's semaphore).
+/// writes with it.
 __device__ __forceinline__ void semaphore_signal(int32_t *sem) {
   __syncthreads();
   if (threadIdx.x == 0)
-    asm volatile("fence.acq_rel.gpu;\n red.relaxed.gpu.global.add.s32 [%0], 1;\n" ::"l"(sem)
-                 : "memory");
+    semaphore_release(sem);
 }
 
 // --- global <-> shared -----------------------------------------------------------------------

@@ -11,6 +11,8 @@
 #ifndef FAGEN_TEMPLATES_SM90_BWD_WS_CONFIG_CUH
 #define FAGEN_TEMPLATES_SM90_BWD_WS_CONFIG_CUH
 
+#include <type_traits>
+
 #include "abi/bwd_params.h"
 #include "common/variants.cuh"
 #include "common/ws_bwd_layout.h"
@@ -34,13 +36,29 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr int kBlockM = Options::kBlockM;
   static constexpr int kBlockN = Options::kBlockN;
   static constexpr int kStages = Options::kStages;
+  /// Deterministic (bitwise-repeatable dQ): a query tile's dQ blocks go into dq_accum in one
+  /// order of the key tiles, descending (sm80::dq_rank's order without kDqAscending), ordered
+  /// by dq_semaphore (one count a key tile). The grid dispatches the key tiles last first, so a
+  /// CTA waits only for CTAs dispatched before it. Each key tile walks its query tiles first
+  /// first from the mask's first one, which grows with the key tile under causal masks (and
+  /// windows bounded on the right), so key tile n + 1 reaches a query tile before key tile n:
+  /// the order is the order of arrival. Without such a mask every key tile starts at query
+  /// tile 0 and key tile n's first addition waits for the chain of those before it
+  /// (FlashAttention-3's orders: causal descending, non-causal ascending). A warp of the
+  /// producer warpgroup (the dQ writer) waits for the turn and adds both consumers' blocks, so
+  /// the consumer warpgroups never wait for the semaphore or the addition, only for their
+  /// staging block (bwd_ws_kernel.cuh, bwd_ws_write_dq).
   static constexpr bool kDeterministic = Options::kDeterministic;
-  /// The query-tile walk of the portable backward (sm80::QueryTileCursor): first first.
   static constexpr bool kDqAscending = false;
-  static constexpr int kDqSlots = 1;
-  /// What sm80::bwd_preprocess (this template's _pre) reads: one dq_accum copy, zeroed, and the
-  /// whole kBlockM-row block of a query tile (dq_accum_offset spreads a tile's rows over it).
-  static constexpr bool kDqStoreFirst = false;
+  /// Without a mask or block sparsity, key tile n adds into dq_accum copy n % kDqSlots, the
+  /// first of each copy's order storing (bwd_params.h): two chains a query tile, each half as
+  /// long.
+  static constexpr bool kUnmaskedDense =
+      std::is_same<typename Variant::Mask, NoMask>::value && !Variant::Sparsity::kSparse;
+  static constexpr int kDqSlots = fagen_bwd_dq_slots(kDeterministic, kUnmaskedDense);
+  static constexpr bool kDqStoreFirst = kDeterministic && kUnmaskedDense;
+  /// What sm80::bwd_preprocess (this template's _pre) reads: the whole kBlockM-row block of a
+  /// query tile (dq_accum_offset spreads a tile's rows over it), zeroed unless kDqStoreFirst.
   static __device__ __forceinline__ bool dq_fragment_order(bool) { return true; }
   /// Each query tile owns a whole kBlockM-row block of dq_accum, padding rows included (the
   /// bulk reductions add whole 64 x 64 sub-blocks): varlen sequences start at
@@ -52,7 +70,7 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// over the query tiles started at a different tile (kRotateQueryWalk, bwd_ws_kernel.cuh's
   /// WsQueryWalk), together: hd 64 +1-4 % at every length, causal or not; hd 128 -1-6 %.
   static constexpr bool kOverlapP = kDim == 64;
-  static constexpr bool kRotateQueryWalk = kDim == 64;
+  static constexpr bool kRotateQueryWalk = kDim == 64 && !kDeterministic;
 
   /// Head dim 256 (ws_bwd_split_s): both consumer warpgroups hold all kBlockN = 64 keys; each
   /// computes S^T and dP^T for half the query columns (kSCols), writes its P^T and dS^T halves
@@ -62,12 +80,18 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr int kKvCols = kSplitS ? kDim / 2 : kDim;
   static constexpr int kConsumers = ws_bwd_consumers(kDim, kBlockN);
   static constexpr int kThreads = 128 * (kConsumers + 1);
+  /// Deterministic kernels: named barriers between consumer warpgroup c and the dQ writer warp
+  /// (128 + 32 threads): its staging block full (kDqFullBarrier + c) and free again
+  /// (kDqEmptyBarrier + c). (1 is the consumers' dS^T barrier, 2 + c a consumer's own.)
+  static constexpr int kDqFullBarrier = 2 + kConsumers;
+  static constexpr int kDqEmptyBarrier = kDqFullBarrier + kConsumers;
   static constexpr int kMinBlocksPerSm = 1;
   static constexpr int kPrePostThreads = 256;
-  // Registers a thread after setmaxnreg: the forward's split (common/ws_registers.h).
-  static constexpr int kProducerRegs = ws_producer_registers(kConsumers, false);
-  static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, false);
-  static_assert(ws_registers_fit(kConsumers, false),
+  // Registers a thread after setmaxnreg (common/ws_registers.h): the forward's split, or one
+  // with room for the dQ writer warp.
+  static constexpr int kProducerRegs = ws_bwd_producer_registers(kDeterministic);
+  static constexpr int kConsumerRegs = ws_bwd_consumer_registers(kDeterministic);
+  static_assert(kConsumers == 2 && ws_split_fits(kConsumers, kProducerRegs, kConsumerRegs),
                 "the warpgroups' registers after setmaxnreg exceed what the CTA was launched "
                 "with (common/ws_registers.h)");
 
@@ -107,12 +131,11 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static_assert(!kSplitS || (kBlockN == 64 && kBlockM == 64),
                 "head dim 256: kBlockN and kBlockM must be 64 (two consumer warpgroups splitting "
                 "S^T by query columns)");
-  static_assert(!kSplitS || (!Variant::Dropout::kEnabled && !Variant::kVarlen),
-                "the sm90 backward at head dim 256 serves neither dropout nor varlen yet: use "
-                "the sm80 template");
+  static_assert(!kSplitS || (!Variant::Dropout::kEnabled && !Variant::kVarlen && !kDeterministic),
+                "the sm90 backward at head dim 256 serves neither dropout, varlen nor the "
+                "deterministic mode yet: use the sm80 template");
   static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
-  static_assert(!kDeterministic, "the sm90 backward has no deterministic mode: use the sm80 "
-                                 "template");
+  static_assert(kDqEmptyBarrier + kConsumers <= 16, "named barriers 1..15");
   static_assert(kSmemBytes <= 227 * 1024, "kSmemBytes exceeds 227 KB: lower kStages");
   static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
 };

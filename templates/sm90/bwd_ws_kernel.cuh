@@ -15,7 +15,8 @@
 // exits); Q, dO, K and V come by TMA from the packed tensors at each sequence's first row, so a
 // sequence's last tiles read the next sequence's rows, which the masks (keys) and LSE = +inf
 // (query rows: P = dS = 0) keep out; each sequence's query tiles own whole blocks of dq_accum
-// (WsBwdConfig::kDqWholeTiles).
+// (WsBwdConfig::kDqWholeTiles). Deterministic: the consumers hand their dQ blocks to a warp of
+// the producer warpgroup, which adds them in a fixed key-tile order (bwd_ws_write_dq).
 #ifndef FAGEN_TEMPLATES_SM90_BWD_WS_KERNEL_CUH
 #define FAGEN_TEMPLATES_SM90_BWD_WS_KERNEL_CUH
 
@@ -352,6 +353,18 @@ __device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
                                               const fagen_bwd_params &params,
                                               const float (&dq)[8][4], int64_t dq_seq, int head,
                                               int m_block, int sub, int consumer, int tid) {
+  if constexpr (Config::kDeterministic) {
+    // The dQ writer warp adds it (as sub-block `consumer`) in its turn (bwd_ws_write_dq):
+    // staged once it has read the previous block, then handed over.
+    named_barrier_sync<160>(Config::kDqEmptyBarrier + consumer);
+    float4 *staged = sm.template at<float4>(sm.dq(consumer));
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      staged[j * 128 + tid] = make_float4(dq[j][0], dq[j][1], dq[j][2], dq[j][3]);
+    fence_proxy_async_smem();
+    named_barrier_arrive<160>(Config::kDqFullBarrier + consumer);
+    return;
+  }
   if (tid == 0)
     bulk_wait_group_read<0>();
   named_barrier_sync<128>(2 + consumer);
@@ -399,8 +412,71 @@ __device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
       params.dv_row_stride, rows, dv);
 }
 
+/// The dQ writer warp of a deterministic kernel (Config::kDeterministic): per visible (query
+/// head, query tile) of the key tile, in the consumers' order, it waits until the key tiles
+/// before this one in the tile's order have added their dQ (dq_semaphore reaches this key
+/// tile's rank, sm80::dq_rank), adds both consumers' staged blocks as they come (the first
+/// key tile of a dq_accum copy stores them, Config::kDqStoreFirst), hands the staging blocks
+/// back once read, and releases the next key tile once the additions are complete.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_write_dq(const WsBwdSmem<Config> &sm,
+                                                const fagen_bwd_params &params, int n_block,
+                                                int kv_head, int batch, const SequenceSpan &span) {
+  const int lane = threadIdx.x % 32;
+  const int slot = n_block % Config::kDqSlots;
+  float *accum = params.dq_accum + slot * sm80::dq_slot_stride<Config>(params) +
+                 ws_dq_accum_seq<Config>(params, batch, span);
+  int32_t *sems = params.dq_semaphore + slot * sm80::semaphore_slot_stride(params) +
+                  batch * params.semaphore_batch_stride;
+  const auto hand_back = [] { // the staging blocks are free for the consumers' next tile
+#pragma unroll
+    for (int c = 0; c < Config::kConsumers; ++c)
+      named_barrier_arrive<160>(Config::kDqEmptyBarrier + c);
+  };
+  WsQueryWalk<Config> tile(params.fwd, batch, kv_head, n_block, span.shape);
+  if (tile.valid())
+    hand_back();
+  while (tile.valid()) {
+    const int head = tile.head, m_block = tile.m_block;
+    int32_t *sem = sems + head * params.semaphore_head_stride + m_block;
+    const int rank = sm80::dq_rank<Config>(
+        params, {batch, head, m_block, n_block, span.q_row0, span.shape});
+    if (lane == 0) {
+      sm80::semaphore_poll(sem, rank);
+      fence_proxy_async_global(); // the additions after the acquire
+    }
+    __syncwarp();
+    float *block = accum + head * params.dq_accum_head_stride +
+                   int64_t(m_block) * Config::kBlockM * Config::kDim;
+#pragma unroll
+    for (int c = 0; c < Config::kConsumers; ++c) {
+      named_barrier_sync<160>(Config::kDqFullBarrier + c);
+      if (lane == 0) {
+        if (Config::kDqStoreFirst && rank == 0)
+          bulk_store(block + c * Config::kSubBlockFloats, sm.dq(c), Config::kSmemDqBytes);
+        else
+          bulk_reduce_add_f32(block + c * Config::kSubBlockFloats, sm.dq(c),
+                              Config::kSmemDqBytes);
+        bulk_commit_group();
+      }
+    }
+    if (lane == 0)
+      bulk_wait_group_read<0>();
+    __syncwarp();
+    tile.advance();
+    if (tile.valid())
+      hand_back();
+    if (lane == 0) {
+      bulk_wait_group<0>();
+      fence_proxy_async_global(); // the completed additions before the release
+      sm80::semaphore_release(sem);
+    }
+    __syncwarp();
+  }
+}
+
 /// One consumer warpgroup: its 64 keys' dK and dV over every visible query tile, and its dQ
-/// sub-block of each tile added to dq_accum.
+/// sub-block of each tile added to dq_accum (deterministic kernels: handed to the dQ writer).
 template <class Config>
 __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
                                                const fagen_bwd_params &params, int n_block,
@@ -565,7 +641,10 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
                                               const fagen_bwd_tma_maps &maps) {
   extern __shared__ __align__(1024) unsigned char smem[];
   const WsBwdSmem<Config> sm(smem);
-  const int n_block = blockIdx.x, kv_head = blockIdx.y, batch = blockIdx.z;
+  // Deterministic kernels dispatch the key tiles last first, the order in which they add to
+  // dQ (WsBwdConfig::kDeterministic): a CTA waits only for CTAs dispatched before it.
+  const int n_block = Config::kDeterministic ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  const int kv_head = blockIdx.y, batch = blockIdx.z;
   const SequenceSpan span = sequence_span<Config::kVarlen>(params.fwd, batch);
   if (Config::kVarlen && n_block * Config::kBlockN >= span.shape.seqlen_k)
     return; // past this sequence's keys
@@ -586,6 +665,8 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
     setmaxnreg_dec<Config::kProducerRegs>();
     if (threadIdx.x < 32)
       bwd_ws_produce<Config>(sm, params, maps, n_block, kv_head, batch, span);
+    else if (Config::kDeterministic && threadIdx.x < 64)
+      bwd_ws_write_dq<Config>(sm, params, n_block, kv_head, batch, span);
     return;
   }
   setmaxnreg_inc<Config::kConsumerRegs>();
@@ -622,6 +703,23 @@ __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &param
   const float *accum = params.dq_accum + ws_dq_accum_seq<Config>(params, batch, span) +
                        head * params.dq_accum_head_stride +
                        int64_t(m_block) * kBlockM * Config::kDim;
+  // The dq_accum copies that key tiles wrote (WsBwdConfig::kDqSlots; with kDqStoreFirst a copy
+  // without a key tile holds nothing, and dQ is 0 where none has one), summed in copy order.
+  const int64_t slot_stride = sm80::dq_slot_stride<Config>(params);
+  const int written =
+      Config::kDqStoreFirst
+          ? min(Config::kDqSlots, ceil_div(span.shape.seqlen_k, Config::kBlockN))
+          : Config::kDqSlots;
+  const auto load = [&](int at) {
+    float2 x = written > 0 ? *reinterpret_cast<const float2 *>(accum + at) : make_float2(0.f, 0.f);
+#pragma unroll
+    for (int slot = 1; slot < Config::kDqSlots; ++slot)
+      if (slot < written) {
+        const float2 y = *reinterpret_cast<const float2 *>(accum + slot * slot_stride + at);
+        x.x += y.x, x.y += y.y;
+      }
+    return x;
+  };
   Element *dq = static_cast<Element *>(params.dq) +
                 sm80::batch_offset<kVarlen>(batch, params.dq_batch_stride) +
                 head * params.dq_head_stride +
@@ -631,8 +729,7 @@ __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &param
     u32 v[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float2 x =
-          *reinterpret_cast<const float2 *>(accum + Config::dq_accum_offset(r, col + 2 * i));
+      const float2 x = load(Config::dq_accum_offset(r, col + 2 * i));
       v[i] = pack2<Element>(x.x * scale, x.y * scale);
     }
     st_global_v4(dq + r * params.dq_row_stride + col, v);

@@ -123,6 +123,19 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, u32 src, u32 byt
                "r"(src), "r"(bytes)
                : "memory");
 }
+/// Copies `bytes` (a multiple of 16) from shared memory at `src` to global memory at `dst`
+/// (both 16-byte aligned), as one bulk group of the issuing thread (cp.async.bulk). The writes
+/// to `src` must be fenced for the async proxy first.
+__device__ __forceinline__ void bulk_store(void *dst, u32 src, u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+/// Orders the calling thread's generic-proxy accesses of global memory against its
+/// async-proxy ones (bulk copies and reductions) on either side.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 /// Waits until the issuing thread's bulk groups but the newest kPending have completed (their
 /// global writes done).
 template <int kPending> __device__ __forceinline__ void bulk_wait_group() {

@@ -131,8 +131,11 @@ struct Register {
 
 #ifdef FAGEN_HARNESS_SM90
 #define WS_BWD_KERNEL(...) WS_BWD_KERNEL_(__VA_ARGS__)
-#define WS_BWD_KERNEL_(NAME, EL, TYPE, HD, BM, BN, S, VARIANT, DESC)                                \
-  using cfg_##NAME = fagen::sm90::WsBwdConfig<harness::Sm90WsBwd<fagen::EL, HD, BM, BN, S, VARIANT>>; \
+#define WS_BWD_KERNEL_(NAME, EL, TYPE, HD, BM, BN, S, VARIANT, DESC, DET)                           \
+  using cfg_##NAME =                                                                               \
+      fagen::sm90::WsBwdConfig<harness::Sm90WsBwd<fagen::EL, HD, BM, BN, S, VARIANT, DET>>;        \
+  static_assert(cfg_##NAME::kDqSlots == desc_dq_slots(DET, DESC), "description and template "      \
+                "disagree on the dq_accum copies");                                                \
   extern "C" __global__ void __launch_bounds__(cfg_##NAME::kPrePostThreads)                        \
       NAME##_pre(const __grid_constant__ fagen_bwd_params params) {                                \
     fagen::sm90::bwd_ws_preprocess<cfg_##NAME>(params);                                            \
@@ -149,7 +152,7 @@ struct Register {
   static Register reg_##NAME({#NAME, (const void *)NAME##_pre, (const void *)NAME,                 \
                               (const void *)NAME##_post, TYPE, HD, HD, DESC, BM, BN,               \
                               cfg_##NAME::kThreads, cfg_##NAME::kPrePostThreads,                   \
-                              cfg_##NAME::kSmemBytes, false, true});
+                              cfg_##NAME::kSmemBytes, DET, true});
 #endif
 
 using namespace fagen;
@@ -197,22 +200,34 @@ constexpr VariantDesc D_window_softcap{MaskK::Window, ModK::Softcap, false, Spar
              BN, W, S, V_causal, D_causal, true)
 #ifdef FAGEN_HARNESS_SM90
 // The sm90 warp-specialized backward: defaults, fp16, every variant it serves.
+// Their deterministic versions and the dropout ones (timed beside them: what each costs).
 #define WS_DEFAULTS(HD, BM, BN, S)                                                                 \
   WS_BWD_KERNEL(fagen_bwd_bf16_hd##HD##_none_sm90ws_m##BM##n##BN##s##S, KBF16, HD, BM, BN, S,      \
-                V_none, D_none)                                                                    \
+                V_none, D_none, false)                                                             \
   WS_BWD_KERNEL(fagen_bwd_bf16_hd##HD##_causal_sm90ws_m##BM##n##BN##s##S, KBF16, HD, BM, BN, S,    \
-                V_causal, D_causal)
+                V_causal, D_causal, false)                                                         \
+  WS_BWD_KERNEL(fagen_bwd_bf16_hd##HD##_none_det_sm90ws_m##BM##n##BN##s##S, KBF16, HD, BM, BN, S,  \
+                V_none, D_none, true)                                                              \
+  WS_BWD_KERNEL(fagen_bwd_bf16_hd##HD##_causal_det_sm90ws_m##BM##n##BN##s##S, KBF16, HD, BM, BN,   \
+                S, V_causal, D_causal, true)                                                       \
+  WS_BWD_KERNEL(fagen_bwd_bf16_hd##HD##_causal_drop_sm90ws_m##BM##n##BN##s##S, KBF16, HD, BM, BN,  \
+                S, V_drop, D_drop, false)
 WS_DEFAULTS(64, 128, 128, 2)
 WS_DEFAULTS(128, 64, 128, 2)
-WS_DEFAULTS(256, 64, 64, 1)
+WS_BWD_KERNEL(fagen_bwd_bf16_hd256_none_sm90ws_m64n64s1, KBF16, 256, 64, 64, 1, V_none, D_none,
+              false)
+WS_BWD_KERNEL(fagen_bwd_bf16_hd256_causal_sm90ws_m64n64s1, KBF16, 256, 64, 64, 1, V_causal,
+              D_causal, false)
 WS_BWD_KERNEL(fagen_bwd_f16_hd256_causaltl_sm90ws_m64n64s1, KF16, 256, 64, 64, 1, V_causaltl,
-              D_causaltl)
+              D_causaltl, false)
 WS_BWD_KERNEL(fagen_bwd_bf16_hd256_window_softcap_sm90ws_m64n64s1, KBF16, 256, 64, 64, 1,
-              V_window_softcap, D_window_softcap)
-WS_BWD_KERNEL(fagen_bwd_f16_hd128_causal_sm90ws_m64n128s2, KF16, 128, 64, 128, 2, V_causal, D_causal)
-WS_BWD_KERNEL(fagen_bwd_f16_hd64_none_sm90ws_m128n128s2, KF16, 64, 128, 128, 2, V_none, D_none)
+              V_window_softcap, D_window_softcap, false)
+WS_BWD_KERNEL(fagen_bwd_f16_hd128_causal_sm90ws_m64n128s2, KF16, 128, 64, 128, 2, V_causal, D_causal,
+              false)
+WS_BWD_KERNEL(fagen_bwd_f16_hd64_none_sm90ws_m128n128s2, KF16, 64, 128, 128, 2, V_none, D_none,
+              false)
 #define WS_VAR(NAME, V, D)                                                                         \
-  WS_BWD_KERNEL(fagen_bwd_bf16_hd128_##NAME##_sm90ws_m64n128s2, KBF16, 128, 64, 128, 2, V, D)
+  WS_BWD_KERNEL(fagen_bwd_bf16_hd128_##NAME##_sm90ws_m64n128s2, KBF16, 128, 64, 128, 2, V, D, false)
 WS_VAR(causaltl, V_causaltl, D_causaltl)
 WS_VAR(window, V_window, D_window)
 WS_VAR(windowtl, V_windowtl, D_windowtl)

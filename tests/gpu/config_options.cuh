@@ -31,11 +31,12 @@ struct Sm80Bwd : fagen::sm80::BwdOptions {
 #endif
 
 #ifdef FAGEN_TEMPLATES_SM90_BWD_WS_CONFIG_CUH
-template <class El, int HD, int BM, int BN, int S, class V>
+template <class El, int HD, int BM, int BN, int S, class V, bool Det = false>
 struct Sm90WsBwd : fagen::sm90::WsBwdOptions {
   using Element = El;
   using Variant = V;
   static constexpr int kHeadDimQK = HD, kHeadDimV = HD, kBlockM = BM, kBlockN = BN, kStages = S;
+  static constexpr bool kDeterministic = Det;
 };
 #endif
 

@@ -739,18 +739,25 @@ TEST(Plan, Sm90WsBackwardServes) {
   - {name: alibi64, dtype: bf16, head_dim: 64, score_mod: alibi, passes: [bwd]}
   - {name: dropcap, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap, dropout: true,
      passes: [bwd]}
-  - {name: dropwin, dtype: bf16, head_dim: 64, mask: window, score_mod: softcap, dropout: true,
+  - {name: dropwin, dtype: bf16, head_dim: 128, mask: window, score_mod: softcap, dropout: true,
      varlen: true, passes: [bwd]}
   - {name: c256, dtype: bf16, head_dim: 256, mask: causal, score_mod: softcap, passes: [bwd]}
   - {name: drop256, dtype: bf16, head_dim: 256, dropout: true, passes: [bwd]}
   - {name: vl256, dtype: fp16, head_dim: 256, varlen: true, passes: [bwd]}
+  - {name: detvl, dtype: fp16, head_dim: 64, mask: causal, varlen: true, deterministic: true,
+     passes: [bwd]}
+  - {name: droptl, dtype: bf16, head_dim: 128, mask: causal, mask_align: top_left,
+     dropout: true, passes: [bwd]}
+  - {name: capdet, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap,
+     deterministic: true, passes: [bwd]}
 )",
                                      {"sm_90a"});
-  ASSERT_EQ(p.size(), 16u);
+  ASSERT_EQ(p.size(), 19u);
   for (const KernelPlan &k : p) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
                     k.variant == "bs" || k.variant == "vl" || k.variant == "drop" ||
-                    k.variant == "dropwin" || k.variant == "c256";
+                    k.variant == "dropwin" || k.variant == "det" || k.variant == "detvl" ||
+                    k.variant == "c256";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;
@@ -768,6 +775,14 @@ TEST(Plan, Sm90WsBackwardServes) {
     EXPECT_EQ(k.blockN, 128) << k.name;
     EXPECT_EQ(k.blockM * k.headDimQK, 2 * 64 * 64) << k.name;
   }
+  // Combinations whose sm90ws kernels spilled say so when pinned to it.
+  KernelPlan droptl = planNamed(p, "droptl");
+  droptl.templ = "sm90ws";
+  llvm::Error droptlError = checkKernelPlan(droptl);
+  ASSERT_TRUE(bool(droptlError));
+  EXPECT_NE(llvm::toString(std::move(droptlError))
+                .find("does not serve dropout under a top-left causal mask (use template sm80)"),
+            std::string::npos);
   // What it cannot build is refused with the reason.
   KernelConfig c = configOf(planNamed(p, "c128"));
   c.blockM = 128;

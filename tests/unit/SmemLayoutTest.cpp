@@ -8,6 +8,7 @@
 
 #include "templates/common/smem_layout.h"
 #include "templates/common/ws_bwd_layout.h"
+#include "templates/common/ws_registers.h"
 
 #include <vector>
 
@@ -87,6 +88,18 @@ TEST(SmemLayout, Sm90WsBackward) {
     EXPECT_EQ(off % 1024, 0);
   EXPECT_LE(w.bytes, 227 * 1024);
   EXPECT_GT(WsBwdLayout(256, 64, 64, 2).bytes, 227 * 1024);
+}
+
+TEST(SmemLayout, Sm90WsRegisterSplitsFitTheLaunch) {
+  // 384 threads launch with 168 registers each: the backward's splits (24 + 2 x 240, and
+  // 40 + 2 x 232 with the deterministic kernels' dQ writer warp) take all of it, one more step
+  // of 8 for the producer would not fit (setmaxnreg.inc would wait forever).
+  EXPECT_TRUE(ws_split_fits(2, ws_bwd_producer_registers(false), ws_bwd_consumer_registers(false)));
+  EXPECT_TRUE(ws_split_fits(2, ws_bwd_producer_registers(true), ws_bwd_consumer_registers(true)));
+  EXPECT_EQ(128 * (40 + 2 * 232), 384 * 168);
+  EXPECT_FALSE(ws_split_fits(2, ws_bwd_producer_registers(true) + 8, ws_bwd_consumer_registers(true)));
+  EXPECT_FALSE(ws_split_fits(2, ws_bwd_producer_registers(true), ws_bwd_consumer_registers(false)));
+  EXPECT_TRUE(ws_registers_fit(2, false) && ws_registers_fit(2, true) && ws_registers_fit(3, false));
 }
 
 TEST(SmemLayout, Sm90WsBackwardDqAccumOrder) {
