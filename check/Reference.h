@@ -484,6 +484,7 @@ template <class Acc, bool SamePrecision> BwdResult backward(const BwdProblem &Bp
   parallelForHeads(P.batch, P.heads_kv, [&](int B, int Hk) {
     const Span S = spanOf(Pb, B);
     std::vector<Acc> DK(size_t(S.Sk) * Dqk, 0), DV(size_t(S.Sk) * Dv, 0), DOut(Dv), DQ(Dqk);
+    std::vector<float> GivenOF(SamePrecision ? Dv : 0); // the given O row in fp32
     for (int H = Hk * P.group_size; H < (Hk + 1) * P.group_size; ++H) {
       HeadTensors<Acc> T;
       T.load(Pb, B, H, Hk, S);
@@ -501,10 +502,10 @@ template <class Acc, bool SamePrecision> BwdResult backward(const BwdProblem &Bp
           DOut[X] = Acc(loadElement(Pb, Bp.DOut, B, H, S.Q0, I, X));
           D += DOut[X] * (GivenO ? Acc(GivenO[X]) : Row.O[X]);
         }
-        if constexpr (SamePrecision) {
+        if constexpr (SamePrecision) { // Acc is float
           if (GivenO && Dv % 8 == 0) {
-            std::vector<float> DOutF(DOut.begin(), DOut.end()), OF(GivenO, GivenO + Dv);
-            D = Acc(preprocessRowSum(DOutF.data(), OF.data(), Dv));
+            std::copy(GivenO, GivenO + Dv, GivenOF.begin());
+            D = preprocessRowSum(DOut.data(), GivenOF.data(), Dv);
           }
         }
         std::fill(DQ.begin(), DQ.end(), Acc(0));

@@ -296,13 +296,8 @@ fagen_status fagen_run_merge_states(const fagen_plan *plan, const void *o_states
     return s;
   if (lse != nullptr && reinterpret_cast<uintptr_t>(lse) % 4 != 0)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": lse is not 4-byte aligned");
-  std::string error;
-  const DriverApi *api = getDriver(error);
-  if (api == nullptr)
-    return fail(FAGEN_ERROR_NO_DRIVER, error);
-  if (fagen_status s = checkBundleLive(function, *plan); s != FAGEN_OK)
-    return s;
-  if (fagen_status s = checkContext(function, *api, *plan); s != FAGEN_OK)
+  const DriverApi *api = nullptr;
+  if (fagen_status s = checkRunTarget(function, *plan, api); s != FAGEN_OK)
     return s;
   fagen_merge_params mp;
   std::memcpy(&mp, plan->params, sizeof mp);

@@ -102,6 +102,18 @@ fagen_status checkContext(const char *function, const DriverApi &api, const fage
                   ")), or plan again with device " + str(device) + " current");
 }
 
+/// What every run checks before it launches: the driver, the plan's bundle still loaded, and
+/// the plan's context current. On success `api` is the driver.
+fagen_status checkRunTarget(const char *function, const fagen_plan &plan, const DriverApi *&api) {
+  std::string error;
+  api = getDriver(error);
+  if (api == nullptr)
+    return fail(FAGEN_ERROR_NO_DRIVER, error);
+  if (fagen_status s = checkBundleLive(function, plan); s != FAGEN_OK)
+    return s;
+  return checkContext(function, *api, plan);
+}
+
 /// Checks the run-time arguments the plan's variant reads and stores them in `fp`.
 fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
                           const fagen_run_args *args, bool argsAccepted, fagen_fwd_params &fp) {
@@ -303,13 +315,8 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
   std::memcpy(&params, plan->params, sizeof params);
   if (fagen_status s = applyRunArgs(function, *plan, args, argsAccepted, params); s != FAGEN_OK)
     return s;
-  std::string error;
-  const DriverApi *api = getDriver(error);
-  if (api == nullptr)
-    return fail(FAGEN_ERROR_NO_DRIVER, error);
-  if (fagen_status s = checkBundleLive(function, *plan); s != FAGEN_OK)
-    return s;
-  if (fagen_status s = checkContext(function, *api, *plan); s != FAGEN_OK)
+  const DriverApi *api = nullptr;
+  if (fagen_status s = checkRunTarget(function, *plan, api); s != FAGEN_OK)
     return s;
   if ((plan->run_args & FAGEN_RUN_ARG_CU_SEQLENS) && validateMode())
     if (fagen_status s = validateCuSeqlens(function, *api, params, stream); s != FAGEN_OK)
@@ -418,13 +425,8 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
   std::memcpy(&params, plan->params, sizeof params);
   if (fagen_status s = applyRunArgs(function, *plan, args, true, params.fwd); s != FAGEN_OK)
     return s;
-  std::string error;
-  const DriverApi *api = getDriver(error);
-  if (api == nullptr)
-    return fail(FAGEN_ERROR_NO_DRIVER, error);
-  if (fagen_status s = checkBundleLive(function, *plan); s != FAGEN_OK)
-    return s;
-  if (fagen_status s = checkContext(function, *api, *plan); s != FAGEN_OK)
+  const DriverApi *api = nullptr;
+  if (fagen_status s = checkRunTarget(function, *plan, api); s != FAGEN_OK)
     return s;
   if ((plan->run_args & FAGEN_RUN_ARG_CU_SEQLENS) && validateMode())
     if (fagen_status s = validateCuSeqlens(function, *api, params.fwd, stream); s != FAGEN_OK)

@@ -153,6 +153,7 @@ fagen_status checkPointers(const char *function, const char *prefix,
 fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass pass);
 fagen_status checkBundleLive(const char *function, const fagen_plan &plan);
 fagen_status checkContext(const char *function, const DriverApi &api, const fagen_plan &plan);
+fagen_status checkRunTarget(const char *function, const fagen_plan &plan, const DriverApi *&api);
 fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function,
                     const int32_t grid[3], const int32_t block[3], int32_t smem, void *params,
                     void *stream, const char *suffix, void *tmaMaps = nullptr);

@@ -77,56 +77,63 @@ inline int encodeTmaTensors(TensorMapEncodeTiledFn encode, const TmaTensor *tens
   return 0;
 }
 
+/// A call's Q, K and V as TMA tensors (boxes of blockM rows for Q, blockN for K and V), and the
+/// batch entries to encode them with. Varlen (totalQ > 0): the packed tensors, totalQ and
+/// totalK rows, batch 1 (the kernel adds each sequence's first row), batch strides unused.
+struct TmaCall {
+  const fagen_fwd_params &p;
+  bool varlen;
+  int64_t batch, rowsQ, rowsK;
+  TmaCall(const fagen_fwd_params &params, int64_t totalQ, int64_t totalK)
+      : p(params), varlen(totalQ > 0), batch(varlen ? 1 : params.batch),
+        rowsQ(varlen ? totalQ : params.seqlen_q), rowsK(varlen ? totalK : params.seqlen_k) {}
+  int64_t batchStride(int64_t stride) const { return varlen ? 0 : stride; }
+  TmaTensor q(fagen_tensor_map &map, int headDim, int boxRows) const {
+    return {"q", map, p.q, headDim, rowsQ, p.heads_q, p.q_row_stride, p.q_head_stride,
+            batchStride(p.q_batch_stride), boxRows};
+  }
+  TmaTensor k(fagen_tensor_map &map, int headDim, int boxRows) const {
+    return {"k", map, p.k, headDim, rowsK, p.heads_kv, p.k_row_stride, p.k_head_stride,
+            batchStride(p.k_batch_stride), boxRows};
+  }
+  TmaTensor v(fagen_tensor_map &map, int headDim, int boxRows) const {
+    return {"v", map, p.v, headDim, rowsK, p.heads_kv, p.v_row_stride, p.v_head_stride,
+            batchStride(p.v_batch_stride), boxRows};
+  }
+};
+
 /// Fills `maps` for a forward call of a kernel with tiles blockM x blockN and head dims
 /// headDimQK (Q, K) and headDimV (V, O); O's map only for a kernel that stores through it
-/// (storeO: O must then meet TMA's layout rules too), zeros otherwise. Varlen (totalQ > 0): Q,
-/// K and V are the packed tensors, totalQ and totalK rows, batch 1 (the kernel adds each
-/// sequence's first row). Returns 0, or the first failing driver result with the tensor's
-/// name in `what`.
+/// (storeO: O must then meet TMA's layout rules too), zeros otherwise. Varlen (totalQ > 0): as
+/// TmaCall. Returns 0, or the first failing driver result with the tensor's name in `what`.
 inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_params &p,
                             int headDimQK, int headDimV, int blockM, int blockN,
                             fagen_fwd_tma_maps &maps, std::string &what, int64_t totalQ = 0,
                             int64_t totalK = 0, bool storeO = false) {
-  const bool varlen = totalQ > 0;
-  const int64_t batch = varlen ? 1 : p.batch;
-  const int64_t rowsQ = varlen ? totalQ : p.seqlen_q, rowsK = varlen ? totalK : p.seqlen_k;
-  auto batchStride = [varlen](int64_t stride) { return varlen ? 0 : stride; };
+  const TmaCall call(p, totalQ, totalK);
   const TmaTensor tensors[4] = {
-      {"q", maps.q, p.q, headDimQK, rowsQ, p.heads_q, p.q_row_stride, p.q_head_stride,
-       batchStride(p.q_batch_stride), blockM},
-      {"k", maps.k, p.k, headDimQK, rowsK, p.heads_kv, p.k_row_stride, p.k_head_stride,
-       batchStride(p.k_batch_stride), blockN},
-      {"v", maps.v, p.v, headDimV, rowsK, p.heads_kv, p.v_row_stride, p.v_head_stride,
-       batchStride(p.v_batch_stride), blockN},
-      {"o", maps.o, p.o, headDimV, rowsQ, p.heads_q, p.o_row_stride, p.o_head_stride,
-       batchStride(p.o_batch_stride), 64}};
+      call.q(maps.q, headDimQK, blockM), call.k(maps.k, headDimQK, blockN),
+      call.v(maps.v, headDimV, blockN),
+      {"o", maps.o, p.o, headDimV, call.rowsQ, p.heads_q, p.o_row_stride, p.o_head_stride,
+       call.batchStride(p.o_batch_stride), 64}};
   maps.o = fagen_tensor_map{};
-  return encodeTmaTensors(encode, tensors, storeO ? 4 : 3, batch, what); // O last
+  return encodeTmaTensors(encode, tensors, storeO ? 4 : 3, call.batch, what); // O last
 }
 
 /// Fills `maps` for a backward call (fagen_bwd_tma_maps): Q and dO with boxes of blockM rows,
-/// K and V of blockN, from the call's fagen_bwd_params. Varlen (totalQ > 0): the packed
-/// tensors, totalQ and totalK rows, batch 1, as encodeFwdTmaMaps. Returns 0, or the first
-/// failing driver result with the tensor's name in `what`.
+/// K and V of blockN, from the call's fagen_bwd_params. Varlen (totalQ > 0): as TmaCall.
+/// Returns 0, or the first failing driver result with the tensor's name in `what`.
 inline int encodeBwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_bwd_params &b,
                             int headDimQK, int headDimV, int blockM, int blockN,
                             fagen_bwd_tma_maps &maps, std::string &what, int64_t totalQ = 0,
                             int64_t totalK = 0) {
-  const fagen_fwd_params &p = b.fwd;
-  const bool varlen = totalQ > 0;
-  const int64_t batch = varlen ? 1 : p.batch;
-  const int64_t rowsQ = varlen ? totalQ : p.seqlen_q, rowsK = varlen ? totalK : p.seqlen_k;
-  auto batchStride = [varlen](int64_t stride) { return varlen ? 0 : stride; };
+  const TmaCall call(b.fwd, totalQ, totalK);
   const TmaTensor tensors[4] = {
-      {"q", maps.q, p.q, headDimQK, rowsQ, p.heads_q, p.q_row_stride, p.q_head_stride,
-       batchStride(p.q_batch_stride), blockM},
-      {"k", maps.k, p.k, headDimQK, rowsK, p.heads_kv, p.k_row_stride, p.k_head_stride,
-       batchStride(p.k_batch_stride), blockN},
-      {"v", maps.v, p.v, headDimV, rowsK, p.heads_kv, p.v_row_stride, p.v_head_stride,
-       batchStride(p.v_batch_stride), blockN},
-      {"dout", maps.dout, b.dout, headDimV, rowsQ, p.heads_q, b.do_row_stride,
-       b.do_head_stride, batchStride(b.do_batch_stride), blockM}};
-  return encodeTmaTensors(encode, tensors, 4, batch, what);
+      call.q(maps.q, headDimQK, blockM), call.k(maps.k, headDimQK, blockN),
+      call.v(maps.v, headDimV, blockN),
+      {"dout", maps.dout, b.dout, headDimV, call.rowsQ, b.fwd.heads_q, b.do_row_stride,
+       b.do_head_stride, call.batchStride(b.do_batch_stride), blockM}};
+  return encodeTmaTensors(encode, tensors, 4, call.batch, what);
 }
 
 } // namespace fagen
