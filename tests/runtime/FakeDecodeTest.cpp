@@ -8,6 +8,7 @@
 //===----------------------------------------------------------------------===//
 #include "fagen/fagen.h"
 #include "FakeCuda.h"
+#include "FakeBundleTest.h"
 #include "templates/abi/decode_params.h"
 #include "tests/common/TestBundles.h"
 
@@ -56,28 +57,8 @@ template <class T> T paramsOf(const FakeLaunch &launch) {
   return out;
 }
 
-struct FakeDecodeTest : ::testing::Test {
-  void SetUp() override {
-    unsetenv("FAKE_CUDA_CC");
-    unsetenv("FAKE_CUDA_SMEM");
-    unsetenv("FAKE_CUDA_LAUNCH_ERROR");
-    load(makeDecodeBundle());
-  }
-  void TearDown() override { fagen_bundle_destroy(bundle); }
-
-  void load(const Bundle &b) {
-    fagen_bundle_destroy(bundle);
-    std::vector<uint8_t> bytes = serializeBundle(b);
-    ASSERT_EQ(fagen_bundle_load_memory(bytes.data(), bytes.size(), &bundle), FAGEN_OK)
-        << fagen_last_error();
-  }
-
-  std::string chosenKernel(const fagen_plan &plan) {
-    std::string d = fagen_bundle_kernel_name(bundle, plan.kernel_index);
-    return d.substr(0, d.find(' '));
-  }
-
-  fagen_bundle *bundle = nullptr;
+struct FakeDecodeTest : fagen::test::FakeBundleTest {
+  Bundle initial() const override { return makeDecodeBundle(); }
   alignas(256) static inline char q[64], k[64], v[64], o[64];
   alignas(256) static inline float lse[16];
   alignas(256) static inline char workspace[1 << 20];
