@@ -182,10 +182,6 @@ std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
       (p.headDimQK != 64 && p.headDimQK != 128 && p.headDimQK != 256))
     return llvm::formatv("head dims {0}/{1} (it serves 64/64, 128/128 and 256/256)", p.headDimQK,
                          p.headDimV);
-  // Head dim 256 splits S^T between the warpgroups (ws_bwd_split_s): not built for these yet.
-  if (ws_bwd_split_s(p.headDimQK) && (p.dropout || p.varlen || p.deterministic))
-    return p.dropout ? "dropout at head dim 256"
-                     : p.varlen ? "varlen at head dim 256" : "the deterministic mode at head dim 256";
   // Its 128-row query tiles at hd 64 spilled 68-1616 bytes with ALiBi (softcap none; nvcc 13.0).
   if (p.scoreMod == ScoreMod::Alibi && p.headDimQK == 64)
     return "ALiBi at head dim 64";

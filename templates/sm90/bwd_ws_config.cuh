@@ -131,9 +131,6 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static_assert(!kSplitS || (kBlockN == 64 && kBlockM == 64),
                 "head dim 256: kBlockN and kBlockM must be 64 (two consumer warpgroups splitting "
                 "S^T by query columns)");
-  static_assert(!kSplitS || (!Variant::Dropout::kEnabled && !Variant::kVarlen && !kDeterministic),
-                "the sm90 backward at head dim 256 serves neither dropout, varlen nor the "
-                "deterministic mode yet: use the sm80 template");
   static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
   static_assert(kDqEmptyBarrier + kConsumers <= 16, "named barriers 1..15");
   static_assert(kSmemBytes <= 227 * 1024, "kSmemBytes exceeds 227 KB: lower kStages");
