@@ -41,6 +41,18 @@ TuneConfig stageOnePoint(TuneConfig config, const KernelPlan &base, const Search
 
 SearchSpace searchSpaceFor(const KernelPlan &base) {
   SearchSpace space;
+  if (base.pass == Pass::Backward) {
+    // The grid is wider than either template takes: the planner's checks (the templates'
+    // static_asserts and shared memory) prune it, so no fact is restated here.
+    space.blockM = {64, 128};
+    space.blockN = {64, 128};
+    space.warps = {4, 8};
+    space.stages = {1, 2, 3};
+    space.rescaleTau = {0};
+    space.exp2EmuPercent = {0};
+    space.stagedEpilogue = {false};
+    return space;
+  }
   if (base.templ != "sm90ws")
     return space;
   space.blockM = {128, 192};
@@ -188,6 +200,11 @@ int groupSizeOf(const KernelPlan &plan, const AttentionSpec &spec) {
 double forwardFlops(const ShapeBucket &b, int headDim, bool causal) {
   double flops = 4.0 * b.batch * b.headsQ * double(b.seqlenQ) * double(b.seqlenK) * headDim;
   return causal ? flops / 2 : flops;
+}
+
+double passFlops(Pass pass, const ShapeBucket &b, int headDim, bool causal) {
+  double flops = forwardFlops(b, headDim, causal);
+  return pass == Pass::Backward ? 2.5 * flops : flops;
 }
 
 } // namespace fagen
