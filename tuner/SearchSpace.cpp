@@ -51,6 +51,8 @@ SearchSpace searchSpaceFor(const KernelPlan &base) {
     space.rescaleTau = {0};
     space.exp2EmuPercent = {0};
     space.stagedEpilogue = {false};
+    if (base.templ == "sm90ws")
+      space.rotateQueryWalk = {false, true};
     return space;
   }
   if (base.templ != "sm90ws")
@@ -75,14 +77,16 @@ std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace 
   for (int m : space.blockM)
     for (int n : space.blockN)
       for (int w : space.warps)
-        for (int s : space.stages) {
-          TuneConfig c = exact;
-          c.blockM = m;
-          c.blockN = n;
-          c.warps = w;
-          c.stages = s;
-          addCandidate(base, c, "tile", out, refused);
-        }
+        for (int s : space.stages)
+          for (bool rotate : space.rotateQueryWalk) {
+            TuneConfig c = exact;
+            c.blockM = m;
+            c.blockN = n;
+            c.warps = w;
+            c.stages = s;
+            c.rotateQueryWalk = rotate;
+            addCandidate(base, c, "tile", out, refused);
+          }
   if (pruned)
     *pruned = refused;
   return out;

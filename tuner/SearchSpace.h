@@ -39,6 +39,7 @@ struct SearchSpace {
   std::vector<int> exp2EmuPercent = {0, 10, 25};
   int exp2PolyDegree = 3;
   std::vector<bool> stagedEpilogue = {false}; ///< sm90ws: also {true} (stage 2)
+  std::vector<bool> rotateQueryWalk = {false}; ///< sm90ws backward: also {true} (stage 1)
   unsigned softmaxTiles = 2; ///< stage 2 runs on this many best tiles per bucket
 };
 
@@ -52,7 +53,9 @@ struct SearchSpace {
 /// which the planner's checks leave, for sm80, 1 or 2 stages and the tiles whose warp grids
 /// and shared memory the template takes; for sm90ws, the template's one tile per head dim (hd
 /// 64: 128 x 128, hd 128: 64 x 128, hd 256: 64 x 64; bwd_ws_config.cuh's static_asserts) and
-/// the stages that fit shared memory (hd 64: 1-2, hd 128: 1-3, hd 256: 1). The dQ strategy is
+/// the stages that fit shared memory (hd 64: 1-2, hd 128: 1-3, hd 256: 1), each with the query
+/// walk rotated or not (not in the deterministic mode; measured default: rotated at hd 64 only,
+/// common/ws_bwd_layout.h). The dQ strategy is
 /// not searched: it follows the variant (fp32 atomics, or a deterministic kernel's semaphore
 /// order, which is another workload).
 SearchSpace searchSpaceFor(const KernelPlan &base);
@@ -64,8 +67,8 @@ struct Candidate {
   std::string stage; ///< "tile" or "softmax"
 };
 
-/// Stage 1: the tile grid with the exact softmax; configs the planner's checks refuse are
-/// left out and counted in `pruned`. The base plan's own config is always included (first).
+/// Stage 1: the tile grid (with the sm90ws backward's query walks) with the exact softmax;
+/// configs the planner's checks refuse are left out and counted in `pruned`. The base plan's own config is always included (first).
 std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace &space,
                                       unsigned *pruned = nullptr);
 

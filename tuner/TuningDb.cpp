@@ -83,6 +83,7 @@ llvm::json::Value toJson(const TuningRecord &r) {
                 {"exp2_emu_percent", c.exp2EmuPercent},
                 {"exp2_poly_degree", c.exp2PolyDegree},
                 {"staged_epilogue", c.stagedEpilogue},
+                {"rotate_query_walk", c.rotateQueryWalk},
                 {"kernel", r.kernel}};
   const Validators &v = r.validators;
   Object validators{{"gpu", v.gpu},       {"sms", v.sms},
@@ -235,6 +236,9 @@ llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
     r.config.exp2PolyDegree = int(f.integer("exp2_poly_degree"));
     // Absent in records made before the field existed: those kernels had no staged epilogue.
     r.config.stagedEpilogue = c->get("staged_epilogue") ? f.boolean("staged_epilogue") : false;
+    // Absent in records made before the field existed: forward kernels, which never rotate.
+    r.config.rotateQueryWalk =
+        c->get("rotate_query_walk") ? f.boolean("rotate_query_walk") : false;
     r.kernel = f.string("kernel");
   }
   if (const llvm::json::Object *v = top.object("validators")) {

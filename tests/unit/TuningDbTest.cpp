@@ -172,6 +172,20 @@ TEST(TuningDb, BackwardRecordsRoundTripInFormat2) {
   EXPECT_DOUBLE_EQ(back->numerics->limitDv, 5e-3);
   EXPECT_EQ(back->workload, "bwd bf16 hd128x128 causal sm_90a");
   EXPECT_EQ(formatRecordLine(*back), line);
+  // The query walk round-trips; a record without the field (made before it existed) reads as
+  // not rotated.
+  TuningRecord rotated = r;
+  rotated.config.rotateQueryWalk = true;
+  std::string rotatedLine = formatRecordLine(rotated);
+  EXPECT_NE(rotatedLine.find("\"rotate_query_walk\":true"), std::string::npos) << rotatedLine;
+  llvm::Expected<TuningRecord> rotatedBack = parseRecordLine(rotatedLine);
+  ASSERT_TRUE(bool(rotatedBack)) << llvm::toString(rotatedBack.takeError());
+  EXPECT_TRUE(rotatedBack->config.rotateQueryWalk);
+  std::string legacy = line;
+  legacy.replace(legacy.find("\"rotate_query_walk\":false,"), 26, "");
+  llvm::Expected<TuningRecord> legacyBack = parseRecordLine(legacy);
+  ASSERT_TRUE(bool(legacyBack)) << llvm::toString(legacyBack.takeError()) << legacy;
+  EXPECT_FALSE(legacyBack->config.rotateQueryWalk);
   // Forward records keep format 1 (a fagen that reads only format 1 still reads them), and a
   // record of a layout newer than this fagen's is refused with the fix.
   std::string forward = formatRecordLine(okRecord("s2048", tile(128, 64, 4, 2), 1.0));
@@ -493,16 +507,43 @@ std::map<std::string, std::set<std::string>> backwardCandidates(const std::strin
 }
 
 TEST(SearchSpace, BackwardCandidatesArePlannableWithTheDefaultFirst) {
-  // sm90ws: one tile per head dim (its static_asserts), the stages that fit 227 KB.
+  // sm90ws: one tile per head dim (its static_asserts), the stages that fit 227 KB, each with
+  // the query walk rotated or not (the deterministic mode only from the first tile).
   std::map<std::string, std::set<std::string>> ws = backwardCandidates("sm_90a");
   using Set = std::set<std::string>;
-  EXPECT_EQ(ws["bwd bf16 hd64x64 causal sm_90a"], (Set{"m128n128w8s1", "m128n128w8s2"}));
+  EXPECT_EQ(ws["bwd bf16 hd64x64 causal sm_90a"],
+            (Set{"m128n128w8s1", "m128n128w8s2", "m128n128w8s1 rotq", "m128n128w8s2 rotq"}));
   EXPECT_EQ(ws["bwd bf16 hd128x128 none sm_90a"],
-            (Set{"m64n128w8s1", "m64n128w8s2", "m64n128w8s3"}));
+            (Set{"m64n128w8s1", "m64n128w8s2", "m64n128w8s3", "m64n128w8s1 rotq",
+                 "m64n128w8s2 rotq", "m64n128w8s3 rotq"}));
   EXPECT_EQ(ws["bwd bf16 hd128x128 causal det sm_90a"],
             (Set{"m64n128w8s1", "m64n128w8s2", "m64n128w8s3"}));
-  EXPECT_EQ(ws["bwd fp16 hd256x256 causal sm_90a"], (Set{"m64n64w8s1"}));
+  EXPECT_EQ(ws["bwd fp16 hd256x256 causal sm_90a"], (Set{"m64n64w8s1", "m64n64w8s1 rotq"}));
   EXPECT_EQ(ws.size(), 4u);
+
+  // Kernel names spell the query walk only where it is not the head dim's default.
+  for (const KernelPlan &base : plansOf(kBackwardSpec, "sm_90a")) {
+    EXPECT_EQ(base.name.find("_q"), std::string::npos) << base.name;
+    KernelConfig other = configOf(base);
+    other.rotateQueryWalk = !other.rotateQueryWalk;
+    llvm::Expected<KernelPlan> flipped = applyConfig(base, other);
+    if (base.deterministic) {
+      ASSERT_FALSE(bool(flipped));
+      EXPECT_NE(llvm::toString(flipped.takeError()).find("does not serve the deterministic mode"),
+                std::string::npos);
+      continue;
+    }
+    ASSERT_TRUE(bool(flipped)) << llvm::toString(flipped.takeError());
+    EXPECT_EQ(base.rotateQueryWalk, base.headDimQK == 64) << base.name;
+    EXPECT_EQ(flipped->name, base.name + (base.rotateQueryWalk ? "_qf" : "_qr"));
+  }
+  // A forward or portable plan has no query walk to rotate.
+  KernelConfig rotated = configOf(basePlan(128));
+  rotated.rotateQueryWalk = true;
+  llvm::Expected<KernelPlan> refused = applyConfig(basePlan(128), rotated);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("an option of the sm90ws backward"),
+            std::string::npos);
 
   // sm80 (the portable template, here for sm_90): 1 or 2 stages, tiles whose warp grids
   // split and whose shared memory fits (ptxas prunes the ones that spill, on the GPU machine).
