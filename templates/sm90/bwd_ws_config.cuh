@@ -73,6 +73,9 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// walk is the plan's (common/ws_bwd_layout.h has its default), so that the tuner tries both.
   static constexpr bool kOverlapP = kDim == 64;
   static constexpr bool kRotateQueryWalk = Options::kRotateQueryWalk;
+  static_assert(!(kRotateQueryWalk && kDeterministic),
+                "kRotateQueryWalk: the deterministic mode's dQ order needs every key tile to walk "
+                "its query tiles from the first");
 
   /// Head dim 256 (ws_bwd_split_s): both consumer warpgroups hold all kBlockN = 64 keys; each
   /// computes S^T and dP^T for half the query columns (kSCols), writes its P^T and dS^T halves
@@ -137,9 +140,6 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
                 "the sm90 backward at head dim 256 serves neither dropout, varlen nor the "
                 "deterministic mode yet: use the sm80 template");
   static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
-  static_assert(!(kRotateQueryWalk && kDeterministic),
-                "kRotateQueryWalk: the deterministic mode's dQ order needs every key tile to walk "
-                "its query tiles from the first");
   static_assert(kDqEmptyBarrier + kConsumers <= 16, "named barriers 1..15");
   static_assert(kSmemBytes <= 227 * 1024, "kSmemBytes exceeds 227 KB: lower kStages");
   static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
