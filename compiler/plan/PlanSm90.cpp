@@ -232,6 +232,9 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
     return llvm::formatv("backward stages must be in 1..3, got {0}", p.stages);
   if (p.rescaleTau != 0 || p.exp2EmuPercent != 0 || p.stagedEpilogue)
     return "the backward template has no rescale_tau, exp2 emulation or staged epilogue";
+  if (p.rotateQueryWalk && p.deterministic)
+    return "the rotated query walk does not serve the deterministic mode (its dQ order needs "
+           "every key tile to walk its query tiles from the first)";
   int smem = sm90WsBwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   if (smem > archSmemLimit(p.arch))
     return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
@@ -251,6 +254,7 @@ KernelPlan sm90WsBwdPlan(KernelPlan p) {
   p.warps = 4 * ws_bwd_consumers(p.headDimQK, p.blockN);
   p.stages = split ? 1 : 2;
   p.rescaleTau = 0;
+  p.rotateQueryWalk = ws_bwd_rotates_query_walk(p.headDimQK, p.deterministic);
   finalizePlan(p);
   return p;
 }
