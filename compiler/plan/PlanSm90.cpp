@@ -38,7 +38,7 @@ int sm90WsFwdSmemBytes(int headDimQK, int headDimV, int blockM, int blockN, int 
 }
 
 int sm90WsBwdSmemBytes(int headDim, int blockM, int blockN, int stages) {
-  return WsBwdLayout(sm90WsPaddedHeadDim(headDim), blockM, blockN, stages).bytes;
+  return WsBwdLayout(ws_bwd_dim(headDim), blockM, blockN, stages).bytes;
 }
 
 namespace planner {
@@ -178,10 +178,10 @@ bool sm90ServesVariant(const KernelPlan &p) { return sm90VariantProblem(p, /*ws=
 namespace planner {
 
 std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
-  if (p.headDimQK != p.headDimV ||
-      (p.headDimQK != 64 && p.headDimQK != 128 && p.headDimQK != 256))
-    return llvm::formatv("head dims {0}/{1} (it serves 64/64, 128/128 and 256/256)", p.headDimQK,
-                         p.headDimV);
+  if (p.headDimQK != p.headDimV || (p.headDimQK != 64 && p.headDimQK != 96 &&
+                                    p.headDimQK != 128 && p.headDimQK != 256))
+    return llvm::formatv("head dims {0}/{1} (it serves 64/64, 96/96, 128/128 and 256/256)",
+                         p.headDimQK, p.headDimV);
   // Its 128-row query tiles at hd 64 spilled 68-1616 bytes with ALiBi (softcap none; nvcc 13.0).
   if (p.scoreMod == ScoreMod::Alibi && p.headDimQK == 64)
     return "ALiBi at head dim 64";
@@ -209,7 +209,8 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
     return "the sm90ws backward template (TMA, wgmma) needs the sm_90a target";
   if (std::string variant = sm90WsBwdVariantProblem(p); !variant.empty())
     return "the sm90ws backward template does not serve " + variant + " (use template sm80)";
-  const bool split = ws_bwd_split_s(p.headDimQK);
+  const int dim = ws_bwd_dim(p.headDimQK);
+  const bool split = ws_bwd_split_s(dim);
   if (split && (p.blockN != 64 || p.blockM != 64))
     return llvm::formatv("backward block_m and block_n must be 64 at head dim {0} (two consumer "
                          "warpgroups split S^T by query columns), got {1} x {2}",
@@ -219,11 +220,11 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
                          "got {0}",
                          p.blockN);
   // One 64 x 64 dQ sub-block per consumer warpgroup.
-  if (!split && p.blockM * p.headDimQK != 2 * 64 * 64)
+  if (!split && p.blockM * dim != 2 * 64 * 64)
     return llvm::formatv("backward block_m must be {0} at head dim {1} (one 64 x 64 dQ block per "
                          "consumer warpgroup), got {2}",
-                         2 * 64 * 64 / p.headDimQK, p.headDimQK, p.blockM);
-  const int consumerWarps = 4 * ws_bwd_consumers(p.headDimQK, p.blockN);
+                         2 * 64 * 64 / dim, p.headDimQK, p.blockM);
+  const int consumerWarps = 4 * ws_bwd_consumers(dim, p.blockN);
   if (p.warps != consumerWarps)
     return llvm::formatv("warps must be {0} (the consumer warps; the producer warpgroup comes on "
                          "top), got {1}",
@@ -248,10 +249,11 @@ KernelPlan sm90WsBwdPlan(KernelPlan p) {
   // Head dim 256 (ws_bwd_split_s): 64 x 64 tiles and one Q/dO stage (two do not fit 227 KB
   // beside K, V, the P^T and dS^T tiles and the dQ staging); H100: 0.84-0.95x cuDNN 9.19,
   // 1.24-1.31x the portable kernel (docs/perf/sm90-bwd.md).
-  const bool split = ws_bwd_split_s(p.headDimQK);
+  const int dim = ws_bwd_dim(p.headDimQK); // hd 96 as 128 (zero padding columns)
+  const bool split = ws_bwd_split_s(dim);
   p.blockN = split ? 64 : 128;
-  p.blockM = split ? 64 : 2 * 64 * 64 / p.headDimQK;
-  p.warps = 4 * ws_bwd_consumers(p.headDimQK, p.blockN);
+  p.blockM = split ? 64 : 2 * 64 * 64 / dim;
+  p.warps = 4 * ws_bwd_consumers(dim, p.blockN);
   p.stages = split ? 1 : 2;
   p.rescaleTau = 0;
   p.rotateQueryWalk = ws_bwd_rotates_query_walk(p.headDimQK, p.deterministic);

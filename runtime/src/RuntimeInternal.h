@@ -23,6 +23,7 @@
 #include "templates/abi/bwd_params.h"
 #include "templates/abi/decode_params.h"
 #include "templates/common/philox.h"
+#include "templates/common/ws_bwd_layout.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -124,6 +124,12 @@ bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 /// varlen sequences then start at fagen_bwd_dq_tile_row0: templates/abi/bwd_params.h).
 bool addsWholeDqTiles(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
+/// Floats per dq_accum row: the sm90ws backward's tile head dim (ws_bwd_dim: hd 96 in 128
+/// columns), else the head dim.
+int64_t dqAccumCols(const KernelRecord &k, int headDimQK) {
+  return k.templ == "sm90ws" ? ws_bwd_dim(headDimQK) : headDimQK;
+}
+
 /// CTAs of a sm90ws launch: one per SM for a persistent kernel (the plan's choice, measured:
 /// compiler/plan/Plan.cpp finalizePlan) and for a kernel that takes its tiles from the forward
 /// workspace's counter (`counter`: the call has a workspace), else one per work tile.
@@ -546,8 +552,9 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
       p.varlen && addsWholeDqTiles(k)
           ? fagen_bwd_dq_tiled_rows(p.total_q, p.batch, k.blockM)
           : fagen_bwd_dq_rows(p.varlen, p.seqlen_q, p.total_q, k.blockM);
-  bp.dq_accum_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * dqRowsPerHead * p.head_dim_qk;
-  bp.dq_accum_head_stride = dqRowsPerHead * p.head_dim_qk;
+  const int64_t dqCols = dqAccumCols(k, p.head_dim_qk);
+  bp.dq_accum_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * dqRowsPerHead * dqCols;
+  bp.dq_accum_head_stride = dqRowsPerHead * dqCols;
   bp.d_batch_stride = p.varlen ? 0 : int64_t(p.heads_q) * p.seqlen_q;
   bp.d_head_stride = rowsPerHead;
   bp.semaphore_batch_stride = int64_t(p.heads_q) * mBlocks;
@@ -558,7 +565,7 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   const int64_t dqRows = p.varlen ? dqRowsPerHead : int64_t(p.batch) * dqRowsPerHead;
   const int32_t dqSlots = fagen_bwd_dq_slots(k.deterministic ? 1 : 0,
                                              k.mask == Mask::None && k.sparsity == Sparsity::None);
-  fagen_bwd_workspace w = fagen_bwd_workspace_layout(rowsQ, dqRows, p.heads_q, p.head_dim_qk,
+  fagen_bwd_workspace w = fagen_bwd_workspace_layout(rowsQ, dqRows, p.heads_q, int32_t(dqCols),
                                                      p.batch, mBlocks, k.deterministic ? 1 : 0,
                                                      dqSlots);
   plan.workspace_bytes = size_t(w.total_bytes);

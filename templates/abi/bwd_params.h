@@ -49,7 +49,8 @@ extern "C" {
 /// variant field as in the forward call, which the backward must repeat exactly) plus the
 /// gradients. dO like O, dQ like Q, dK like K, dV like V (own strides, same layouts rules).
 /// Workspace (caller-allocated, size from the plan; see fagen_bwd_workspace_layout):
-///   dq_accum  float32, head_dim_qk floats a row: dq_accum + b * dq_accum_batch_stride +
+///   dq_accum  float32, head_dim_qk floats a row (sm90ws: the head dim padded to 64,
+///             ws_bwd_dim): dq_accum + b * dq_accum_batch_stride +
 ///             h * dq_accum_head_stride + row * head_dim_qk. Rows per head: m_blocks * kBlockM,
 ///             i.e. whole query tiles, the last one padded (varlen: total_q, row =
 ///             cu_seqlens_q[b] + i; varlen kernels that add whole tiles, sm90ws:

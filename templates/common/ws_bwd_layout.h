@@ -12,6 +12,11 @@
 
 namespace fagen {
 
+/// The head dim the tiles hold: the real one padded to whole 64-column swizzle blocks (96 ->
+/// 128; TMA fills the padding columns with zeros, so S^T, dP^T, dK, dV and dQ are exact and
+/// their padding columns 0). dq_accum rows are this wide too.
+FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_dim(int head_dim) { return (head_dim + 63) / 64 * 64; }
+
 /// Head dims above 128 split S^T between the consumer warpgroups by query columns (both hold
 /// every key of the tile, each half of the dK and dV columns: 64 x 256 of each would not fit
 /// one warpgroup's registers), and exchange P^T and dS^T through shared memory.

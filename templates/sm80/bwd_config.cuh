@@ -60,6 +60,8 @@ template <class Options> struct BwdConfig : VariantParts<typename Options::Varia
   using Element = typename Options::Element;
   static constexpr int kHeadDimQK = Options::kHeadDimQK;
   static constexpr int kHeadDimV = Options::kHeadDimV;
+  /// Floats per dq_accum row (bwd_preprocess zeroes them): the head dim.
+  static constexpr int kDqAccumCols = kHeadDimQK;
   static constexpr int kBlockM = Options::kBlockM;
   static constexpr int kBlockN = Options::kBlockN;
   static constexpr int kWarps = Options::kWarps;

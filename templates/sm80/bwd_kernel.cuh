@@ -667,8 +667,8 @@ __device__ __forceinline__ void bwd_preprocess(const fagen_bwd_params &params) {
       int64_t(m_block) * kBlockM;
   float4 *accum = reinterpret_cast<float4 *>(
       params.dq_accum + batch_offset<kVarlen>(batch, params.dq_accum_batch_stride) +
-      head * params.dq_accum_head_stride + dq_row0 * Config::kHeadDimQK);
-  for (int i = threadIdx.x; i < zero_rows * Config::kHeadDimQK / 4; i += kThreads)
+      head * params.dq_accum_head_stride + dq_row0 * Config::kDqAccumCols);
+  for (int i = threadIdx.x; i < zero_rows * Config::kDqAccumCols / 4; i += kThreads)
     accum[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 

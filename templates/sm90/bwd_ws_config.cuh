@@ -33,7 +33,10 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   using Element = typename Options::Element;
   static constexpr int kHeadDimQK = Options::kHeadDimQK;
   static constexpr int kHeadDimV = Options::kHeadDimV;
-  static constexpr int kDim = kHeadDimQK;
+  /// The tiles' head dim (ws_bwd_dim: hd 96 in 128 columns); dK, dV and dQ store the first
+  /// kHeadDimQK columns.
+  static constexpr int kDim = ws_bwd_dim(kHeadDimQK);
+  static constexpr int kDqAccumCols = kDim;
   static constexpr int kBlockM = Options::kBlockM;
   static constexpr int kBlockN = Options::kBlockN;
   static constexpr int kStages = Options::kStages;
@@ -124,8 +127,9 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static_assert(kSmemDqBytes == kSubBlockFloats * 4, "a dQ staging block holds one sub-block");
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
-  static_assert(kHeadDimQK == kHeadDimV && (kDim == 64 || kDim == 128 || kDim == 256),
-                "the sm90 backward serves head dims 64, 128 and 256 (Q/K and V equal)");
+  static_assert(kHeadDimQK == kHeadDimV &&
+                    (kHeadDimQK == 64 || kHeadDimQK == 96 || kHeadDimQK == 128 || kHeadDimQK == 256),
+                "the sm90 backward serves head dims 64, 96, 128 and 256 (Q/K and V equal)");
   static_assert(kSplitS || kBlockN == 128,
                 "kBlockN must be 128 (two consumer warpgroups of 64 keys)");
   static_assert(kSplitS || kBlockM == 64 || kBlockM == 128,

@@ -402,11 +402,13 @@ __device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
   }
   const int64_t key_row = span.k_row0 + row; // in the packed tensors (dense: the sequence)
   const int rows = span.shape.seqlen_k - row;
-  store_o_rows<Element, Config::kKvCols>(
+  // The real head dim's columns (ws_bwd_dim pads hd 96 to 128).
+  constexpr int kCols = Config::kKvCols < Config::kHeadDimQK ? Config::kKvCols : Config::kHeadDimQK;
+  store_o_rows<Element, Config::kKvCols, kCols>(
       static_cast<Element *>(params.dk) + sm80::batch_offset<kVarlen>(batch, params.dk_batch_stride) +
           kv_head * params.dk_head_stride + key_row * params.dk_row_stride + col0,
       params.dk_row_stride, rows, dk);
-  store_o_rows<Element, Config::kKvCols>(
+  store_o_rows<Element, Config::kKvCols, kCols>(
       static_cast<Element *>(params.dv) + sm80::batch_offset<kVarlen>(batch, params.dv_batch_stride) +
           kv_head * params.dv_head_stride + key_row * params.dv_row_stride + col0,
       params.dv_row_stride, rows, dv);
@@ -702,7 +704,7 @@ template <class Config>
 __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &params) {
   using Element = typename Config::Element;
   constexpr bool kVarlen = Config::kVarlen;
-  constexpr int kBlockM = Config::kBlockM, kChunks = Config::kDim / 8;
+  constexpr int kBlockM = Config::kBlockM, kChunks = Config::kHeadDimQK / 8; // real columns
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const fagen_fwd_params &f = params.fwd;
   const SequenceSpan span = sequence_span<kVarlen>(f, batch);

@@ -5,6 +5,7 @@
 #include "compiler/emit/Emit.h"
 #include "compiler/plan/Plan.h"
 #include "compiler/spec/Spec.h"
+#include "templates/common/ws_bwd_layout.h"
 
 #include "gtest/gtest.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -322,9 +323,10 @@ TEST(Plan, BackwardDefaultsFitEveryArch) {
         std::vector<KernelPlan> plans = planOf(yaml, {arch});
         ASSERT_EQ(plans.size(), 1u) << qk << " " << v << " " << arch;
         const KernelPlan &k = plans[0];
-        // sm_90a: the sm90ws backward at equal head dims 64, 128 and 256 (+ a producer
+        // sm_90a: the sm90ws backward at equal head dims 64, 96, 128 and 256 (+ a producer
         // warpgroup).
-        const bool ws = arch == "sm_90a" && qk == v && (qk == 64 || qk == 128 || qk == 256);
+        const bool ws =
+            arch == "sm_90a" && qk == v && (qk == 64 || qk == 96 || qk == 128 || qk == 256);
         EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
         EXPECT_LE(k.smemBytes, archSmemLimit(arch)) << k.name;
         EXPECT_EQ(k.threads, 32 * k.warps + (ws ? 128 : 0));
@@ -757,7 +759,8 @@ TEST(Plan, Sm90WsBackwardServes) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
                     k.variant == "bs" || k.variant == "vl" || k.variant == "drop" ||
                     k.variant == "dropwin" || k.variant == "det" || k.variant == "detvl" ||
-                    k.variant == "c256" || k.variant == "drop256" || k.variant == "vl256";
+                    k.variant == "c256" || k.variant == "drop256" || k.variant == "vl256" ||
+                    k.variant == "hd96";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;
@@ -771,9 +774,10 @@ TEST(Plan, Sm90WsBackwardServes) {
       EXPECT_EQ(configOf(k).text(), "m64n64w8s1") << k.name;
       continue;
     }
-    // One 64 x 64 dQ block per consumer warpgroup, two warpgroups of 64 keys.
+    // One 64 x 64 dQ block per consumer warpgroup, two warpgroups of 64 keys (hd 96 in the
+    // 128 columns of ws_bwd_dim).
     EXPECT_EQ(k.blockN, 128) << k.name;
-    EXPECT_EQ(k.blockM * k.headDimQK, 2 * 64 * 64) << k.name;
+    EXPECT_EQ(k.blockM * ws_bwd_dim(k.headDimQK), 2 * 64 * 64) << k.name;
   }
   // Combinations whose sm90ws kernels spilled say so when pinned to it.
   KernelPlan droptl = planNamed(p, "droptl");
