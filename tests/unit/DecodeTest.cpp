@@ -200,6 +200,29 @@ TEST(DecodePlan, ConfigProblemsMirrorTheTemplatesAsserts) {
                   "allows 232448"));
 }
 
+TEST(DecodePlan, PagedConfigProblemsMirrorTheTemplatesAsserts) {
+  std::vector<KernelPlan> plans = plansOf("variants: [{name: d, dtype: fp16, head_dim: 64, passes: "
+                                          "[decode], kv_cache: paged, page_size: 256}]",
+                                          {"sm_90a"});
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].pageSize, 256);
+  EXPECT_NE(plans[0].name.find("_paged256_"), std::string::npos) << plans[0].name;
+  auto problem = [&](auto edit) {
+    KernelConfig c = configOf(plans[0]);
+    edit(c);
+    llvm::Expected<KernelPlan> p = applyConfig(plans[0], c);
+    return p ? std::string() : llvm::toString(p.takeError());
+  };
+  EXPECT_EQ(problem([](KernelConfig &) {}), "");
+  // 192 keys a tile straddle 256-token pages (the template's static_assert).
+  EXPECT_NE(problem([](KernelConfig &c) {
+              c.blockN = 192;
+              c.stages = 2;
+            }).find("decode block_n 192 and page_size 256: a key tile must lie in one page or "
+                    "span whole pages"),
+            std::string::npos);
+}
+
 TEST(DecodeEmit, SourceFillsTheConfigAndThreeEntryPoints) {
   std::vector<KernelPlan> plans =
       plansOf("variants: [{name: d, dtype: fp16, head_dim: 64, mask: window, score_mod: softcap, "
@@ -277,13 +300,22 @@ TEST(DecodeSplit, TheRuleFillsTheGpuWithoutEmptySplits) {
 }
 
 TEST(DecodeSplit, WorkspaceLayout) {
-  fagen_decode_workspace w = fagen_decode_workspace_layout(3, 2, 32, 4, 128);
+  fagen_decode_workspace w = fagen_decode_workspace_layout(3, 2, 32, 4, 128, 0);
   EXPECT_EQ(w.o_offset, 0u);
   EXPECT_EQ(w.lse_offset, 3u * 2 * 32 * 4 * 128 * 4); // already a multiple of 256
   EXPECT_EQ(w.total_bytes, w.lse_offset + 3u * 2 * 32 * 4 * 4);
-  fagen_decode_workspace odd = fagen_decode_workspace_layout(3, 1, 1, 1, 40);
+  EXPECT_EQ(w.status_offset, w.total_bytes); // no status without a paged cache
+  fagen_decode_workspace odd = fagen_decode_workspace_layout(3, 1, 1, 1, 40, 0);
   EXPECT_EQ(odd.lse_offset, 512u); // 480 bytes, 256-aligned
   EXPECT_EQ(odd.total_bytes, 768u);
+  // Paged: the kv_status record after the partials, 256 bytes; one split has no partials.
+  fagen_decode_workspace paged = fagen_decode_workspace_layout(3, 1, 1, 1, 40, 1);
+  EXPECT_EQ(paged.status_offset, 768u);
+  EXPECT_EQ(paged.total_bytes, 1024u);
+  fagen_decode_workspace one = fagen_decode_workspace_layout(1, 4, 32, 1, 128, 1);
+  EXPECT_EQ(one.status_offset, 0u);
+  EXPECT_EQ(one.total_bytes, 256u);
+  EXPECT_GE(256u, FAGEN_KV_STATUS_WORDS * sizeof(int32_t));
   EXPECT_EQ(fagen_merge_blocks(32, 128), 4);  // 32 rows x 16 chunks / 128 threads
   EXPECT_EQ(fagen_merge_blocks(1, 64), 1);
 }
