@@ -344,3 +344,61 @@ TEST(DecodeCheck, ShapesStayWithinTheKernelsTokens) {
         EXPECT_TRUE(noKeyRows) << tokens;
     }
 }
+
+TEST(PagedCheck, LengthsCoverThePageBoundaries) {
+  EXPECT_EQ(pagedLengths(8, 1000, 16), (std::vector<int32_t>{1000, 17, 0, 15, 1, 16, 33, 999}));
+  EXPECT_EQ(pagedLengths(4, 2, 16), (std::vector<int32_t>{2, 2, 0, 2}));
+}
+
+TEST(PagedCheck, LayoutHoldsEverySequencesKeysAndNothingElse) {
+  KernelRecord k;
+  k.templ = "sm80decode";
+  k.qTokens = 2;
+  k.pageSize = 16;
+  k.dtype = DType::BF16;
+  k.headDimQK = k.headDimV = 64;
+  for (bool bhsd : {false, true})
+    for (bool uniform : {false, true}) {
+      CaseInputs in = makeCaseInputs(k, CheckShape{7, 8, 2, 2, 100, bhsd}, 5);
+      const PagedLayout l = makePagedLayout(in, 16, 5, uniform);
+      const fagen_fwd_problem &p = in.problem;
+      ASSERT_EQ(l.maxPages, 8); // ceil(100 / 16) + 1
+      ASSERT_EQ(l.seqused.size(), 7u);
+      std::vector<int> uses(l.numPages, 0);
+      for (int b = 0; b < 7; ++b)
+        for (int slot = 0; slot < l.maxPages; ++slot) {
+          const int page = l.blockTable[b * l.maxPages + slot];
+          if (slot * 16 >= l.seqused[b]) {
+            EXPECT_EQ(page, -1) << b << " " << slot; // never read
+            continue;
+          }
+          ASSERT_GE(page, 0);
+          ASSERT_LT(page, l.numPages);
+          ++uses[page];
+          for (int row = 0; row < 16 && slot * 16 + row < l.seqused[b]; ++row)
+            for (int h = 0; h < 2; ++h) {
+              const int key = slot * 16 + row;
+              const size_t at = ((size_t(page) * 16 + row) * 2 + h) * 64;
+              const size_t src = b * p.k_strides[0] + h * p.k_strides[1] + key * p.k_strides[2];
+              ASSERT_TRUE(std::equal(&in.k[src], &in.k[src] + 64, &l.kCache[at]))
+                  << b << " " << key;
+              ASSERT_TRUE(std::equal(&in.v[src], &in.v[src] + 64, &l.vCache[at]));
+            }
+        }
+      int spare = 0, shared = 0;
+      for (int page = 0; page < l.numPages; ++page) {
+        spare += uses[page] == 0;
+        shared += uses[page] == 2;
+        EXPECT_LE(uses[page], 2);
+      }
+      EXPECT_EQ(spare, 2);
+      EXPECT_EQ(shared, uniform ? 0 : 1); // sequence 1's first page is sequence 0's
+      if (!uniform)
+        EXPECT_EQ(l.blockTable[0], l.blockTable[l.maxPages]);
+      // Spare pages hold NaN only.
+      for (int page = 0; page < l.numPages; ++page)
+        if (uses[page] == 0)
+          EXPECT_EQ(l.kCache[size_t(page) * 16 * 2 * 64], 0x7fff);
+    }
+}
+
