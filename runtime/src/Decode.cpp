@@ -59,6 +59,42 @@ fagen_merge_params combineParams(const fagen_fwd_problem &p, int32_t splits) {
   return mp;
 }
 
+/// FAGEN_VALIDATE=1: a paged call's lengths and the block-table entries they reach, read back
+/// from the device (synchronizing `stream`) and checked as the kernel checks them; the first bad
+/// one is refused with the kernel's message, before anything is launched.
+fagen_status validatePagedArrays(const char *function, const DriverApi &api,
+                                 const fagen_decode_params &dp, int pageSize,
+                                 const PagedKvArrays &paged, void *stream) {
+  const std::string prefix = std::string(function) + ": FAGEN_VALIDATE: ";
+  if (CUresult r = api.cuStreamSynchronize(static_cast<CUstream>(stream)); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA, prefix + cudaErrorText(api, r, "cuStreamSynchronize"));
+  const int64_t batch = dp.fwd.batch, stride = dp.block_table_batch_stride;
+  std::vector<int32_t> used(static_cast<size_t>(batch));
+  std::vector<int32_t> table(static_cast<size_t>((batch - 1) * stride + dp.max_pages_per_seq));
+  for (auto [host, device, name] : {std::tuple{&used, paged.sequsedK, "seqused_k"},
+                                    std::tuple{&table, paged.blockTable, "block_table"}})
+    if (CUresult r = api.cuMemcpyDtoH(host->data(), reinterpret_cast<CUdeviceptr>(device),
+                                      host->size() * sizeof(int32_t));
+        r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT, prefix + cudaErrorText(api, r, "cuMemcpyDtoH") +
+                                                    " reading " + name + " (" +
+                                                    str(int64_t(host->size())) +
+                                                    " int32 of device memory)");
+  for (int64_t b = 0; b < batch; ++b) {
+    if (used[b] < 0 || used[b] > dp.fwd.seqlen_k)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  prefix + "seqused_k[" + str(b) + "] = " + str(used[b]) + " is outside [0, " +
+                      "seqlen_k = " + str(dp.fwd.seqlen_k) + "]");
+    for (int64_t slot = 0; slot * pageSize < used[b]; ++slot)
+      if (const int32_t page = table[size_t(b * stride + slot)];
+          page < 0 || page >= dp.num_pages)
+        return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                    prefix + "block_table[" + str(b) + "][" + str(slot) + "] = " + str(page) +
+                        " is not a page id in [0, " + str(dp.num_pages) + ")");
+  }
+  return FAGEN_OK;
+}
+
 /// A paged run's workspace: given, large enough and aligned; its status record zeroed on
 /// `stream` before the launch.
 fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
@@ -171,6 +207,12 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
   dp.fwd = params;
   int32_t grid[3] = {plan.grid[0], plan.grid[1], plan.grid[2]};
   if (paged != nullptr) {
+    if (validateMode())
+      if (fagen_status s = validatePagedArrays(
+              function, api, dp, plan.bundle->bundle.kernels[plan.kernel_index].pageSize, *paged,
+              stream);
+          s != FAGEN_OK)
+        return s;
     if (fagen_status s = checkPagedWorkspace(function, api, plan, workspace, workspaceBytes,
                                              stream);
         s != FAGEN_OK)

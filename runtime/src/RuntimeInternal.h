@@ -168,6 +168,9 @@ fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass 
 fagen_status checkBundleLive(const char *function, const fagen_plan &plan);
 fagen_status checkContext(const char *function, const DriverApi &api, const fagen_plan &plan);
 fagen_status checkRunTarget(const char *function, const fagen_plan &plan, const DriverApi *&api);
+/// FAGEN_VALIDATE=1: runs copy their index arrays (cu_seqlens, a paged call's block table and
+/// lengths) to the host and check them before the launch (synchronizing the stream).
+bool validateMode();
 /// A forward run (fagen_run_forward*, fagen_run_forward_paged): `paged` for a paged plan only.
 fagen_status runForward(const char *function, const fagen_plan *plan, const void *q,
                         const void *k, const void *v, void *o, float *lse, void *workspace,

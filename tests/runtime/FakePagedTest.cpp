@@ -260,3 +260,41 @@ TEST_F(FakePagedTest, StatusReadsTheRecordTheKernelLeft) {
   ASSERT_EQ(fagen_plan_forward(bundle, &c.problem, &contiguous), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(fagen_paged_kv_status(&contiguous, workspace, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
 }
+
+TEST_F(FakePagedTest, ValidateModeChecksTheTableOnTheHostFirst) {
+  PagedCall c(3, 1, 100, 8, 40); // 100 keys: 7 pages of 16 a sequence at most
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  // Lengths 100, 17, 0: pages 0..6, 0..1 and none; every other entry is never read.
+  std::memset(table, 0xff, sizeof table);
+  used[0] = 100, used[1] = 17, used[2] = 0;
+  for (int slot = 0; slot < 7; ++slot)
+    table[slot] = 39 - slot;
+  table[8] = 3, table[9] = 4;
+  setenv("FAGEN_VALIDATE", "1", 1);
+  auto run = [&] {
+    return fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
+                                   plan.workspace_bytes, nullptr, nullptr);
+  };
+  const int before = fake().launches.load();
+  EXPECT_EQ(run(), FAGEN_OK) << fagen_last_error();
+  EXPECT_GT(fake().launches.load(), before);
+  table[9] = 40;
+  EXPECT_EQ(run(), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("FAGEN_VALIDATE: block_table[1][1] = 40 is not a page id in [0, 40)"),
+            std::string::npos)
+      << fagen_last_error();
+  table[9] = 4;
+  used[2] = 101;
+  const int launches = fake().launches.load();
+  EXPECT_EQ(run(), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("FAGEN_VALIDATE: seqused_k[2] = 101 is outside [0, seqlen_k = 100]"),
+            std::string::npos)
+      << fagen_last_error();
+  EXPECT_EQ(fake().launches.load(), launches); // refused before any launch
+  unsetenv("FAGEN_VALIDATE");
+  EXPECT_EQ(run(), FAGEN_OK) << fagen_last_error(); // the kernel's own check then
+}

@@ -416,7 +416,8 @@ FAGEN_API fagen_status fagen_run_merge_states(const fagen_plan *plan, const void
  *  page's keys read as zeros, a bad length is clamped), and records the first one it meets in
  *  the workspace, which fagen_paged_kv_status reads back. The cost: one int32 load and compare
  *  per page a thread block walks (a page of 16 keys: 1/16 of a key tile's copies), none on the
- *  host. Entries past a sequence's length are neither read nor checked. */
+ *  host. Entries past a sequence's length are neither read nor checked. FAGEN_VALIDATE=1 also
+ *  checks them on the host before the launch (synchronizing the stream: for debugging). */
 typedef struct fagen_paged_kv {
   uint32_t struct_size;       /* sizeof(fagen_paged_kv): FAGEN_PAGED_KV_INIT sets both */
   uint32_t abi_tag;           /* FAGEN_ABI_TAG */
