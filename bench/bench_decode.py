@@ -23,6 +23,12 @@ shuffled order, every sequence its full context; its output should equal the con
 kernel's bit for bit (the notes say where not; WRONG past the tolerance), and the table adds its TB/s and its ratio to the contiguous kernel
 (the target: within 5 %).
 
+--kernel-times: each timed call also runs 20 times under torch.profiler, and the rows get the
+device time of each kernel it launched (fagen: the split kernel and its combine; SDPA's
+kernels) per call, printed after the table for the cells of batch <= 16, and fagen's time with
+one split (no workspace, no combine): where a small cell's time goes (kernels vs the gaps
+between them, the combine, the split count; issue 34, decode small-batch speed).
+
 Before timing, fagen's output is compared with SDPA flash's (else cuDNN's) on the same inputs
 (max |diff| under 0.05 and finite, else the row is WRONG and the run exits 1). fagen runs each
 plan with its workspace (the split partials; plan.run allocates it once).
@@ -88,6 +94,26 @@ def sdpa_call(backend, q, k, v, tokens):
     return expanded, True
 
 
+def kernel_times(fn, reps=20):
+    """{kernel name: device microseconds per call} of `fn`'s launches (torch.profiler, CUPTI:
+    the runtime's driver-API launches too), memsets and copies included."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    out = {}
+    for e in prof.key_averages():
+        us = getattr(e, "device_time_total", None)
+        if us is None:
+            us = getattr(e, "cuda_time_total", 0)
+        if us > 0:
+            out[e.key] = us / reps
+    return out
+
+
 def paged_inputs(k, v, page_size, gen):
     """K and V [B, S, H, D] as caches [B * S / page_size pages, page_size, H, D] in shuffled
     page order, and the block table int32 [B, S / page_size]."""
@@ -124,7 +150,8 @@ def run_paged(bundle, q, k, v, o_contiguous, page_size, row):
     return not is_wrong(row["paged_max_abs_diff"])
 
 
-def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, page_size=0):
+def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, page_size=0,
+             profile=False):
     """Times fagen and the SDPA backends on one cell; fills `row`. False if fagen is WRONG."""
     q = torch.randn(batch, tokens, heads_q, d, device=dev, dtype=torch.bfloat16)
     k, v = (torch.randn(batch, context, heads_kv, d, device=dev, dtype=torch.bfloat16)
@@ -151,6 +178,8 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, pag
             row["reference"] = name
         row[name + "_expanded"] = expanded
         row[name + "_ms"] = bench_ms(call)
+        if profile:
+            row[name + "_kernel_us"] = kernel_times(call)
         del call
     ok = True
     if reference is not None:
@@ -158,6 +187,10 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, pag
         row["max_abs_diff"] = diff
         ok = not is_wrong(diff)
     row["fagen_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse))
+    if profile:
+        row["fagen_kernel_us"] = kernel_times(lambda: plan.run(q, k, v, o, lse))
+        # The same kernel without splits (no workspace: one launch, no combine).
+        row["fagen_1split_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse, workspace=False))
     if page_size:
         ok = run_paged(bundle, q, k, v, o, page_size, row) and ok
     for name in ("fagen", "paged") + tuple(n for n, _ in BACKENDS):
@@ -168,6 +201,28 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, pag
 
 def cell(x, fmt="%.2f"):
     return fmt % x if x is not None else "-"
+
+
+def print_kernel_times(rows):
+    """Per cell of batch <= 16: each implementation's time per call (do_bench) beside the sum of
+    its kernels' device times (the rest: launch gaps and the host)."""
+    print("\nkernel device time per call, us (--kernel-times; cells of batch <= 16)")
+    for r in rows:
+        if r["batch"] > 16:
+            continue
+        parts = []
+        for name in ("fagen", "flash", "cudnn"):
+            times = r.get(name + "_kernel_us")
+            if not times or name + "_ms" not in r:
+                continue
+            kernels = " + ".join("%.1f %s" % (us, k.split("(")[0][-32:])
+                                 for k, us in sorted(times.items(), key=lambda kv: -kv[1]))
+            parts.append("%s %.1f (kernels %.1f: %s)" % (name, r[name + "_ms"] * 1e3,
+                                                        sum(times.values()), kernels))
+        if "fagen_1split_ms" in r:
+            parts.append("fagen one split %.1f" % (r["fagen_1split_ms"] * 1e3))
+        print("%d/%d b%d s%d: %s" % (r["heads_q"], r["heads_kv"], r["batch"], r["context"],
+                                     "; ".join(parts)))
 
 
 def print_table(rows, copy_tbps, paged=False):
@@ -206,6 +261,8 @@ def main():
     ap.add_argument("--paged", action="store_true",
                     help="time the bundle's paged decode kernel too (--page-size)")
     ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--kernel-times", action="store_true",
+                    help="profile each call's kernels (torch.profiler) and print their times")
     ap.add_argument("--max-kv-gb", type=float, default=16.0,
                     help="skip cells whose K and V take more (default 16)")
     args = ap.parse_args()
@@ -234,7 +291,8 @@ def main():
                 try:
                     row["ok"] = run_cell(bundle, dev, hq, hkv, b, s, args.q_tokens,
                                          args.head_dim, row,
-                                         args.page_size if args.paged else 0)
+                                         args.page_size if args.paged else 0,
+                                         args.kernel_times)
                 except (RuntimeError, fagen_rt.FagenError) as e:
                     row["ok"], row["error"] = False, str(e).splitlines()[0][:300]
                 failed |= not row["ok"]
@@ -244,6 +302,8 @@ def main():
                 if args.out:
                     write_json(args.out, meta)
     print_table(meta["rows"], copy_tbps, args.paged)
+    if args.kernel_times:
+        print_kernel_times(meta["rows"])
     sys.exit(1 if failed else 0)
 
 

@@ -13,7 +13,8 @@
 #      merge (-inf and NaN rows, a permuted layout).
 #   3. compute-sanitizer: memcheck on the quick grid of every kernel, racecheck on two.
 #   4. bench/bench_decode.py: fagen vs SDPA flash and cuDNN, TB/s and % of the copy bandwidth,
-#      and (--paged) the paged kernel beside the contiguous one.
+#      (--paged) the paged kernel beside the contiguous one, and (--kernel-times) each small
+#      cell's kernels' device times and fagen's time with one split.
 # With .carry/paged.fab (tests/gpu/check-paged.yaml, issue 34 part 2): fagen check of the paged
 # decode kernels (uneven cache lengths, shared and shuffled pages, bad entries reported, paged
 # == contiguous bitwise) and memcheck on its quick grid (the bad-entry runs included). About
@@ -60,7 +61,7 @@ if command -v compute-sanitizer >/dev/null; then
   step "memcheck merge_states" "$OUT/sanitizer-merge.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/gpu/merge_check.py $C/decode.fab >$OUT/sanitizer-merge.log 2>&1"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-decode.log" "$OUT/racecheck-decode.log" "$OUT/sanitizer-merge.log"
 fi
-step "bench decode" "$OUT/bench-decode.log" bash -c "python3 bench/bench_decode.py --bundle $C/bench-decode.fab --out $OUT/bench-decode.json ${BENCH_DECODE_ARGS:---paged} >$OUT/bench-decode.log 2>&1"
+step "bench decode" "$OUT/bench-decode.log" bash -c "python3 bench/bench_decode.py --bundle $C/bench-decode.fab --out $OUT/bench-decode.json ${BENCH_DECODE_ARGS:---paged --kernel-times} >$OUT/bench-decode.log 2>&1"
 sed -n '/^copy bandwidth/,$p' "$OUT/bench-decode.log"
 echo
 printf '%s\n' "${summary[@]}"
