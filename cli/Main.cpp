@@ -111,10 +111,28 @@ llvm::Expected<PlanInputs> loadAndPlan(const std::string &specPath,
   return PlanInputs{std::move(*spec), std::move(*plans)};
 }
 
+/// The winners of a tuning database for the planner, checked against this nvcc and fagen as
+/// `fagen build` checks them (so `fagen plan --tuning` prints what `build` would build).
+llvm::Expected<TuningTable> loadTuning(const std::string &path, bool allowMismatch, int &code) {
+  code = kExitToolchain;
+  llvm::Expected<Toolchain> toolchain = findToolchain();
+  if (!toolchain)
+    return toolchain.takeError();
+  code = kExitRejected;
+  return loadTuningTable(path, *toolchain, allowMismatch);
+}
+
 int commandPlan(const std::string &specPath, const std::vector<std::string> &archs, bool emit,
-                bool json) {
+                bool json, const std::string &tuningPath, bool tuningAllowMismatch) {
   int code = kExitRejected;
-  llvm::Expected<PlanInputs> in = loadAndPlan(specPath, archs, code);
+  std::optional<TuningTable> tuning;
+  if (!tuningPath.empty()) {
+    llvm::Expected<TuningTable> table = loadTuning(tuningPath, tuningAllowMismatch, code);
+    if (!table)
+      return reportError(table.takeError(), code);
+    tuning = std::move(*table);
+  }
+  llvm::Expected<PlanInputs> in = loadAndPlan(specPath, archs, code, tuning ? &*tuning : nullptr);
   if (!in)
     return reportError(in.takeError(), code);
   if (json) {
@@ -209,10 +227,10 @@ int commandBuild(const BuildRequest &req, Verbosity verbosity) {
     return reportError(toolchain.takeError(), kExitToolchain);
   std::optional<TuningTable> tuning;
   if (!req.tuningPath.empty()) {
-    llvm::Expected<TuningTable> table =
-        loadTuningTable(req.tuningPath, *toolchain, req.tuningAllowMismatch);
+    int code = kExitRejected;
+    llvm::Expected<TuningTable> table = loadTuning(req.tuningPath, req.tuningAllowMismatch, code);
     if (!table)
-      return reportError(table.takeError(), kExitRejected);
+      return reportError(table.takeError(), code);
     tuning = std::move(*table);
   }
   int code = kExitRejected;
@@ -417,6 +435,13 @@ int main(int argc, char **argv) {
   bool emit = false;
   plan->add_flag("--emit", emit, "print the generated CUDA source of each kernel instead");
   plan->add_flag("--json", json, "print the plans as one JSON object");
+  std::string planTuning;
+  bool planTuningAllowMismatch = false;
+  plan->add_option("--tuning", planTuning,
+                   "plan with the winners of this `fagen tune` database, as build --tuning "
+                   "does (checked against this nvcc and fagen)");
+  plan->add_flag("--tuning-allow-mismatch", planTuningAllowMismatch,
+                 "use tuning records made with another nvcc or fagen version");
   addVerbosity(plan);
   plan->footer(kExitCodesHelp);
 
@@ -487,7 +512,8 @@ int main(int argc, char **argv) {
   TuneOptions tuneOptions;
   std::string shapes;
   CLI::App *tune = app.add_subcommand(
-      "tune", "measure each kernel's candidate configs on this GPU into a tuning database");
+      "tune", "measure each kernel's candidate configs (dense forward and backward kernels) on "
+              "this GPU into a tuning database");
   tune->add_option("spec", tuneOptions.specPath, "the attention spec (YAML)")->required();
   tune->add_option("--arch", tuneOptions.archs, archHelp);
   tune->add_option("--shapes", shapes,
@@ -504,7 +530,8 @@ int main(int argc, char **argv) {
   tune->add_flag("--allow-mismatch", tuneOptions.allowMismatch,
                  "resume from records of this GPU made with another nvcc, driver or fagen");
   tune->add_option("--kernel", tuneOptions.kernelFilter,
-                   "only kernels whose name or workload contains this text");
+                   "only kernels whose name or workload contains this text (e.g. bwd: the "
+                   "backward kernels, timed as a call runs them, gated on dQ, dK and dV)");
   tune->add_option("--cache-dir", tuneOptions.cacheDir, "compile cache folder (as for build)");
   addVerbosity(tune);
   tune->footer(kExitCodesHelp);
@@ -541,7 +568,7 @@ int main(int argc, char **argv) {
     return commandBuild(buildReq, verbosity);
   }
   if (*plan)
-    return commandPlan(specPath, archs, emit, json);
+    return commandPlan(specPath, archs, emit, json, planTuning, planTuningAllowMismatch);
   if (*inspect)
     return commandInspect(bundlePath, json, verbosity);
   if (*check) {

@@ -41,6 +41,20 @@ TuneConfig stageOnePoint(TuneConfig config, const KernelPlan &base, const Search
 
 SearchSpace searchSpaceFor(const KernelPlan &base) {
   SearchSpace space;
+  if (base.pass == Pass::Backward) {
+    // The grid is wider than either template takes: the planner's checks (the templates'
+    // static_asserts and shared memory) prune it, so no fact is restated here.
+    space.blockM = {64, 128};
+    space.blockN = {64, 128};
+    space.warps = {4, 8};
+    space.stages = {1, 2, 3};
+    space.rescaleTau = {0};
+    space.exp2EmuPercent = {0};
+    space.stagedEpilogue = {false};
+    if (base.templ == "sm90ws")
+      space.rotateQueryWalk = {false, true};
+    return space;
+  }
   if (base.templ != "sm90ws")
     return space;
   space.blockM = {128, 192};
@@ -63,14 +77,16 @@ std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace 
   for (int m : space.blockM)
     for (int n : space.blockN)
       for (int w : space.warps)
-        for (int s : space.stages) {
-          TuneConfig c = exact;
-          c.blockM = m;
-          c.blockN = n;
-          c.warps = w;
-          c.stages = s;
-          addCandidate(base, c, "tile", out, refused);
-        }
+        for (int s : space.stages)
+          for (bool rotate : space.rotateQueryWalk) {
+            TuneConfig c = exact;
+            c.blockM = m;
+            c.blockN = n;
+            c.warps = w;
+            c.stages = s;
+            c.rotateQueryWalk = rotate;
+            addCandidate(base, c, "tile", out, refused);
+          }
   if (pruned)
     *pruned = refused;
   return out;
@@ -188,6 +204,11 @@ int groupSizeOf(const KernelPlan &plan, const AttentionSpec &spec) {
 double forwardFlops(const ShapeBucket &b, int headDim, bool causal) {
   double flops = 4.0 * b.batch * b.headsQ * double(b.seqlenQ) * double(b.seqlenK) * headDim;
   return causal ? flops / 2 : flops;
+}
+
+double passFlops(Pass pass, const ShapeBucket &b, int headDim, bool causal) {
+  double flops = forwardFlops(b, headDim, causal);
+  return pass == Pass::Backward ? 2.5 * flops : flops;
 }
 
 } // namespace fagen

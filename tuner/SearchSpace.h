@@ -8,6 +8,8 @@
 //   2. "softmax": on the best `softmaxTiles` tiles of stage 1, per bucket, every
 //      (rescale_tau, exp2_emu_percent, staged epilogue) of the space, plus the planner's
 //      default config itself where stage 1 did not run it (e.g. sm90ws's tau 8).
+// Backward kernels have no softmax parameters: their space has one stage-2 point, so stage 1
+// (tiles, warps, stages) is their whole search.
 // After static pruning, ptxas prunes again (spills > 0), and numerics gate every candidate.
 // Nothing here needs a GPU: this is what the unit tests pin.
 //
@@ -37,15 +39,25 @@ struct SearchSpace {
   std::vector<int> exp2EmuPercent = {0, 10, 25};
   int exp2PolyDegree = 3;
   std::vector<bool> stagedEpilogue = {false}; ///< sm90ws: also {true} (stage 2)
+  std::vector<bool> rotateQueryWalk = {false}; ///< sm90ws backward: also {true} (stage 1)
   unsigned softmaxTiles = 2; ///< stage 2 runs on this many best tiles per bucket
 };
 
-/// The space for the template of `base`. sm90ws: block_m 128/192 (2 or 3 consumer
-/// warpgroups, warps = block_m / 16), block_n 64/80/96/112/128/176 (176: +3-8 % at hd 128 and
-/// seqlen >= 8k, -7 % at 2k; H200, docs/perf/sm90-fwd.md), two stages, rescale threshold
-/// 0 or 8 (stage 2; 8 is the default, +0.6-5.7 % on the H200), emulated exp2 0 or 25 % (it
-/// lost on the H200; another GPU may differ), the staged epilogue or not (stage 2; on the H200
-/// it wins at 2k, loses at 16k causal).
+/// The space for the template and pass of `base`. Forward sm90ws: block_m 128/192 (2 or 3
+/// consumer warpgroups, warps = block_m / 16), block_n 64/80/96/112/128/176 (176: +3-8 % at
+/// hd 128 and seqlen >= 8k, -7 % at 2k; H200, docs/perf/sm90-fwd.md), two stages, rescale
+/// threshold 0 or 8 (stage 2; 8 is the default, +0.6-5.7 % on the H200), emulated exp2 0 or
+/// 25 % (it lost on the H200; another GPU may differ), the staged epilogue or not (stage 2; on
+/// the H200 it wins at 2k, loses at 16k causal).
+/// Backward (no softmax stage): block_m and block_n 64/128, 4 or 8 warps, 1-3 Q/dO stages, of
+/// which the planner's checks leave, for sm80, 1 or 2 stages and the tiles whose warp grids
+/// and shared memory the template takes; for sm90ws, the template's one tile per head dim (hd
+/// 64: 128 x 128, hd 128: 64 x 128, hd 256: 64 x 64; bwd_ws_config.cuh's static_asserts) and
+/// the stages that fit shared memory (hd 64: 1-2, hd 128: 1-3, hd 256: 1), each with the query
+/// walk rotated or not (not in the deterministic mode; measured default: rotated at hd 64 only,
+/// common/ws_bwd_layout.h). The dQ strategy is
+/// not searched: it follows the variant (fp32 atomics, or a deterministic kernel's semaphore
+/// order, which is another workload).
 SearchSpace searchSpaceFor(const KernelPlan &base);
 
 /// A config made into a plan, or why the planner's checks refuse it.
@@ -55,8 +67,8 @@ struct Candidate {
   std::string stage; ///< "tile" or "softmax"
 };
 
-/// Stage 1: the tile grid with the exact softmax; configs the planner's checks refuse are
-/// left out and counted in `pruned`. The base plan's own config is always included (first).
+/// Stage 1: the tile grid (with the sm90ws backward's query walks) with the exact softmax;
+/// configs the planner's checks refuse are left out and counted in `pruned`. The base plan's own config is always included (first).
 std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace &space,
                                       unsigned *pruned = nullptr);
 
@@ -90,6 +102,10 @@ int groupSizeOf(const KernelPlan &plan, const AttentionSpec &spec);
 
 /// Forward FLOPs of a shape: 4 * B * Hq * Sq * Sk * D, halved when causal.
 double forwardFlops(const ShapeBucket &bucket, int headDim, bool causal);
+
+/// FLOPs of a pass over a shape: the forward's, and 2.5x that for the backward (its five
+/// matrix products to the forward's two; FlashAttention's convention, bench/bench_bwd.py).
+double passFlops(Pass pass, const ShapeBucket &bucket, int headDim, bool causal);
 
 } // namespace fagen
 

@@ -62,10 +62,27 @@ std::vector<Job> Tuner::pendingJobs(const std::vector<Workload> &workloads, size
   return jobs;
 }
 
-/// One stage: compile the jobs' candidates, prune by ptxas, gate by numerics, time the rest.
-/// Every outcome is recorded as soon as it is known.
+/// One stage, forward candidates first, then backward ones, each in a bundle of their own: a
+/// backward's numerics check reads O and LSE from a forward kernel of its bundle where one
+/// serves the call, and forward candidates are themselves unchecked; without one it takes the
+/// float64 reference's, as `fagen check` does.
 int Tuner::runStage(const std::string &stage, const std::vector<Workload> &workloads,
                     std::vector<Job> jobs) {
+  for (Pass pass : {Pass::Forward, Pass::Backward}) {
+    std::vector<Job> part;
+    for (Job &job : jobs)
+      if (workloads[job.workload].base.pass == pass)
+        part.push_back(std::move(job));
+    if (int rc = runStageBundle(stage, workloads, std::move(part)))
+      return rc;
+  }
+  return kExitOk;
+}
+
+/// One stage's candidates of one bundle: compile them, prune by ptxas, gate by numerics, time
+/// the rest. Every outcome is recorded as soon as it is known.
+int Tuner::runStageBundle(const std::string &stage, const std::vector<Workload> &workloads,
+                          std::vector<Job> jobs) {
   if (jobs.empty())
     return kExitOk;
   StageRun s(stage, workloads, std::move(jobs));
@@ -190,12 +207,11 @@ int Tuner::finish(const std::vector<Workload> &workloads) {
   return rc;
 }
 
-/// Whether `fagen tune` can time this kernel: a dense forward (the timing launches through
-/// forwardProblem, which knows no variant's run-time arguments), not a decode kernel (whose
-/// calls have few query tokens: not tuned yet).
+/// Whether `fagen tune` can time this kernel: a dense forward or backward (deterministic or
+/// not; the timing launches through forwardProblem, which knows no variant's run-time
+/// arguments), not a decode kernel (whose calls have few query tokens: not tuned yet).
 bool isTunable(const KernelPlan &p) {
-  return p.pass == Pass::Forward && !isDecodePlan(p) &&
-         (p.mask == Mask::None || p.mask == Mask::Causal) &&
+  return !isDecodePlan(p) && (p.mask == Mask::None || p.mask == Mask::Causal) &&
          p.maskAlign == MaskAlign::BottomRight && p.scoreMod == ScoreMod::None && !p.dropout &&
          !p.varlen && p.sparsity == Sparsity::None;
 }
@@ -240,7 +256,9 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
   }
   for (const std::string &key : untuned)
     llvm::errs() << "fagen tune: not tuned (keeps the planner's defaults): " << key
-                 << ": only dense forward kernels (not decode kernels) are tuned so far\n";
+                 << ": only dense forward and backward kernels (no mask or a bottom-right causal "
+                    "one; no score mod, dropout, varlen, block sparsity or decode) are tuned so "
+                    "far\n";
   return out;
 }
 

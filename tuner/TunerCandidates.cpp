@@ -128,42 +128,91 @@ int Tuner::loadCandidates(StageRun &s, const std::vector<size_t> &runnable) {
   return kExitOk;
 }
 
-/// Runs candidate i on the numerics shapes into s.numerics[i], keeping for O and LSE the error
-/// that comes closest to its limit. A plan or run error of the runtime stops it and lands in
-/// `failure`; a CUDA error is returned.
-std::optional<CudaFailure> Tuner::checkNumerics(StageRun &s, size_t i, std::string &failure) {
+/// Keeps in (error, limit) the kernel's error that comes closest to its limit so far.
+void keepWorst(double error, double limit, double &worstRatio, double &keptError,
+               double &keptLimit) {
+  if (error / limit <= worstRatio)
+    return;
+  worstRatio = error / limit;
+  keptError = error;
+  keptLimit = limit;
+}
+
+/// Runs candidate i on the numerics shapes into s.numerics[i], keeping for each output (O and
+/// LSE; dQ, dK and dV) the error that comes closest to its limit. A plan or run error of the
+/// runtime stops it and lands in `failure`; a deterministic backward that did not repeat
+/// bitwise is named in `note`; a CUDA error is returned.
+std::optional<CudaFailure> Tuner::checkNumerics(StageRun &s, size_t i, std::string &failure,
+                                                std::string &note) {
   const Job &job = s.jobs[i];
   int index = s.indexOf(job.candidate.plan.name);
   NumericsResult &n = s.numerics[i];
   n.passed = true;
-  double worstO = -1, worstLse = -1;
+  n.backward = job.candidate.plan.pass == Pass::Backward;
+  double worst[3] = {-1, -1, -1};
   std::vector<CheckShape> shapes = numericsShapes(s.workloads[job.workload].groupSize);
   for (size_t si = 0; si < shapes.size(); ++si) {
-    CaseOutcome outcome = checkKernelCase(Api, s.loaded, index, s.bundle.kernels[index],
-                                          shapes[si], 4321u + unsigned(si));
-    if (auto *cuda = std::get_if<CudaFailure>(&outcome))
-      return *cuda;
-    const CaseResult &c = std::get<CaseResult>(outcome);
-    if (!c.failure.empty()) {
-      failure = c.failure;
+    const unsigned seed = 4321u + unsigned(si);
+    bool passed = false;
+    std::string caseFailure;
+    if (n.backward) {
+      // The bundle holds no forward kernel (runStage), so O and LSE are the float64
+      // reference's, rounded to the dtype, as `fagen check` takes them without one.
+      BwdCaseOutcome outcome =
+          checkBackwardCase(Api, s.loaded, s.bundle, index, shapes[si], seed);
+      if (auto *cuda = std::get_if<CudaFailure>(&outcome))
+        return *cuda;
+      const BwdCaseResult &c = std::get<BwdCaseResult>(outcome);
+      caseFailure = c.failure;
+      passed = c.passed;
+      if (c.repeatDiffer > 0)
+        note = llvm::formatv("; not bitwise repeatable: {0} elements of dQ, dK, dV differed "
+                             "between two runs on {1}",
+                             c.repeatDiffer, checkShapeText(shapes[si]))
+                   .str();
+      using reference::toleranceBound, reference::kEpsGrad;
+      keepWorst(c.kernel.MaxDQ, toleranceBound(c.samePrecision.MaxDQ, kEpsGrad), worst[0],
+                n.maxErrorDq, n.limitDq);
+      keepWorst(c.kernel.MaxDK, toleranceBound(c.samePrecision.MaxDK, kEpsGrad), worst[1],
+                n.maxErrorDk, n.limitDk);
+      keepWorst(c.kernel.MaxDV, toleranceBound(c.samePrecision.MaxDV, kEpsGrad), worst[2],
+                n.maxErrorDv, n.limitDv);
+    } else {
+      CaseOutcome outcome =
+          checkKernelCase(Api, s.loaded, index, s.bundle.kernels[index], shapes[si], seed);
+      if (auto *cuda = std::get_if<CudaFailure>(&outcome))
+        return *cuda;
+      const CaseResult &c = std::get<CaseResult>(outcome);
+      caseFailure = c.failure;
+      passed = c.passed;
+      using reference::toleranceBound, reference::kEpsO, reference::kEpsLse;
+      keepWorst(c.kernel.MaxO, toleranceBound(c.samePrecision.MaxO, kEpsO), worst[0],
+                n.maxErrorO, n.limitO);
+      keepWorst(c.kernel.MaxLse, toleranceBound(c.samePrecision.MaxLse, kEpsLse), worst[1],
+                n.maxErrorLse, n.limitLse);
+    }
+    if (!caseFailure.empty()) {
+      failure = caseFailure;
       return std::nullopt;
     }
-    double limitO = 2 * c.samePrecision.MaxO + reference::kEpsO;
-    double limitLse = 2 * c.samePrecision.MaxLse + reference::kEpsLse;
-    if (c.kernel.MaxO / limitO > worstO) {
-      worstO = c.kernel.MaxO / limitO;
-      n.maxErrorO = c.kernel.MaxO;
-      n.limitO = limitO;
-    }
-    if (c.kernel.MaxLse / limitLse > worstLse) {
-      worstLse = c.kernel.MaxLse / limitLse;
-      n.maxErrorLse = c.kernel.MaxLse;
-      n.limitLse = limitLse;
-    }
-    n.passed = n.passed && c.passed;
+    n.passed = n.passed && passed;
     ++n.shapes;
   }
   return std::nullopt;
+}
+
+/// The numerics line of a candidate: its largest error against the limit, per output.
+std::string numericsText(const NumericsResult &n) {
+  if (n.backward)
+    return llvm::formatv("max |dQ error| {0:e2} (limit {1:e2}), max |dK error| {2:e2} (limit "
+                         "{3:e2}), max |dV error| {4:e2} (limit {5:e2})",
+                         n.maxErrorDq, n.limitDq, n.maxErrorDk, n.limitDk, n.maxErrorDv,
+                         n.limitDv)
+        .str();
+  return llvm::formatv("max |O error| {0:e2} (limit {1:e2}), max |LSE error| {2:e2} (limit "
+                       "{3:e2})",
+                       n.maxErrorO, n.limitO, n.maxErrorLse, n.limitLse)
+      .str();
 }
 
 /// The numerics gate: a candidate may only be timed (and win) if it passes; the others are
@@ -174,8 +223,8 @@ int Tuner::gateNumerics(StageRun &s, const std::vector<size_t> &runnable,
   for (size_t i : runnable) {
     const std::string &kernel = s.jobs[i].candidate.plan.name;
     const NumericsResult &n = s.numerics[i];
-    std::string failure;
-    if (std::optional<CudaFailure> cuda = checkNumerics(s, i, failure)) {
+    std::string failure, note;
+    if (std::optional<CudaFailure> cuda = checkNumerics(s, i, failure, note)) {
       record(jobRecords(s, i, RecordStatus::CudaError, "numerics check: " + cuda->message,
                         nullptr));
       Log.note(cudaErrorNote("checking", kernel, cuda->message, Db.path()));
@@ -183,17 +232,16 @@ int Tuner::gateNumerics(StageRun &s, const std::vector<size_t> &runnable,
     }
     if (failure.empty() && n.passed) {
       passing.push_back(i);
-      Log.step(llvm::formatv("{0}: ok (O error {1:e2} <= {2:e2})", kernel, n.maxErrorO, n.limitO)
-                   .str());
+      Log.step(n.backward ? llvm::formatv("{0}: ok (dQ error {1:e2} <= {2:e2})", kernel,
+                                          n.maxErrorDq, n.limitDq)
+                                .str()
+                          : llvm::formatv("{0}: ok (O error {1:e2} <= {2:e2})", kernel,
+                                          n.maxErrorO, n.limitO)
+                                .str());
       continue;
     }
     RecordStatus st = failure.empty() ? RecordStatus::NumericsFailed : RecordStatus::LaunchFailed;
-    std::string detail =
-        failure.empty() ? llvm::formatv("max |O error| {0:e2} (limit {1:e2}), max |LSE error| "
-                                        "{2:e2} (limit {3:e2})",
-                                        n.maxErrorO, n.limitO, n.maxErrorLse, n.limitLse)
-                              .str()
-                        : failure;
+    std::string detail = failure.empty() ? numericsText(n) + note : failure;
     std::vector<TuningRecord> out = jobRecords(s, i, st, detail, &*s.compiled[i]);
     if (failure.empty())
       for (TuningRecord &r : out)

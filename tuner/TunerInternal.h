@@ -120,9 +120,10 @@ struct Job {
 
 using device::DeviceMemory;
 
-/// Q, K, V, O and LSE of one problem.
+/// Q, K, V, O and LSE of one problem; a backward's dO (read) and dQ, dK, dV (written) too.
 struct InputSet {
   CUdeviceptr q = 0, k = 0, v = 0, o = 0, lse = 0;
+  CUdeviceptr dout = 0, dq = 0, dk = 0, dv = 0;
 };
 
 /// How one candidate's timing ended.
@@ -178,10 +179,13 @@ public:
 private:
   int runStage(const std::string &stage, const std::vector<Workload> &workloads,
                std::vector<Job> jobs);
+  int runStageBundle(const std::string &stage, const std::vector<Workload> &workloads,
+                     std::vector<Job> jobs);
   void compileCandidates(StageRun &s);
   int recordUnrunnable(StageRun &s, std::vector<size_t> &runnable);
   int loadCandidates(StageRun &s, const std::vector<size_t> &runnable);
-  std::optional<CudaFailure> checkNumerics(StageRun &s, size_t i, std::string &failure);
+  std::optional<CudaFailure> checkNumerics(StageRun &s, size_t i, std::string &failure,
+                                           std::string &note);
   int gateNumerics(StageRun &s, const std::vector<size_t> &runnable,
                    std::vector<size_t> &passing);
   int timeCandidates(const StageRun &s, const std::vector<size_t> &passing);
@@ -205,7 +209,7 @@ private:
   /// Appends to the database; false (after printing why) when it cannot be written.
   bool record(std::vector<TuningRecord> records);
   int setUpTiming();
-  TimingOutcome timeCandidate(const fagen_bundle *bundle, int index,
+  TimingOutcome timeCandidate(const fagen_bundle *bundle, int index, const KernelPlan &candidate,
                               const fagen_fwd_problem &problem,
                               const std::vector<InputSet> &sets);
   int finish(const std::vector<Workload> &workloads);

@@ -68,22 +68,38 @@ int Tuner::setUpTiming() {
   } while (0)
 
 TimingOutcome Tuner::timeCandidate(const fagen_bundle *bundle, int index,
-                                   const fagen_fwd_problem &problem,
+                                   const KernelPlan &candidate, const fagen_fwd_problem &problem,
                                    const std::vector<InputSet> &sets) {
   TimingOutcome out;
   fagen_plan plan;
-  if (fagen_status st = fagen_plan_forward_kernel(bundle, &problem, index, &plan);
+  const bool backward = candidate.pass == Pass::Backward;
+  if (fagen_status st = backward ? fagen_plan_backward_kernel(bundle, &problem,
+                                                              candidate.deterministic ? 1 : 0,
+                                                              index, &plan)
+                                 : fagen_plan_forward_kernel(bundle, &problem, index, &plan);
       st != FAGEN_OK) {
     out.kind = TimingOutcome::LaunchFailed;
     out.message = std::string("plan: ") + fagen_status_name(st) + ": " + fagen_last_error();
     return out;
   }
+  // The backward's workspace (dq_accum, D, the dQ semaphores): its size is the candidate's
+  // (dq_accum rows are whole query tiles), so each candidate gets its own.
+  DeviceMemory scratch(Api);
+  CUdeviceptr bwdWorkspace = 0;
+  if (backward && plan.workspace_bytes > 0)
+    FAGEN_TUNE_CU(scratch.alloc(bwdWorkspace, plan.workspace_bytes));
   // Everything goes to the legacy default stream (null): the flush, the events and the
   // launches are ordered, and the host never waits inside the loop, so the GPU always has the
   // next launch queued when an event fires. The flush lies outside each start/stop pair.
   CUstream stream = nullptr;
   auto launch = [&](unsigned i) {
     const InputSet &s = sets[i % sets.size()];
+    auto ptr = [](CUdeviceptr p) { return reinterpret_cast<void *>(p); };
+    if (backward) // _pre, the main kernel and _post, as a caller's call runs them
+      return fagen_run_backward(&plan, ptr(s.q), ptr(s.k), ptr(s.v), ptr(s.o),
+                                reinterpret_cast<const float *>(s.lse), ptr(s.dout), ptr(s.dq),
+                                ptr(s.dk), ptr(s.dv), ptr(bwdWorkspace), plan.workspace_bytes,
+                                nullptr, stream);
     return fagen_run_forward_with_workspace(
         &plan, reinterpret_cast<const void *>(s.q), reinterpret_cast<const void *>(s.k),
         reinterpret_cast<const void *>(s.v), reinterpret_cast<void *>(s.o),
@@ -141,12 +157,29 @@ TimingOutcome Tuner::timeCandidate(const fagen_bundle *bundle, int index,
 }
 
 
+/// The LSE rows a backward reads, as a forward would have written them for inputs of unit
+/// variance: log of the keys a row sees (causal: bottom-right aligned) plus 1/2, so that P =
+/// exp(S - LSE) stays finite and near its real range.
+std::vector<float> plausibleLse(const ShapeBucket &bucket, bool causal) {
+  std::vector<float> lse(size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ);
+  for (size_t row = 0; row < lse.size(); ++row) {
+    int64_t i = int64_t(row % size_t(bucket.seqlenQ));
+    int64_t keys = causal ? std::clamp<int64_t>(i + 1 + bucket.seqlenK - bucket.seqlenQ, 1,
+                                                bucket.seqlenK)
+                          : bucket.seqlenK;
+    lse[row] = float(std::log(double(keys)) + 0.5);
+  }
+  return lse;
+}
+
 /// Allocates and fills the rotating input sets of bucket b of `w`: at least kMinInputSets, and
-/// together at least 4x the L2, so that a launch does not find its inputs in the L2. Returns
-/// the failed CUDA call's text, or "".
+/// together at least 4x the L2, so that a launch does not find its inputs in the L2. A forward
+/// reads Q, K, V and writes O and LSE; a backward also reads O, LSE and dO and writes dQ, dK,
+/// dV. Returns the failed CUDA call's text, or "".
 std::string Tuner::makeInputSets(const Workload &w, size_t b, DeviceMemory &memory,
                                  std::vector<InputSet> &sets) {
   const ShapeBucket &bucket = w.buckets[b];
+  const bool backward = w.base.pass == Pass::Backward;
   const auto type =
       w.base.dtype == DType::BF16 ? reference::ElementType::BF16 : reference::ElementType::F16;
   const size_t nQ = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimQK;
@@ -154,31 +187,44 @@ std::string Tuner::makeInputSets(const Workload &w, size_t b, DeviceMemory &memo
   const size_t nV = size_t(bucket.batch) * bucket.headsKV * bucket.seqlenK * w.base.headDimV;
   const size_t nO = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ * w.base.headDimV;
   const size_t nL = size_t(bucket.batch) * bucket.headsQ * bucket.seqlenQ;
-  const size_t setBytes = 2 * (nQ + nK + nV + nO) + 4 * nL;
+  const size_t gradientBytes = backward ? 2 * (nO + nQ + nK + nV) : 0; // dO, dQ, dK, dV
+  const size_t setBytes = 2 * (nQ + nK + nV + nO) + 4 * nL + gradientBytes;
   unsigned setCount = unsigned(std::min<size_t>(
       kMaxInputSets,
       std::max<size_t>(kMinInputSets, (size_t(Device.l2Bytes) * 4 + setBytes - 1) / setBytes)));
 
   sets.resize(setCount);
-  std::vector<uint16_t> host = randomValues(std::max({nQ, nK, nV}), type, b + 1);
+  std::vector<uint16_t> host = randomValues(std::max({nQ, nK, nV, nO}), type, b + 1);
+  std::vector<float> lse = backward ? plausibleLse(bucket, w.base.mask == Mask::Causal)
+                                    : std::vector<float>();
   std::string cudaError;
+  auto upload = [&](CUdeviceptr ptr, const void *data, size_t bytes) {
+    if (!cudaError.empty() || !ptr)
+      return;
+    if (CUresult r = Api.cuMemcpyHtoD(ptr, data, bytes); r != CUDA_SUCCESS)
+      cudaError = cudaErrorText(Api, r, "cuMemcpyHtoD");
+  };
   for (InputSet &s : sets) {
-    for (auto [ptr, bytes] : {std::pair<CUdeviceptr *, size_t>{&s.q, nQ * 2},
-                              {&s.k, nK * 2},
-                              {&s.v, nV * 2},
-                              {&s.o, nO * 2},
-                              {&s.lse, nL * 4}})
+    std::vector<std::pair<CUdeviceptr *, size_t>> buffers = {
+        {&s.q, nQ * 2}, {&s.k, nK * 2}, {&s.v, nV * 2}, {&s.o, nO * 2}, {&s.lse, nL * 4}};
+    if (backward)
+      buffers.insert(buffers.end(),
+                     {{&s.dout, nO * 2}, {&s.dq, nQ * 2}, {&s.dk, nK * 2}, {&s.dv, nV * 2}});
+    for (auto [ptr, bytes] : buffers)
       if (cudaError.empty())
         if (CUresult r = memory.alloc(*ptr, bytes); r != CUDA_SUCCESS)
           cudaError = cudaErrorText(Api, r, "cuMemAlloc") +
                       llvm::formatv(" ({0} MB of inputs for bucket {1})",
                                     (setBytes * setCount) >> 20, bucket.name)
                           .str();
-    if (cudaError.empty())
-      for (auto [ptr, n] : {std::pair<CUdeviceptr, size_t>{s.q, nQ}, {s.k, nK}, {s.v, nV}})
-        if (CUresult r = Api.cuMemcpyHtoD(ptr, host.data(), n * 2);
-            r != CUDA_SUCCESS && cudaError.empty())
-          cudaError = cudaErrorText(Api, r, "cuMemcpyHtoD");
+    upload(s.q, host.data(), nQ * 2);
+    upload(s.k, host.data(), nK * 2);
+    upload(s.v, host.data(), nV * 2);
+    if (backward) {
+      upload(s.o, host.data(), nO * 2);
+      upload(s.dout, host.data(), nO * 2);
+      upload(s.lse, lse.data(), nL * 4);
+    }
   }
   if (cudaError.empty())
     if (CUresult r = Api.cuCtxSynchronize(); r != CUDA_SUCCESS)
@@ -242,10 +288,10 @@ int Tuner::timeBucket(const StageRun &s, size_t wi, size_t b, const std::vector<
     Log.note("fagen tune: " + cudaError);
     return kExitRejected;
   }
-  const double flops = forwardFlops(bucket, w.base.headDimQK, causal);
+  const double flops = passFlops(w.base.pass, bucket, w.base.headDimQK, causal);
   for (size_t i : here) {
-    TimingOutcome t =
-        timeCandidate(s.loaded, s.indexOf(s.jobs[i].candidate.plan.name), problem, sets);
+    const KernelPlan &candidate = s.jobs[i].candidate.plan;
+    TimingOutcome t = timeCandidate(s.loaded, s.indexOf(candidate.name), candidate, problem, sets);
     if (int rc = recordTiming(s, i, b, std::move(t), flops))
       return rc;
   }

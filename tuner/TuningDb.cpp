@@ -60,6 +60,8 @@ const char *statusName(RecordStatus status) {
 // JSON
 //===----------------------------------------------------------------------===//
 
+int recordFormat(const TuningRecord &r) { return r.numerics && r.numerics->backward ? 2 : 1; }
+
 llvm::json::Value toJson(const TuningRecord &r) {
   using llvm::json::Object;
   Object bucket{{"name", r.bucket.name},
@@ -81,12 +83,13 @@ llvm::json::Value toJson(const TuningRecord &r) {
                 {"exp2_emu_percent", c.exp2EmuPercent},
                 {"exp2_poly_degree", c.exp2PolyDegree},
                 {"staged_epilogue", c.stagedEpilogue},
+                {"rotate_query_walk", c.rotateQueryWalk},
                 {"kernel", r.kernel}};
   const Validators &v = r.validators;
   Object validators{{"gpu", v.gpu},       {"sms", v.sms},
                     {"cc", v.cc},         {"driver", v.driver},
                     {"toolchain", v.toolchain}, {"fagen", v.fagen}};
-  Object out{{"format", kTuningDbFormat},
+  Object out{{"format", recordFormat(r)},
              {"workload", r.workload},
              {"bucket", std::move(bucket)},
              {"config", std::move(config)},
@@ -101,7 +104,16 @@ llvm::json::Value toJson(const TuningRecord &r) {
                             {"p90_ms", r.timings->p90Ms},
                             {"runs", r.timings->runs},
                             {"tflops", r.timings->tflops}};
-  if (r.numerics)
+  if (r.numerics && r.numerics->backward)
+    out["numerics"] = Object{{"max_error_dq", r.numerics->maxErrorDq},
+                             {"limit_dq", r.numerics->limitDq},
+                             {"max_error_dk", r.numerics->maxErrorDk},
+                             {"limit_dk", r.numerics->limitDk},
+                             {"max_error_dv", r.numerics->maxErrorDv},
+                             {"limit_dv", r.numerics->limitDv},
+                             {"shapes", r.numerics->shapes},
+                             {"passed", r.numerics->passed}};
+  else if (r.numerics)
     out["numerics"] = Object{{"max_error_o", r.numerics->maxErrorO},
                              {"limit_o", r.numerics->limitO},
                              {"max_error_lse", r.numerics->maxErrorLse},
@@ -186,10 +198,10 @@ llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
   std::string error;
   FieldReader top(*obj, "", error);
   int64_t format = top.integer("format");
-  if (error.empty() && format != kTuningDbFormat)
+  if (error.empty() && (format < 1 || format > kTuningDbFormat))
     return llvm::createStringError(std::errc::invalid_argument,
-                                   "record format %lld, this fagen reads format %d: re-tune with "
-                                   "this fagen into a new database",
+                                   "record format %lld, this fagen reads formats 1 to %d: re-tune "
+                                   "with this fagen into a new database",
                                    (long long)format, kTuningDbFormat);
   TuningRecord r;
   r.workload = top.string("workload");
@@ -224,6 +236,9 @@ llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
     r.config.exp2PolyDegree = int(f.integer("exp2_poly_degree"));
     // Absent in records made before the field existed: those kernels had no staged epilogue.
     r.config.stagedEpilogue = c->get("staged_epilogue") ? f.boolean("staged_epilogue") : false;
+    // Absent in records made before the field existed: forward kernels, which never rotate.
+    r.config.rotateQueryWalk =
+        c->get("rotate_query_walk") ? f.boolean("rotate_query_walk") : false;
     r.kernel = f.string("kernel");
   }
   if (const llvm::json::Object *v = top.object("validators")) {
@@ -248,10 +263,21 @@ llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
   if (const llvm::json::Object *n = obj->getObject("numerics")) {
     FieldReader f(*n, "numerics.", error);
     NumericsResult nr;
-    nr.maxErrorO = f.number("max_error_o");
-    nr.limitO = f.number("limit_o");
-    nr.maxErrorLse = f.number("max_error_lse");
-    nr.limitLse = f.number("limit_lse");
+    // A backward's record (format 2) has the gradients' errors instead of O's and LSE's.
+    nr.backward = n->get("max_error_dq") != nullptr;
+    if (nr.backward) {
+      nr.maxErrorDq = f.number("max_error_dq");
+      nr.limitDq = f.number("limit_dq");
+      nr.maxErrorDk = f.number("max_error_dk");
+      nr.limitDk = f.number("limit_dk");
+      nr.maxErrorDv = f.number("max_error_dv");
+      nr.limitDv = f.number("limit_dv");
+    } else {
+      nr.maxErrorO = f.number("max_error_o");
+      nr.limitO = f.number("limit_o");
+      nr.maxErrorLse = f.number("max_error_lse");
+      nr.limitLse = f.number("limit_lse");
+    }
     nr.shapes = int(f.integer("shapes"));
     nr.passed = f.boolean("passed");
     r.numerics = nr;

@@ -32,8 +32,11 @@
 
 namespace fagen {
 
-/// Version of the record layout; a record with another version is refused on load.
-constexpr int kTuningDbFormat = 1;
+/// The newest record layout this fagen reads and writes; a record of a newer one is refused on
+/// load. 1: forward numerics (O, LSE); 2: also the backward's (dQ, dK, dV). A record is
+/// written in the oldest layout that holds it (recordFormat), so a database of forward records
+/// stays readable by a fagen that knows only layout 1.
+constexpr int kTuningDbFormat = 2;
 
 /// One point of a template's parameter space: the planner's KernelConfig.
 using TuneConfig = KernelConfig;
@@ -71,12 +74,17 @@ struct Timings {
   double tflops = 0; ///< 4*B*Hq*Sq*Sk*D / median (halved when causal)
 };
 
-/// The candidate's numerics check (max over the checked shapes) against the float64 reference.
+/// The candidate's numerics check (max over the checked shapes) against the float64 reference:
+/// O and LSE of a forward kernel, dQ, dK and dV of a backward one (`backward`).
 struct NumericsResult {
   double maxErrorO = 0, limitO = 0;     ///< limit: 2x the same-precision reference + eps
   double maxErrorLse = 0, limitLse = 0;
   int shapes = 0;                       ///< how many shapes were checked
   bool passed = false;
+  bool backward = false;                ///< the gradients below, not O and LSE, were checked
+  double maxErrorDq = 0, limitDq = 0;
+  double maxErrorDk = 0, limitDk = 0;
+  double maxErrorDv = 0, limitDv = 0;
 };
 
 /// What happened to a candidate. Only Ok records have timings and can win.
@@ -107,6 +115,8 @@ struct TuningRecord {
   std::string date;      ///< UTC, ISO 8601, when it was measured
 };
 
+/// The layout version a record is written in: 2 with a backward's numerics, else 1.
+int recordFormat(const TuningRecord &record);
 /// The record as a JSON object (keys are printed sorted).
 llvm::json::Value toJson(const TuningRecord &record);
 /// One line of the database, without the newline.

@@ -92,9 +92,6 @@ std::string verifiedOn(const std::string &templ, Pass pass, const std::string &a
 }
 
 std::string verifiedOn(const KernelRecord &k) {
-  // The sm90ws backward's deterministic kernels (docs/perf/sm90-bwd.md) have not run on a GPU.
-  if (k.templ == "sm90ws" && k.pass == Pass::Backward && k.deterministic)
-    return "";
   // Paged decode kernels (docs/perf/sm80-decode.md) have not run on a GPU.
   if (k.isPaged())
     return "";

@@ -25,7 +25,7 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
 std::string verifiedOn(const std::string &templ, Pass pass, const std::string &arch);
 
 /// verifiedOn for one kernel: "" also where its template's record does not cover its variant
-/// (the sm90ws backward's varlen, dropout and deterministic kernels: compiled, not run).
+/// (none today: every variant of a verified template has run).
 std::string verifiedOn(const KernelRecord &k);
 
 } // namespace fagen

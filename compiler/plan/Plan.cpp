@@ -2,6 +2,7 @@
 
 #include "compiler/plan/PlanRules.h"
 #include "templates/abi/decode_params.h"
+#include "templates/common/ws_bwd_layout.h"
 #include "templates/common/ws_registers.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -252,6 +253,11 @@ std::string kernelName(const KernelPlan &p) {
     name += llvm::formatv("_e{0}d{1}", p.exp2EmuPercent, p.exp2PolyDegree).str();
   if (p.stagedEpilogue)
     name += "_so";
+  // The sm90ws backward's query walk where it is not the head dim's default: rotated (_qr) or
+  // from the first tile (_qf); the defaults keep their names.
+  if (p.pass == Pass::Backward && p.templ == "sm90ws" &&
+      p.rotateQueryWalk != ws_bwd_rotates_query_walk(p.headDimQK, p.deterministic))
+    name += p.rotateQueryWalk ? "_qr" : "_qf";
   return name;
 }
 
@@ -275,6 +281,8 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
     problem = fa4ParamsProblem(p.rescaleTau, p.exp2EmuPercent, p.exp2PolyDegree);
   if (problem.empty() && p.stagedEpilogue && p.templ != "sm90ws")
     problem = "staged_epilogue is an option of the sm90ws template: use template: sm90ws";
+  if (problem.empty() && p.rotateQueryWalk && !(p.templ == "sm90ws" && p.pass == Pass::Backward))
+    problem = "the rotated query walk is an option of the sm90ws backward template";
   if (problem.empty())
     problem = sparseBlockProblem(p);
   if (problem.empty())
@@ -291,12 +299,14 @@ std::string KernelConfig::text() const {
     s += llvm::formatv(" emu{0}d{1}", exp2EmuPercent, exp2PolyDegree).str();
   if (stagedEpilogue)
     s += " staged";
+  if (rotateQueryWalk)
+    s += " rotq";
   return s;
 }
 
 static auto configTie(const KernelConfig &c) {
   return std::tie(c.blockM, c.blockN, c.warps, c.stages, c.rescaleTau, c.exp2EmuPercent,
-                  c.exp2PolyDegree, c.stagedEpilogue);
+                  c.exp2PolyDegree, c.stagedEpilogue, c.rotateQueryWalk);
 }
 
 bool KernelConfig::operator==(const KernelConfig &o) const {
@@ -314,6 +324,7 @@ KernelConfig configOf(const KernelPlan &p) {
   c.exp2EmuPercent = p.exp2EmuPercent;
   c.exp2PolyDegree = p.exp2PolyDegree;
   c.stagedEpilogue = p.stagedEpilogue;
+  c.rotateQueryWalk = p.rotateQueryWalk;
   return c;
 }
 
@@ -328,6 +339,7 @@ llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const KernelConfi
   p.exp2EmuPercent = c.exp2EmuPercent;
   p.exp2PolyDegree = c.exp2PolyDegree;
   p.stagedEpilogue = c.stagedEpilogue;
+  p.rotateQueryWalk = c.rotateQueryWalk;
   finalizePlan(p);
   if (llvm::Error err = checkKernelPlan(p))
     return err;
@@ -669,8 +681,9 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                  .str();
     out += "\n";
     if (p.pass == Pass::Backward)
-      out += llvm::formatv("  deterministic={0} pre_post_threads={1}\n",
-                           p.deterministic ? "true" : "false", p.prePostThreads)
+      out += llvm::formatv("  deterministic={0} pre_post_threads={1}{2}\n",
+                           p.deterministic ? "true" : "false", p.prePostThreads,
+                           p.rotateQueryWalk ? " rotate_query_walk=true" : "")
                  .str();
     out += llvm::formatv("  block_m={0} block_n={1} warps={2} stages={3} threads={4} smem={5} "
                          "tuning={6}{7}{8}{9}\n",

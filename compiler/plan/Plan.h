@@ -27,8 +27,9 @@ struct KernelConfig {
   int exp2EmuPercent = 0; ///< percent of exp2 on the FMA units
   int exp2PolyDegree = 3;
   bool stagedEpilogue = false; ///< sm90ws: O out through shared memory (KernelPlan)
+  bool rotateQueryWalk = false; ///< sm90ws backward: rotated query walks (KernelPlan)
 
-  /// "m128n64w4s2" plus " tau8" / " emu25d3" / " staged" where not the default.
+  /// "m128n64w4s2" plus " tau8" / " emu25d3" / " staged" / " rotq" where not the default.
   std::string text() const;
   bool operator==(const KernelConfig &o) const;
   bool operator!=(const KernelConfig &o) const { return !(*this == o); }
@@ -76,6 +77,10 @@ struct KernelPlan : Variant {
   /// template's kStagedEpilogue); a tuning choice (H200: +2-9 % at seqlen 2k for hd 128 causal
   /// and hd 256, -2..-6 % at 16k causal; docs/perf/sm90-fwd.md).
   bool stagedEpilogue = false;
+  /// sm90ws backward: each key tile walks its query tiles from a different one (the template's
+  /// kRotateQueryWalk); default ws_bwd_rotates_query_walk (common/ws_bwd_layout.h: head dim 64,
+  /// not deterministic), a tuning choice. Kernel names spell it where it is not the default.
+  bool rotateQueryWalk = false;
   /// sm90ws launch: one CTA per SM, each walking its share of the work tiles (else one CTA per
   /// work tile); derived by finalizePlan.
   bool persistent = false;

@@ -182,10 +182,6 @@ std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
       (p.headDimQK != 64 && p.headDimQK != 128 && p.headDimQK != 256))
     return llvm::formatv("head dims {0}/{1} (it serves 64/64, 128/128 and 256/256)", p.headDimQK,
                          p.headDimV);
-  // Head dim 256 splits S^T between the warpgroups (ws_bwd_split_s): not built for these yet.
-  if (ws_bwd_split_s(p.headDimQK) && (p.dropout || p.varlen || p.deterministic))
-    return p.dropout ? "dropout at head dim 256"
-                     : p.varlen ? "varlen at head dim 256" : "the deterministic mode at head dim 256";
   // Its 128-row query tiles at hd 64 spilled 68-1616 bytes with ALiBi (softcap none; nvcc 13.0).
   if (p.scoreMod == ScoreMod::Alibi && p.headDimQK == 64)
     return "ALiBi at head dim 64";
@@ -236,6 +232,9 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
     return llvm::formatv("backward stages must be in 1..3, got {0}", p.stages);
   if (p.rescaleTau != 0 || p.exp2EmuPercent != 0 || p.stagedEpilogue)
     return "the backward template has no rescale_tau, exp2 emulation or staged epilogue";
+  if (p.rotateQueryWalk && p.deterministic)
+    return "the rotated query walk does not serve the deterministic mode (its dQ order needs "
+           "every key tile to walk its query tiles from the first)";
   int smem = sm90WsBwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   if (smem > archSmemLimit(p.arch))
     return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
@@ -255,6 +254,7 @@ KernelPlan sm90WsBwdPlan(KernelPlan p) {
   p.warps = 4 * ws_bwd_consumers(p.headDimQK, p.blockN);
   p.stages = split ? 1 : 2;
   p.rescaleTau = 0;
+  p.rotateQueryWalk = ws_bwd_rotates_query_walk(p.headDimQK, p.deterministic);
   finalizePlan(p);
   return p;
 }

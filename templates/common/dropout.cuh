@@ -91,13 +91,13 @@ __device__ __forceinline__ u32 dropout_keep_byte_transposed(const Dropout &dropo
 /// dropout_keep_byte_transposed of a whole tile of kColTiles 8-column tiles: element (j, e) at
 /// bit 4 (j % 8) + e of bits[j / 8].
 template <int kColTiles, class Dropout>
-__device__ __forceinline__ void dropout_keep_bits_transposed(u32 (&bits)[kColTiles / 8],
+__device__ __forceinline__ void dropout_keep_bits_transposed(u32 (&bits)[ceil_div(kColTiles, 8)],
                                                              const Dropout &dropout, int key16,
                                                              int q0) {
-  static_assert(kColTiles % 8 == 0, "whole groups of 8 column tiles (64 query rows)");
+  static_assert(kColTiles % 2 == 0, "whole pairs of 8-column tiles (16 query rows)");
   const ByteThreshold t(dropout.threshold);
 #pragma unroll
-  for (int w = 0; w < kColTiles / 8; ++w)
+  for (int w = 0; w < ceil_div(kColTiles, 8); ++w)
     bits[w] = 0;
 #pragma unroll
   for (int g = 0; g < kColTiles / 2; ++g)

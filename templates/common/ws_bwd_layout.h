@@ -1,6 +1,6 @@
 // fagen: the shared-memory layout of the sm90 warp-specialized backward (sm90/bwd_ws_config.cuh),
-// in one place for the template and the planner's budget (compiler/plan/PlanSm90.cpp). Plain
-// C++, host and device.
+// in one place for the template and the planner's budget (compiler/plan/PlanSm90.cpp), with the
+// other facts both read (its warpgroups, its default query walk). Plain C++, host and device.
 #ifndef FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H
 #define FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H
 
@@ -20,6 +20,16 @@ FAGEN_WS_BWD_LAYOUT_HD constexpr bool ws_bwd_split_s(int dim) { return dim > 128
 /// Consumer warpgroups of a CTA: 64 keys each, or two that split S^T (ws_bwd_split_s).
 FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_consumers(int dim, int block_n) {
   return ws_bwd_split_s(dim) ? 2 : block_n / 64;
+}
+
+/// Whether a key tile's walk over its query tiles starts at a different tile for each key tile
+/// (bwd_ws_kernel.cuh's WsQueryWalk), by default: at head dim 64 only, and never in the
+/// deterministic mode, whose dQ order the walk sets. With kOverlapP (P^T while dP^T is still in
+/// the tensor cores), measured together (H100, bf16, 2k-16k, one process, two rounds each;
+/// docs/perf/sm90-bwd.md): hd 64 +1-4 % at every length, causal or not; hd 128 -1-6 %. The
+/// planner's default (a plan's rotateQueryWalk, which `fagen tune` searches) and the harness's.
+FAGEN_WS_BWD_LAYOUT_HD constexpr bool ws_bwd_rotates_query_walk(int dim, bool deterministic) {
+  return dim == 64 && !deterministic;
 }
 
 /// Byte offsets from the 1024-byte-aligned base, tiles in 128-byte-swizzled 64-column blocks:

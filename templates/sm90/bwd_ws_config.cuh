@@ -22,7 +22,8 @@ namespace fagen {
 namespace sm90 {
 
 /// Options: a struct (the generated kernel's KernelOptions) that derives from WsBwdOptions and
-/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN and kStages.
+/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kStages and
+/// kRotateQueryWalk (the plan's; ws_bwd_rotates_query_walk is the default).
 struct WsBwdOptions {
   static constexpr bool kDeterministic = false;
 };
@@ -68,9 +69,13 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// Head dim 64 only (H100, bf16, 2k-16k, one process, two rounds each; docs/perf/sm90-bwd.md):
   /// P^T computed while dP^T is still in the tensor cores (kOverlapP), and each key tile's walk
   /// over the query tiles started at a different tile (kRotateQueryWalk, bwd_ws_kernel.cuh's
-  /// WsQueryWalk), together: hd 64 +1-4 % at every length, causal or not; hd 128 -1-6 %.
+  /// WsQueryWalk), together: hd 64 +1-4 % at every length, causal or not; hd 128 -1-6 %. The
+  /// walk is the plan's (common/ws_bwd_layout.h has its default), so that the tuner tries both.
   static constexpr bool kOverlapP = kDim == 64;
-  static constexpr bool kRotateQueryWalk = kDim == 64 && !kDeterministic;
+  static constexpr bool kRotateQueryWalk = Options::kRotateQueryWalk;
+  static_assert(!(kRotateQueryWalk && kDeterministic),
+                "kRotateQueryWalk: the deterministic mode's dQ order needs every key tile to walk "
+                "its query tiles from the first");
 
   /// Head dim 256 (ws_bwd_split_s): both consumer warpgroups hold all kBlockN = 64 keys; each
   /// computes S^T and dP^T for half the query columns (kSCols), writes its P^T and dS^T halves
@@ -131,9 +136,6 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static_assert(!kSplitS || (kBlockN == 64 && kBlockM == 64),
                 "head dim 256: kBlockN and kBlockM must be 64 (two consumer warpgroups splitting "
                 "S^T by query columns)");
-  static_assert(!kSplitS || (!Variant::Dropout::kEnabled && !Variant::kVarlen && !kDeterministic),
-                "the sm90 backward at head dim 256 serves neither dropout, varlen nor the "
-                "deterministic mode yet: use the sm80 template");
   static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
   static_assert(kDqEmptyBarrier + kConsumers <= 16, "named barriers 1..15");
   static_assert(kSmemBytes <= 227 * 1024, "kSmemBytes exceeds 227 KB: lower kStages");

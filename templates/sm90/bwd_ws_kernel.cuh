@@ -191,7 +191,7 @@ __device__ __forceinline__ void gemm_kv_split_issue(float (&acc)[16][4], u32 a_s
 }
 
 /// Dropout's keep flags of a consumer thread's P^T elements (dropout_keep_bits_transposed).
-template <class Config> using WsKeepBits = u32[Config::kBlockM / 64];
+template <class Config> using WsKeepBits = u32[ceil_div(Config::kSCols / 8, 8)];
 
 /// P^T and dS^T of one consumer warpgroup's 64 keys against a query tile, from S^T (st) and
 /// dP^T (dpt) in place: st becomes P^T (with dropout: P^T o keep / (1 - p), which dV reads),
@@ -448,21 +448,27 @@ __device__ __forceinline__ void bwd_ws_write_dq(const WsBwdSmem<Config> &sm,
     __syncwarp();
     float *block = accum + head * params.dq_accum_head_stride +
                    int64_t(m_block) * Config::kBlockM * Config::kDim;
+    // Each consumer stages its kDqBlocks sub-blocks one after the other (c kDqBlocks + b).
 #pragma unroll
-    for (int c = 0; c < Config::kConsumers; ++c) {
-      named_barrier_sync<160>(Config::kDqFullBarrier + c);
-      if (lane == 0) {
-        if (Config::kDqStoreFirst && rank == 0)
-          bulk_store(block + c * Config::kSubBlockFloats, sm.dq(c), Config::kSmemDqBytes);
-        else
-          bulk_reduce_add_f32(block + c * Config::kSubBlockFloats, sm.dq(c),
-                              Config::kSmemDqBytes);
-        bulk_commit_group();
+    for (int b = 0; b < Config::kDqBlocks; ++b) {
+#pragma unroll
+      for (int c = 0; c < Config::kConsumers; ++c) {
+        named_barrier_sync<160>(Config::kDqFullBarrier + c);
+        if (lane == 0) {
+          float *sub = block + (c * Config::kDqBlocks + b) * Config::kSubBlockFloats;
+          if (Config::kDqStoreFirst && rank == 0)
+            bulk_store(sub, sm.dq(c), Config::kSmemDqBytes);
+          else
+            bulk_reduce_add_f32(sub, sm.dq(c), Config::kSmemDqBytes);
+          bulk_commit_group();
+        }
       }
+      if (lane == 0)
+        bulk_wait_group_read<0>();
+      __syncwarp();
+      if (b + 1 < Config::kDqBlocks)
+        hand_back();
     }
-    if (lane == 0)
-      bulk_wait_group_read<0>();
-    __syncwarp();
     tile.advance();
     if (tile.valid())
       hand_back();
@@ -575,7 +581,6 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
   zero_fill(dv);
   const fagen_fwd_params &f = params.fwd;
   const int64_t dq_seq = ws_dq_accum_seq<Config>(params, batch, span);
-  const WsKeepBits<Config> keep{}; // no dropout at this head dim (bwd_ws_config.cuh)
   mbarrier_wait(sm.kv_full(), 0);
   WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
   for (int it = 0; tile.valid(); tile.advance(), ++it) {
@@ -590,6 +595,11 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     gemm_qk_issue<Element, Config::kDim, kBlockN, kSCols, kBlockM>(dpt, sm.v(),
                                                                    sm.dout(s) + col0 * 128);
     wgmma_commit();
+    // Dropout's keep flags of the warpgroup's columns, drawn while S^T and dP^T are in flight.
+    WsKeepBits<Config> keep;
+    if constexpr (Config::Dropout::kEnabled)
+      dropout_keep_bits_transposed<kSCols / 8>(keep, typename Config::Dropout(f, batch, tile.head),
+                                               key0 + 16 * warp, tile.m_block * kBlockM + col0);
     const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
                         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
     bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,

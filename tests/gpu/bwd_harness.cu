@@ -214,10 +214,7 @@ constexpr VariantDesc D_window_softcap{MaskK::Window, ModK::Softcap, false, Spar
                 S, V_drop, D_drop, false)
 WS_DEFAULTS(64, 128, 128, 2)
 WS_DEFAULTS(128, 64, 128, 2)
-WS_BWD_KERNEL(fagen_bwd_bf16_hd256_none_sm90ws_m64n64s1, KBF16, 256, 64, 64, 1, V_none, D_none,
-              false)
-WS_BWD_KERNEL(fagen_bwd_bf16_hd256_causal_sm90ws_m64n64s1, KBF16, 256, 64, 64, 1, V_causal,
-              D_causal, false)
+WS_DEFAULTS(256, 64, 64, 1)
 WS_BWD_KERNEL(fagen_bwd_f16_hd256_causaltl_sm90ws_m64n64s1, KF16, 256, 64, 64, 1, V_causaltl,
               D_causaltl, false)
 WS_BWD_KERNEL(fagen_bwd_bf16_hd256_window_softcap_sm90ws_m64n64s1, KBF16, 256, 64, 64, 1,

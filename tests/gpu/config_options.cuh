@@ -37,6 +37,7 @@ struct Sm90WsBwd : fagen::sm90::WsBwdOptions {
   using Variant = V;
   static constexpr int kHeadDimQK = HD, kHeadDimV = HD, kBlockM = BM, kBlockN = BN, kStages = S;
   static constexpr bool kDeterministic = Det;
+  static constexpr bool kRotateQueryWalk = fagen::ws_bwd_rotates_query_walk(HD, Det);
 };
 #endif
 

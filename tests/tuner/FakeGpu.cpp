@@ -1,11 +1,13 @@
 //===- FakeGpu.cpp - a simulated libcuda for running `fagen tune` on a CPU -===//
 //
 // Enough of the driver API for the tuner's whole path: device memory is host memory, a kernel
-// launch computes the forward pass with the CPU reference (for the small shapes of the
-// numerics check; larger launches only advance the clock), and events read a simulated GPU
-// clock that each launch advances by a deterministic, config-dependent time, so that the tuner
-// finds a winner. Kernels whose name contains $FAKE_GPU_WRONG (default "_e25") produce wrong
-// output, to exercise the numerics gate. One device: "Fake GPU", cc 9.0, 132 SMs, 1 MB L2.
+// launch computes its pass with the CPU reference (the forward; the backward's dQ, dK and dV
+// in its main kernel, _pre and _post only tick), for the small shapes of the numerics check
+// (larger launches only advance the clock), and events read a simulated GPU clock that each
+// launch advances by a deterministic, config-dependent time, so that the tuner finds a winner.
+// Forward kernels whose name contains $FAKE_GPU_WRONG (default "_e25"), and backward kernels
+// whose name contains $FAKE_GPU_WRONG_BWD (default "w4s1"), produce wrong output, to exercise
+// the numerics gate. One device: "Fake GPU", cc 9.0, 132 SMs, 1 MB L2.
 // The context and synchronization entry points, alike in every fake, are in
 // tests/common/FakeDriverCommon.h.
 //
@@ -13,6 +15,7 @@
 
 #include "check/Reference.h"
 #include "tests/common/FakeDriverCommon.h"
+#include "templates/abi/bwd_params.h"
 #include "templates/abi/fwd_params.h"
 
 #include <cstdio>
@@ -39,15 +42,19 @@ double kernelMs(const std::string &name) {
 }
 
 bool wrongOutput(const std::string &name) {
-  const char *wrong = std::getenv("FAKE_GPU_WRONG");
-  return name.find(wrong && *wrong ? wrong : "_e25") != std::string::npos;
+  const bool backward = name.rfind("fagen_bwd", 0) == 0;
+  const char *wrong = std::getenv(backward ? "FAKE_GPU_WRONG_BWD" : "FAKE_GPU_WRONG");
+  return name.find(wrong && *wrong ? wrong : backward ? "w4s1" : "_e25") != std::string::npos;
 }
 
-/// Computes the forward pass of `p` for kernel `name` on the host, like the real kernel.
-void runForward(const std::string &name, const fagen_fwd_params &p) {
-  double work = double(p.batch) * p.heads_q * p.seqlen_q * double(p.seqlen_k);
-  if (work > 4e6)
-    return; // a timing launch: only the clock matters
+/// Whether a launch is a numerics check's (computed) rather than a timing launch (only the
+/// clock matters).
+bool computed(const fagen_fwd_params &p) {
+  return double(p.batch) * p.heads_q * p.seqlen_q * double(p.seqlen_k) <= 4e6;
+}
+
+/// The reference's problem of kernel `name` (dense, none or causal) with parameters `p`.
+ref::FwdProblem problemOf(const std::string &name, const fagen_fwd_params &p) {
   ref::FwdProblem pb;
   pb.Params = p;
   int headDim = 0;
@@ -56,6 +63,15 @@ void runForward(const std::string &name, const fagen_fwd_params &p) {
   pb.Type = name.find("_bf16_") != std::string::npos ? ref::ElementType::BF16
                                                       : ref::ElementType::F16;
   pb.Mask = name.find("_causal_") != std::string::npos ? fagen::Mask::Causal : fagen::Mask::None;
+  return pb;
+}
+
+/// Computes the forward pass of `p` for kernel `name` on the host, like the real kernel.
+void runForward(const std::string &name, const fagen_fwd_params &p) {
+  if (!computed(p))
+    return;
+  const ref::FwdProblem pb = problemOf(name, p);
+  const int headDim = pb.HeadDim;
   ref::FwdResult r = ref::forwardFloat64(pb);
   bool wrong = wrongOutput(name);
   uint16_t *o = static_cast<uint16_t *>(p.o);
@@ -68,6 +84,45 @@ void runForward(const std::string &name, const fagen_fwd_params &p) {
           o[b * p.o_batch_stride + h * p.o_head_stride + i * p.o_row_stride + x] =
               ref::fromFloat(float(r.O[row * headDim + x] + (wrong ? 0.125 : 0.0)), pb.Type);
       }
+}
+
+/// Writes rows of `values` (a BwdResult tensor, `width` wide) into a strided gradient.
+void storeRows(const std::vector<double> &values, int width, void *out, int64_t batchStride,
+               int64_t headStride, int64_t rowStride, int batch, int heads, int rows,
+               ref::ElementType type, bool wrong) {
+  uint16_t *o = static_cast<uint16_t *>(out);
+  for (int b = 0; b < batch; ++b)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < rows; ++i) {
+        size_t row = (size_t(b) * heads + h) * rows + i;
+        for (int x = 0; x < width; ++x)
+          o[b * batchStride + h * headStride + i * rowStride + x] =
+              ref::fromFloat(float(values[row * width + x] + (wrong ? 0.125 : 0.0)), type);
+      }
+}
+
+/// Computes the backward's dQ, dK and dV of `p` for main kernel `name` on the host.
+void runBackward(const std::string &name, const fagen_bwd_params &p) {
+  const fagen_fwd_params &f = p.fwd;
+  if (!computed(f))
+    return;
+  ref::BwdProblem bp;
+  bp.Fwd = problemOf(name, f);
+  bp.DOut = {p.dout, p.do_batch_stride, p.do_head_stride, p.do_row_stride};
+  const ref::BwdResult r = ref::backwardFloat64(bp);
+  const bool wrong = wrongOutput(name);
+  const int d = bp.Fwd.HeadDim;
+  storeRows(r.DQ, d, p.dq, p.dq_batch_stride, p.dq_head_stride, p.dq_row_stride, f.batch,
+            f.heads_q, f.seqlen_q, bp.Fwd.Type, wrong);
+  storeRows(r.DK, d, p.dk, p.dk_batch_stride, p.dk_head_stride, p.dk_row_stride, f.batch,
+            f.heads_kv, f.seqlen_k, bp.Fwd.Type, wrong);
+  storeRows(r.DV, d, p.dv, p.dv_batch_stride, p.dv_head_stride, p.dv_row_stride, f.batch,
+            f.heads_kv, f.seqlen_k, bp.Fwd.Type, false);
+}
+
+bool endsWith(const std::string &s, const char *suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
 } // namespace
@@ -117,10 +172,15 @@ FAKE_API CUresult cuFuncSetAttribute(void *, int, int) { return 0; }
 FAKE_API CUresult cuLaunchKernel(void *f, unsigned, unsigned, unsigned, unsigned, unsigned,
                                  unsigned, unsigned, void *, void **params, void **) {
   const std::string &name = *static_cast<std::string *>(f);
-  fagen_fwd_params p; // a backward's block starts with its forward's
-  std::memcpy(&p, params[0], sizeof p);
-  if (name.rfind("fagen_bwd", 0) != 0) // the tuner times forwards; a backward only ticks
+  if (name.rfind("fagen_bwd", 0) != 0) {
+    fagen_fwd_params p;
+    std::memcpy(&p, params[0], sizeof p);
     runForward(name, p);
+  } else if (!endsWith(name, "_pre") && !endsWith(name, "_post")) {
+    fagen_bwd_params p; // _pre and _post only tick: the main kernel computes every gradient
+    std::memcpy(&p, params[0], sizeof p);
+    runBackward(name, p);
+  }
   std::lock_guard<std::mutex> lock(mutex);
   gpuClockMs += kernelMs(name);
   return 0;

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tune-fake-gpu.sh FAGEN FAKE_LIBCUDA WORKDIR: `fagen tune` end to end on the simulated GPU of
 # tests/tuner/FakeGpu.cpp (real nvcc, simulated device): a full run, the numerics gate, the
-# database, resume, the report, a corrupt database.
+# database, resume, the report, a corrupt database; then a backward workload (its own search
+# space, the gradients' numerics gate, format-2 records) and a build that takes its winners.
 set -eu
 fagen=$1 fake=$2 dir=$3
 rm -rf "$dir/run" && mkdir -p "$dir/run" && cd "$dir/run"
@@ -66,4 +67,27 @@ grep -q 'tuning-allow-mismatch' err5.txt || { cat err5.txt; fail "no hint at --t
 [ ! -e old.fab ] || fail "a refused build wrote its output"
 "$fagen" build spec.yaml --arch sm_90 --tuning old.db --tuning-allow-mismatch -q -o old.fab \
   || fail "--tuning-allow-mismatch did not allow it"
-echo "tune-fake-gpu: ok ($lines records)"
+
+# The backward: hd 64 causal on the portable template (sm_90: 16 tiles of the grid pass the
+# planner's checks). The fake gets the 4-warp single-stage kernels' gradients wrong.
+export FAGEN_LIBCUDA="$fake"
+cat > bwd.yaml <<'YAML'
+variants:
+  - {name: gqa, dtype: bf16, head_dim: 64, mask: causal, heads: {q: 8, kv: 2}, passes: [bwd]}
+YAML
+"$fagen" tune bwd.yaml --arch sm_90 --shapes 256 --runs 3 -o bwd.db > bout.txt 2> berr.txt \
+  || { cat berr.txt; fail "the backward run failed"; }
+grep -q 'bwd bf16 hd64x64 causal sm_90: 16 tile candidates' berr.txt || { cat berr.txt; fail "no backward space"; }
+grep -q '^bwd bf16 hd64x64 causal sm_90 *s256 ' bout.txt || { cat bout.txt; fail "no backward summary row"; }
+grep '"status":"ok"' bwd.db | grep -q '"format":2' || fail "a backward ok record is not format 2"
+grep '"status":"ok"' bwd.db | grep -q '"max_error_dq"' || fail "no gradient numerics in a backward record"
+grep '"status":"numerics-failed"' bwd.db | grep -q 'max |dQ error|' \
+  || fail "the wrong backward candidates were not gated by their gradients"
+! grep '"status":"numerics-failed"' bwd.db | grep -q '"timings"' || fail "a failed backward candidate was timed"
+! grep -q '"stage":"softmax"' bwd.db || fail "a backward candidate in the softmax stage"
+unset FAGEN_LIBCUDA
+"$fagen" plan bwd.yaml --arch sm_90 --tuning bwd.db > bplan.txt || fail "plan --tuning failed"
+grep -q 'tuning=tuned s256 (1..) on Fake GPU' bplan.txt || { cat bplan.txt; fail "plan did not take the backward record"; }
+"$fagen" build bwd.yaml --arch sm_90 --tuning bwd.db -q -o bwd.fab || fail "build --tuning (backward) failed"
+"$fagen" inspect bwd.fab | grep -q 'tuning: tuned s256 (1..) on Fake GPU' || fail "no backward provenance"
+echo "tune-fake-gpu: ok ($lines records; backward $(wc -l < bwd.db))"

@@ -757,7 +757,7 @@ TEST(Plan, Sm90WsBackwardServes) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
                     k.variant == "bs" || k.variant == "vl" || k.variant == "drop" ||
                     k.variant == "dropwin" || k.variant == "det" || k.variant == "detvl" ||
-                    k.variant == "c256";
+                    k.variant == "c256" || k.variant == "drop256" || k.variant == "vl256";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;

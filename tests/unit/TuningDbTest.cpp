@@ -3,6 +3,7 @@
 #include "tuner/Report.h"
 #include "tuner/SearchSpace.h"
 #include "tuner/TuningDb.h"
+#include "tuner/TuningTable.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -139,6 +140,70 @@ TEST(TuningDb, StagedEpilogueRoundTripsAndDefaultsToOff) {
   llvm::Expected<TuningRecord> legacy = parseRecordLine(old);
   ASSERT_TRUE(bool(legacy)) << llvm::toString(legacy.takeError()) << old;
   EXPECT_FALSE(legacy->config.stagedEpilogue);
+}
+
+/// A backward record: dQ, dK and dV numerics (format 2).
+TuningRecord backwardRecord(const std::string &bucketName, TuneConfig config, double ms) {
+  TuningRecord r = okRecord(bucketName, config, ms, "bwd bf16 hd128x128 causal sm_90a");
+  r.kernel = "fagen_bwd_bf16_hd128_causal_sm90ws_" + config.text();
+  r.stage = "tile";
+  NumericsResult n;
+  n.backward = true;
+  n.maxErrorDq = 2e-3, n.limitDq = 8e-3;
+  n.maxErrorDk = 3e-3, n.limitDk = 9e-3;
+  n.maxErrorDv = 1e-3, n.limitDv = 5e-3;
+  n.shapes = 2;
+  n.passed = true;
+  r.numerics = n;
+  return r;
+}
+
+TEST(TuningDb, BackwardRecordsRoundTripInFormat2) {
+  TuningRecord r = backwardRecord("s2048", tile(64, 128, 8, 1), 2.5);
+  std::string line = formatRecordLine(r);
+  EXPECT_NE(line.find("\"format\":2"), std::string::npos) << line;
+  EXPECT_NE(line.find("\"max_error_dk\":0.003"), std::string::npos) << line;
+  EXPECT_EQ(line.find("max_error_o"), std::string::npos) << line;
+  llvm::Expected<TuningRecord> back = parseRecordLine(line);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  ASSERT_TRUE(back->numerics);
+  EXPECT_TRUE(back->numerics->backward);
+  EXPECT_DOUBLE_EQ(back->numerics->maxErrorDq, 2e-3);
+  EXPECT_DOUBLE_EQ(back->numerics->limitDv, 5e-3);
+  EXPECT_EQ(back->workload, "bwd bf16 hd128x128 causal sm_90a");
+  EXPECT_EQ(formatRecordLine(*back), line);
+  // The query walk round-trips; a record without the field (made before it existed) reads as
+  // not rotated.
+  TuningRecord rotated = r;
+  rotated.config.rotateQueryWalk = true;
+  std::string rotatedLine = formatRecordLine(rotated);
+  EXPECT_NE(rotatedLine.find("\"rotate_query_walk\":true"), std::string::npos) << rotatedLine;
+  llvm::Expected<TuningRecord> rotatedBack = parseRecordLine(rotatedLine);
+  ASSERT_TRUE(bool(rotatedBack)) << llvm::toString(rotatedBack.takeError());
+  EXPECT_TRUE(rotatedBack->config.rotateQueryWalk);
+  std::string legacy = line;
+  legacy.replace(legacy.find("\"rotate_query_walk\":false,"), 26, "");
+  llvm::Expected<TuningRecord> legacyBack = parseRecordLine(legacy);
+  ASSERT_TRUE(bool(legacyBack)) << llvm::toString(legacyBack.takeError()) << legacy;
+  EXPECT_FALSE(legacyBack->config.rotateQueryWalk);
+  // Forward records keep format 1 (a fagen that reads only format 1 still reads them), and a
+  // record of a layout newer than this fagen's is refused with the fix.
+  std::string forward = formatRecordLine(okRecord("s2048", tile(128, 64, 4, 2), 1.0));
+  EXPECT_NE(forward.find("\"format\":1"), std::string::npos) << forward;
+  std::string newer = line;
+  newer.replace(newer.find("\"format\":2"), 10, "\"format\":3");
+  llvm::Expected<TuningRecord> refused = parseRecordLine(newer);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("record format 3, this fagen reads formats "
+                                                     "1 to 2: re-tune"),
+            std::string::npos);
+  // A gradient error missing is named.
+  std::string broken = line;
+  broken.replace(broken.find("\"limit_dq\""), 10, "\"limit_xx\"");
+  llvm::Expected<TuningRecord> missing = parseRecordLine(broken);
+  ASSERT_FALSE(bool(missing));
+  EXPECT_NE(llvm::toString(missing.takeError()).find("'numerics.limit_dq' must be a number"),
+            std::string::npos);
 }
 
 TEST(TuningDb, FailedRecordsRoundTrip) {
@@ -396,6 +461,103 @@ TEST(SearchSpace, WarpSpecializedTemplateHasItsOwnSpace) {
   ASSERT_FALSE(bool(refused));
   EXPECT_NE(llvm::toString(refused.takeError()).find("staged_epilogue writes O through the Q tile"),
             std::string::npos);
+}
+
+/// The planner's default kernels of `yaml` for `arch`, without built-in seqlen buckets (the
+/// tuner's view).
+std::vector<KernelPlan> plansOf(const std::string &yaml, const std::string &arch,
+                                const TuningTable *tuning = nullptr) {
+  llvm::Expected<AttentionSpec> spec = parseSpec(yaml, "t.yaml");
+  EXPECT_TRUE(bool(spec)) << (spec ? "" : llvm::toString(spec.takeError()));
+  llvm::Expected<std::vector<KernelPlan>> plans =
+      planKernels(*spec, {arch}, tuning, /*builtinBuckets=*/false);
+  EXPECT_TRUE(bool(plans)) << (plans ? "" : llvm::toString(plans.takeError()));
+  return plans ? *plans : std::vector<KernelPlan>();
+}
+
+const char *kBackwardSpec = R"(variants:
+  - {name: d64, dtype: bf16, head_dim: 64, mask: causal, passes: [bwd]}
+  - {name: d128, dtype: bf16, head_dim: 128, passes: [bwd]}
+  - {name: c128det, dtype: bf16, head_dim: 128, mask: causal, deterministic: true, passes: [bwd]}
+  - {name: d256, dtype: fp16, head_dim: 256, mask: causal, passes: [bwd]}
+)";
+
+/// Every backward candidate is a plan the planner accepts, of the default's template, with
+/// the default first; stage 2 adds nothing (no softmax parameters).
+std::map<std::string, std::set<std::string>> backwardCandidates(const std::string &arch) {
+  std::map<std::string, std::set<std::string>> out;
+  for (const KernelPlan &base : plansOf(kBackwardSpec, arch)) {
+    EXPECT_EQ(base.pass, Pass::Backward);
+    const SearchSpace space = searchSpaceFor(base);
+    std::vector<Candidate> c = tileCandidates(base, space);
+    EXPECT_TRUE(!c.empty() && c.front().config == configOf(base)) << base.name;
+    for (const Candidate &x : c) {
+      EXPECT_FALSE(bool(checkKernelPlan(x.plan))) << x.plan.name;
+      EXPECT_EQ(x.plan.templ, base.templ) << x.plan.name;
+      EXPECT_EQ(x.plan.deterministic, base.deterministic) << x.plan.name;
+      EXPECT_LE(x.plan.smemBytes, archSmemLimit(arch)) << x.plan.name;
+      out[workloadKey(base)].insert(x.config.text());
+    }
+    std::vector<TuneConfig> tiles;
+    for (const Candidate &x : c)
+      tiles.push_back(x.config);
+    EXPECT_TRUE(softmaxCandidates(base, space, tiles).empty()) << base.name;
+  }
+  return out;
+}
+
+TEST(SearchSpace, BackwardCandidatesArePlannableWithTheDefaultFirst) {
+  // sm90ws: one tile per head dim (its static_asserts), the stages that fit 227 KB, each with
+  // the query walk rotated or not (the deterministic mode only from the first tile).
+  std::map<std::string, std::set<std::string>> ws = backwardCandidates("sm_90a");
+  using Set = std::set<std::string>;
+  EXPECT_EQ(ws["bwd bf16 hd64x64 causal sm_90a"],
+            (Set{"m128n128w8s1", "m128n128w8s2", "m128n128w8s1 rotq", "m128n128w8s2 rotq"}));
+  EXPECT_EQ(ws["bwd bf16 hd128x128 none sm_90a"],
+            (Set{"m64n128w8s1", "m64n128w8s2", "m64n128w8s3", "m64n128w8s1 rotq",
+                 "m64n128w8s2 rotq", "m64n128w8s3 rotq"}));
+  EXPECT_EQ(ws["bwd bf16 hd128x128 causal det sm_90a"],
+            (Set{"m64n128w8s1", "m64n128w8s2", "m64n128w8s3"}));
+  EXPECT_EQ(ws["bwd fp16 hd256x256 causal sm_90a"], (Set{"m64n64w8s1", "m64n64w8s1 rotq"}));
+  EXPECT_EQ(ws.size(), 4u);
+
+  // Kernel names spell the query walk only where it is not the head dim's default.
+  for (const KernelPlan &base : plansOf(kBackwardSpec, "sm_90a")) {
+    EXPECT_EQ(base.name.find("_q"), std::string::npos) << base.name;
+    KernelConfig other = configOf(base);
+    other.rotateQueryWalk = !other.rotateQueryWalk;
+    llvm::Expected<KernelPlan> flipped = applyConfig(base, other);
+    if (base.deterministic) {
+      ASSERT_FALSE(bool(flipped));
+      EXPECT_NE(llvm::toString(flipped.takeError()).find("does not serve the deterministic mode"),
+                std::string::npos);
+      continue;
+    }
+    ASSERT_TRUE(bool(flipped)) << llvm::toString(flipped.takeError());
+    EXPECT_EQ(base.rotateQueryWalk, base.headDimQK == 64) << base.name;
+    EXPECT_EQ(flipped->name, base.name + (base.rotateQueryWalk ? "_qf" : "_qr"));
+  }
+  // A forward or portable plan has no query walk to rotate.
+  KernelConfig rotated = configOf(basePlan(128));
+  rotated.rotateQueryWalk = true;
+  llvm::Expected<KernelPlan> refused = applyConfig(basePlan(128), rotated);
+  ASSERT_FALSE(bool(refused));
+  EXPECT_NE(llvm::toString(refused.takeError()).find("an option of the sm90ws backward"),
+            std::string::npos);
+
+  // sm80 (the portable template, here for sm_90): 1 or 2 stages, tiles whose warp grids
+  // split and whose shared memory fits (ptxas prunes the ones that spill, on the GPU machine).
+  std::map<std::string, std::set<std::string>> portable = backwardCandidates("sm_90");
+  EXPECT_EQ(portable["bwd bf16 hd64x64 causal sm_90"].size(), 16u); // the whole grid
+  EXPECT_EQ(portable["bwd bf16 hd128x128 none sm_90"],
+            (Set{"m64n64w4s1", "m64n64w4s2", "m64n64w8s1", "m64n64w8s2", "m64n128w4s1",
+                 "m64n128w4s2", "m64n128w8s1", "m64n128w8s2", "m128n64w4s1", "m128n64w4s2",
+                 "m128n64w8s1", "m128n64w8s2", "m128n128w4s1", "m128n128w8s1"}));
+  EXPECT_EQ(portable["bwd fp16 hd256x256 causal sm_90"],
+            (Set{"m64n64w4s1", "m64n64w4s2", "m64n64w8s1", "m64n64w8s2", "m64n128w4s1",
+                 "m64n128w8s1"}));
+  EXPECT_EQ(portable["bwd bf16 hd128x128 causal det sm_90"],
+            portable["bwd bf16 hd128x128 none sm_90"]);
 }
 
 TEST(SearchSpace, SoftmaxStageRunsOnTheBestTiles) {
