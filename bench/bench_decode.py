@@ -106,9 +106,12 @@ def kernel_times(fn, reps=20):
         torch.cuda.synchronize()
     out = {}
     for e in prof.key_averages():
-        us = getattr(e, "device_time_total", None)
+        # Device events only (a host op's total would count its kernels again), self time.
+        if "CUDA" not in str(getattr(e, "device_type", "CUDA")):
+            continue
+        us = getattr(e, "self_device_time_total", None)
         if us is None:
-            us = getattr(e, "cuda_time_total", 0)
+            us = getattr(e, "self_cuda_time_total", 0)
         if us > 0:
             out[e.key] = us / reps
     return out
