@@ -100,10 +100,14 @@ def kernel_times(fn, reps=20):
     from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+    except RuntimeError as e:  # no CUPTI: the timings stand without the breakdown
+        print(f"--kernel-times: torch.profiler failed: {str(e).splitlines()[0][:200]}", flush=True)
+        return {}
     out = {}
     for e in prof.key_averages():
         # Device events only (a host op's total would count its kernels again), self time.
