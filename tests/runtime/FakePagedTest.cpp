@@ -298,3 +298,21 @@ TEST_F(FakePagedTest, ValidateModeChecksTheTableOnTheHostFirst) {
   unsetenv("FAGEN_VALIDATE");
   EXPECT_EQ(run(), FAGEN_OK) << fagen_last_error(); // the kernel's own check then
 }
+
+TEST_F(FakePagedTest, ADecodeKernelOfTheFirstLayoutIsRefused) {
+  // A bundle of decode parameter layout 1001 (before the paged fields) is never launched with
+  // today's block: the runtime names the versions and the fix.
+  Bundle old = fagen::test::makePagedDecodeBundle();
+  for (KernelRecord &k : old.kernels)
+    if (isDecodeKernel(k))
+      k.paramsVersion = FAGEN_DECODE_PARAMS_VERSION - 1;
+  load(old);
+  PagedCall c(1, 1, 1000);
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
+            FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("takes parameter layout version 1001 but this runtime fills version 1002"),
+            std::string::npos)
+      << fagen_last_error();
+}
