@@ -17,6 +17,18 @@ the cache's bytes; the bandwidth column still counts the cache's bytes only).
     python3 bench/bench_decode.py --bundle decode.fab [--out decode.json]
     python3 bench/bench_decode.py --bundle decode.fab --q-tokens 4 --contexts 8192,32768
 
+--paged [--page-size 16]: fagen's paged decode kernel too (a bundle built with kv_cache: paged,
+bench/bench-decode.yaml), on the same K and V moved into a cache of page-size-token pages in
+shuffled order, every sequence its full context; its output should equal the contiguous
+kernel's bit for bit (the notes say where not; WRONG past the tolerance), and the table adds its TB/s and its ratio to the contiguous kernel
+(the target: within 5 %).
+
+--kernel-times: each timed call also runs 20 times under torch.profiler, and the rows get the
+device time of each kernel it launched (fagen: the split kernel and its combine; SDPA's
+kernels) per call, printed after the table for the cells of batch <= 16, and fagen's time with
+one split (no workspace, no combine): where a small cell's time goes (kernels vs the gaps
+between them, the combine, the split count; issue 34, decode small-batch speed).
+
 Before timing, fagen's output is compared with SDPA flash's (else cuDNN's) on the same inputs
 (max |diff| under 0.05 and finite, else the row is WRONG and the run exits 1). fagen runs each
 plan with its workspace (the split partials; plan.run allocates it once).
@@ -82,7 +94,71 @@ def sdpa_call(backend, q, k, v, tokens):
     return expanded, True
 
 
-def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row):
+def kernel_times(fn, reps=20):
+    """{kernel name: device microseconds per call} of `fn`'s launches (torch.profiler, CUPTI:
+    the runtime's driver-API launches too), memsets and copies included."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                fn()
+            torch.cuda.synchronize()
+    except RuntimeError as e:  # no CUPTI: the timings stand without the breakdown
+        print(f"--kernel-times: torch.profiler failed: {str(e).splitlines()[0][:200]}", flush=True)
+        return {}
+    out = {}
+    for e in prof.key_averages():
+        # Device events only (a host op's total would count its kernels again), self time.
+        if "CUDA" not in str(getattr(e, "device_type", "CUDA")):
+            continue
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            out[e.key] = us / reps
+    return out
+
+
+def paged_inputs(k, v, page_size, gen):
+    """K and V [B, S, H, D] as caches [B * S / page_size pages, page_size, H, D] in shuffled
+    page order, and the block table int32 [B, S / page_size]."""
+    b, s, h, d = k.shape
+    pages = b * s // page_size
+    order = torch.randperm(pages, generator=gen).to(k.device)
+    table = order.view(b, s // page_size).to(torch.int32).contiguous()
+    caches = []
+    for t in (k, v):
+        cache = torch.empty(pages, page_size, h, d, device=t.device, dtype=t.dtype)
+        cache[order] = t.reshape(pages, page_size, h, d)
+        caches.append(cache)
+    return caches[0], caches[1], table
+
+
+def run_paged(bundle, q, k, v, o_contiguous, page_size, row):
+    """fagen's paged kernel on the cell's K and V (every cache length the context): its time
+    and whether it gives the contiguous kernel's bits."""
+    batch, context = k.shape[0], k.shape[1]
+    if context % page_size:
+        row["paged_error"] = f"context {context} is not a multiple of the page size {page_size}"
+        return False
+    kc, vc, table = paged_inputs(k, v, page_size, torch.Generator().manual_seed(1))
+    used = torch.full((batch,), context, dtype=torch.int32, device=k.device)
+    plan = bundle.plan_forward_paged(q, kc, vc, table, context, causal=True)
+    row["paged_kernel"] = plan.kernel.split(" ")[0]
+    o = torch.empty_like(o_contiguous)
+    lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device, dtype=torch.float32)
+    plan.run_paged(q, kc, vc, o, lse, table, used)
+    plan.status()
+    row["paged_bitwise"] = bool(torch.equal(o, o_contiguous))
+    row["paged_max_abs_diff"] = (o.float() - o_contiguous.float()).abs().max().item()
+    row["paged_ms"] = bench_ms(lambda: plan.run_paged(q, kc, vc, o, lse, table, used))
+    return not is_wrong(row["paged_max_abs_diff"])
+
+
+def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, page_size=0,
+             profile=False):
     """Times fagen and the SDPA backends on one cell; fills `row`. False if fagen is WRONG."""
     q = torch.randn(batch, tokens, heads_q, d, device=dev, dtype=torch.bfloat16)
     k, v = (torch.randn(batch, context, heads_kv, d, device=dev, dtype=torch.bfloat16)
@@ -109,6 +185,8 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row):
             row["reference"] = name
         row[name + "_expanded"] = expanded
         row[name + "_ms"] = bench_ms(call)
+        if profile:
+            row[name + "_kernel_us"] = kernel_times(call)
         del call
     ok = True
     if reference is not None:
@@ -116,7 +194,13 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row):
         row["max_abs_diff"] = diff
         ok = not is_wrong(diff)
     row["fagen_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse))
-    for name in ("fagen",) + tuple(n for n, _ in BACKENDS):
+    if profile:
+        row["fagen_kernel_us"] = kernel_times(lambda: plan.run(q, k, v, o, lse))
+        # The same kernel without splits (no workspace: one launch, no combine).
+        row["fagen_1split_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse, workspace=False))
+    if page_size:
+        ok = run_paged(bundle, q, k, v, o, page_size, row) and ok
+    for name in ("fagen", "paged") + tuple(n for n, _ in BACKENDS):
         if name + "_ms" in row:
             row[name + "_tbps"] = kv_bytes / (row[name + "_ms"] * 1e-3) / 1e12
     return ok
@@ -126,14 +210,40 @@ def cell(x, fmt="%.2f"):
     return fmt % x if x is not None else "-"
 
 
-def print_table(rows, copy_tbps):
+def print_kernel_times(rows):
+    """Per cell of batch <= 16: each implementation's time per call (do_bench) beside the sum of
+    its kernels' device times (the rest: launch gaps and the host)."""
+    print("\nkernel device time per call, us (--kernel-times; cells of batch <= 16)")
+    for r in rows:
+        if r["batch"] > 16:
+            continue
+        parts = []
+        for name in ("fagen", "flash", "cudnn"):
+            times = r.get(name + "_kernel_us")
+            if not times or name + "_ms" not in r:
+                continue
+            kernels = " + ".join("%.1f %s" % (us, k.split("(")[0][-32:])
+                                 for k, us in sorted(times.items(), key=lambda kv: -kv[1]))
+            parts.append("%s %.1f (kernels %.1f: %s)" % (name, r[name + "_ms"] * 1e3,
+                                                        sum(times.values()), kernels))
+        if "fagen_1split_ms" in r:
+            parts.append("fagen one split %.1f" % (r["fagen_1split_ms"] * 1e3))
+        print("%d/%d b%d s%d: %s" % (r["heads_q"], r["heads_kv"], r["batch"], r["context"],
+                                     "; ".join(parts)))
+
+
+def print_table(rows, copy_tbps, paged=False):
     print(f"\ncopy bandwidth {copy_tbps:.2f} TB/s (1 GiB device-to-device, read + write)")
     print("%-6s %5s %7s %5s %7s %6s %7s %7s %8s %8s %s" % (
         "heads", "batch", "context", "ctas", "fagen", "%copy", "flash", "cudnn", "vs flash",
-        "vs cudnn", "notes"))
+        "vs cudnn", "paged (TB/s, vs fagen) notes" if paged else "notes"))
     for r in rows:
         f, fl, cu = (r.get(n + "_tbps") for n in ("fagen", "flash", "cudnn"))
         notes = []
+        if paged and r.get("paged_tbps"):
+            notes.append("paged %.2f %.2fx" % (r["paged_tbps"], r["paged_tbps"] / f))
+        if paged and r.get("paged_bitwise") is False:
+            notes.append("paged != contiguous")
         if not r.get("ok", True):
             notes.append("WRONG (max |diff| %.3g)" % r.get("max_abs_diff", float("nan")))
         notes += [n + " expanded" for n, _ in BACKENDS if r.get(n + "_expanded")]
@@ -155,6 +265,11 @@ def main():
     ap.add_argument("--contexts", default="2048,16384,131072")
     ap.add_argument("--q-tokens", type=int, default=1)
     ap.add_argument("--head-dim", type=int, default=128)
+    ap.add_argument("--paged", action="store_true",
+                    help="time the bundle's paged decode kernel too (--page-size)")
+    ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--kernel-times", action="store_true",
+                    help="profile each call's kernels (torch.profiler) and print their times")
     ap.add_argument("--max-kv-gb", type=float, default=16.0,
                     help="skip cells whose K and V take more (default 16)")
     args = ap.parse_args()
@@ -165,7 +280,8 @@ def main():
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "fagen": fagen_rt.version(),
             "bundle": os.path.basename(args.bundle), "q_tokens": args.q_tokens,
-            "head_dim": args.head_dim, "copy_tbps": copy_tbps, "rows": []}
+            "head_dim": args.head_dim, "copy_tbps": copy_tbps,
+            "page_size": args.page_size if args.paged else 0, "rows": []}
     print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
     torch.manual_seed(0)
     failed = False
@@ -181,7 +297,9 @@ def main():
                 row = dict(heads_q=hq, heads_kv=hkv, batch=b, context=s, q_tokens=args.q_tokens)
                 try:
                     row["ok"] = run_cell(bundle, dev, hq, hkv, b, s, args.q_tokens,
-                                         args.head_dim, row)
+                                         args.head_dim, row,
+                                         args.page_size if args.paged else 0,
+                                         args.kernel_times)
                 except (RuntimeError, fagen_rt.FagenError) as e:
                     row["ok"], row["error"] = False, str(e).splitlines()[0][:300]
                 failed |= not row["ok"]
@@ -190,7 +308,9 @@ def main():
                 torch.cuda.empty_cache()
                 if args.out:
                     write_json(args.out, meta)
-    print_table(meta["rows"], copy_tbps)
+    print_table(meta["rows"], copy_tbps, args.paged)
+    if args.kernel_times:
+        print_kernel_times(meta["rows"])
     sys.exit(1 if failed else 0)
 
 

@@ -307,6 +307,14 @@ bool checkKernel(const CheckOptions &opt, const Session &session, int index, Tal
   }
   if (std::string notes = variantNotes(k); !notes.empty())
     llvm::outs() << "  " << k.name << ": " << notes << "\n";
+  if (opt.nonFinite && k.isPaged()) {
+    llvm::outs() << llvm::formatv("{0,-56} {1,-7} skipped: the non-finite cases run on the "
+                                  "contiguous decode kernels (the paged one loads the same "
+                                  "rows through its block table)\n",
+                                  k.name, k.arch);
+    ++tally.skipped;
+    return true;
+  }
   if (opt.nonFinite) {
     const int failed = checkNonFiniteKernel(*session.api, session.bundle, index, k, table,
                                             opt.seed * 1000003u + 99u);

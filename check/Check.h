@@ -51,7 +51,8 @@ std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, boo
 /// covers (seqlen_q <= sparseRows * sparseBlock, seqlen_k <= sparseCols * sparseBlock), with
 /// odd covered shapes added where fewer than two are left. A decode kernel gets decode shapes
 /// instead: at most its q_tokens query tokens, one key to 16k keys, GQA 4:1 and 7:1, MQA,
-/// batches, rows that see no key (CheckInputs.cpp decodeShapes).
+/// batches, rows that see no key (CheckInputs.cpp decodeShapes); a paged decode kernel
+/// batches of the cache lengths of pagedLengths (CheckInputs.cpp pagedShapes).
 std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick);
 
 /// The forward problem of `shape` for a kernel of this dtype ("bf16" or "fp16"), head dims and
@@ -100,6 +101,26 @@ struct CaseInputs {
 /// exactly as before variants existed, so their golden outputs are unchanged.
 CaseInputs makeCaseInputs(const KernelRecord &k, const CheckShape &shape, unsigned seed,
                           const std::vector<uint8_t> &staticTable = {});
+
+/// The paged KV cache a paged decode kernel's case runs on (CheckPaged.cpp), built on the host
+/// from a contiguous case's K and V: each sequence's cache length, its pages in the cache in a
+/// shuffled order, sequence 1's first page shared with sequence 0 (their first page_size keys
+/// made equal), spare pages and the rows past each length filled with NaN (never read), and
+/// block-table entries past a length set to -1 (never read). `uniform`: every length seqlen_k
+/// and no shared page, the inputs of the contiguous kernel (paged vs contiguous equality).
+struct PagedLayout {
+  int pageSize = 0, numPages = 0, maxPages = 0;
+  std::vector<int32_t> seqused;    ///< [batch], seqused[0] = seqlen_k (the longest)
+  std::vector<int32_t> blockTable; ///< [batch, maxPages], -1 past each length
+  std::vector<uint16_t> kCache, vCache; ///< [numPages, pageSize, heads_kv, head_dim]
+};
+/// The cache lengths of a shape's sequences: seqlen_k first, then the page boundary + 1 (the
+/// sequence sharing the first page), an empty sequence, the boundary - 1, one key, the
+/// boundary, two pages + 1, ..., each at most seqlen_k.
+std::vector<int32_t> pagedLengths(int batch, int seqlenK, int pageSize);
+/// The layout of case `in` (a decode case of the paged kernel's variant, its K and V dense
+/// BSHD or BHSD); makes sequence 1's first page equal to sequence 0's in `in` unless uniform.
+PagedLayout makePagedLayout(CaseInputs &in, int pageSize, unsigned seed, bool uniform);
 
 /// Elements of each tensor of a problem (varlen: packed rows).
 struct CaseSizes {

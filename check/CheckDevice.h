@@ -49,6 +49,22 @@ llvm::Expected<std::string> runForward(DeviceMemory &memory, const fagen_plan &p
                                        bool dense, const CaseInputs &in, const DeviceCase &d,
                                        bool persistent = false, bool decode = false);
 
+/// Compares the O and LSE the kernel left on the device with the references; a `label`
+/// ("one split: ") prefixes the worst-element lines. Fills `result` (passed only if it was).
+/// CheckForward.cpp.
+llvm::Error measureCase(DeviceMemory &memory, const CaseInputs &in, const DeviceCase &d,
+                        const reference::FwdProblem &pb, const reference::FwdResult &exact,
+                        const reference::FwdResult &same, const std::string &label,
+                        CaseResult &result);
+
+/// A paged decode kernel's case (CheckPaged.cpp): the planned splits over the paged cache of
+/// makePagedLayout(in) against per-sequence references (the status must stay clean); a bad
+/// page id and bad lengths, which the status must name; and, where the bundle has the
+/// variant's contiguous decode kernel (the name without _pagedN), both on the same keys, bit
+/// for bit. Makes `in`'s sequence 1 share sequence 0's first page.
+llvm::Error pagedCase(DeviceMemory &memory, const fagen_bundle *bundle, int kernelIndex,
+                      const KernelRecord &k, CaseInputs &in, unsigned seed, CaseResult &result);
+
 /// "plan: FAGEN_ERROR_...: message" for a failed runtime call.
 std::string runtimeFailure(const char *what, fagen_status status);
 

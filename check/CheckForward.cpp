@@ -12,11 +12,7 @@ namespace fagen {
 
 namespace ref = reference;
 
-namespace {
-
-/// Compares the O and LSE the kernel left on the device with the references; a `label`
-/// ("one split: ") prefixes the worst-element lines. Fills `result` (passed only if it was).
-llvm::Error measureCase(check::DeviceMemory &memory, const CaseInputs &in,
+llvm::Error check::measureCase(check::DeviceMemory &memory, const CaseInputs &in,
                         const check::DeviceCase &d, const ref::FwdProblem &pb,
                         const ref::FwdResult &exact, const ref::FwdResult &same,
                         const std::string &label, CaseResult &result) {
@@ -44,6 +40,8 @@ llvm::Error measureCase(check::DeviceMemory &memory, const CaseInputs &in,
                     {"LSE", std::vector<float>(got.Lse.begin(), got.Lse.end())}};
   return llvm::Error::success();
 }
+
+namespace {
 
 /// A decode kernel's case: one split (no workspace: the kernel writes O itself), then, where
 /// the plan splits the keys, the planned splits and their combine with the plan's workspace
@@ -77,7 +75,7 @@ llvm::Error decodeCase(check::DeviceMemory &memory, const fagen_plan &plan, cons
     fagen_decode_params dp;
     std::memcpy(&dp, plan.params, sizeof dp);
     const std::string label = split ? std::to_string(dp.num_splits) + " splits: " : "one split: ";
-    if (llvm::Error e = measureCase(memory, in, d, pb, exact, same, label, result))
+    if (llvm::Error e = check::measureCase(memory, in, d, pb, exact, same, label, result))
       return e;
   }
   return llvm::Error::success();
@@ -109,7 +107,7 @@ llvm::Error forwardCase(const DriverApi &api, const fagen_bundle *bundle, int ke
     result.failure = *run;
     return llvm::Error::success();
   }
-  return measureCase(memory, in, d, pb, exact, same, "", result);
+  return check::measureCase(memory, in, d, pb, exact, same, "", result);
 }
 
 } // namespace
@@ -117,8 +115,14 @@ llvm::Error forwardCase(const DriverApi &api, const fagen_bundle *bundle, int ke
 CaseOutcome checkKernelCase(const DriverApi &api, const fagen_bundle *bundle, int kernelIndex,
                             const KernelRecord &k, const CheckShape &s, unsigned seed,
                             const std::vector<uint8_t> &staticTable) {
-  const CaseInputs in = makeCaseInputs(k, s, seed, staticTable);
+  CaseInputs in = makeCaseInputs(k, s, seed, staticTable);
   CaseResult result;
+  if (k.isPaged()) {
+    check::DeviceMemory memory(api);
+    if (llvm::Error e = check::pagedCase(memory, bundle, kernelIndex, k, in, seed, result))
+      return CudaFailure{llvm::toString(std::move(e))};
+    return result;
+  }
   if (llvm::Error e = forwardCase(api, bundle, kernelIndex, k, in, result))
     return CudaFailure{llvm::toString(std::move(e))};
   return result;

@@ -202,7 +202,25 @@ static std::vector<CheckShape> decodeShapes(int tokens, bool quick) {
   };
 }
 
+/// A paged decode kernel's shapes: batches whose sequences take the cache lengths of
+/// pagedLengths (seqlen_k, page boundary + 1 sharing a page, empty, boundary - 1, one key, the
+/// boundary, two pages + 1), one key, GQA 4:1 and 7:1, MQA, a long cache split many ways.
+static std::vector<CheckShape> pagedShapes(int tokens, int page, bool quick) {
+  auto t = [tokens](int want) { return std::min(want, tokens); };
+  if (quick)
+    return {{7, 32, 8, 1, 1000, false}, {2, 7, 1, tokens, 257, true}, {1, 1, 1, 1, 1, false}};
+  return {
+      {1, 1, 1, 1, 1, false},         {7, 32, 8, 1, 1000, false},
+      {4, 7, 1, 1, 4097, true},       {3, 16, 1, t(2), 2048, false},
+      {8, 8, 2, t(4), 577, false},    {2, 28, 4, t(5), 3000, false},
+      {1, 8, 1, 1, 16401, false},     {9, 4, 4, t(3), 2, false},
+      {5, 8, 8, tokens, page + 1, false}, {6, 8, 1, 1, 2 * page - 1, true},
+  };
+}
+
 std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick) {
+  if (k.isPaged())
+    return pagedShapes(k.qTokens, k.pageSize, quick);
   if (isDecodeKernel(k))
     return decodeShapes(k.qTokens, quick);
   std::vector<CheckShape> shapes = checkShapesFor(k.seqlenMin, k.seqlenMax, quick);

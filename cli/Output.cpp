@@ -87,6 +87,7 @@ llvm::json::Value plansJson(const std::string &specPath, const std::vector<Kerne
     k["tile_counter"] = p.tileCounter;
     k["tma_store_o"] = p.tmaStoreO;
     k["q_tokens"] = p.qTokens;
+    k["page_size"] = p.pageSize;
     k["staged_epilogue"] = p.stagedEpilogue;
     k["rotate_query_walk"] = p.rotateQueryWalk;
     k["seqlen_min"] = p.seqlenMin;
@@ -131,6 +132,11 @@ std::string inspectText(const std::string &path, const Bundle &bundle, bool verb
                            "NAME_merge serves fagen_run_merge_states; {1} threads)\n",
                            k.qTokens, k.prePostThreads)
                  .str();
+    if (k.isPaged())
+      out += llvm::formatv("  paged KV cache: {0}-token pages through a block table, cache "
+                           "lengths seqused_k\n",
+                           k.pageSize)
+                 .str();
     if (k.seqlenMin != 0 || k.seqlenMax != kSeqlenUnbounded)
       out += "  serves max(seqlen_q, seqlen_k): " + seqlenRangeText(k.seqlenMin, k.seqlenMax) +
              "\n";
@@ -172,6 +178,7 @@ llvm::json::Value inspectJson(const std::string &path, const Bundle &bundle) {
     o["tile_counter"] = k.tileCounter;
     o["tma_store_o"] = k.tmaStoreO;
     o["q_tokens"] = k.qTokens;
+    o["page_size"] = k.pageSize;
     o["seqlen_min"] = k.seqlenMin;
     o["seqlen_max"] = seqlenBound(k.seqlenMax);
     o["registers"] = k.registers;

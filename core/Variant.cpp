@@ -83,6 +83,8 @@ std::vector<std::string> Variant::featureTokens() const {
     out.push_back("varlen");
   if (deterministic)
     out.push_back("det");
+  if (pageSize != 0)
+    out.push_back("paged" + str(pageSize));
   return out;
 }
 
@@ -111,6 +113,8 @@ std::string Variant::text() const {
          (sparseHash.empty() ? "" : " layout " + sparseHash);
   if (deterministic)
     t += " deterministic";
+  if (pageSize != 0)
+    t += " paged_kv " + str(pageSize);
   return t;
 }
 
@@ -133,6 +137,8 @@ std::string Variant::specKeys() const {
   if (sparsity == Sparsity::Static)
     keys.push_back("a static block_sparse layout" +
                    (sparseBlock ? " (block " + str(sparseBlock) + ")" : std::string()));
+  if (pageSize != 0)
+    keys.push_back("kv_cache paged, page_size " + str(pageSize) + " and passes [decode]");
   if (pass == Pass::Backward)
     keys.push_back(std::string("passes [fwd, bwd]") +
                    (deterministic ? " and deterministic true" : ""));
@@ -147,14 +153,15 @@ bool Variant::operator==(const Variant &o) const {
          mask == o.mask && maskAlign == o.maskAlign && scoreMod == o.scoreMod &&
          dropout == o.dropout && varlen == o.varlen && sparsity == o.sparsity &&
          sparseBlock == o.sparseBlock && sparseHash == o.sparseHash &&
-         deterministic == o.deterministic;
+         deterministic == o.deterministic && pageSize == o.pageSize;
 }
 
 bool servesCall(const Variant &k, const Variant &c) {
   if (k.pass != c.pass || k.dtype != c.dtype || k.headDimQK != c.headDimQK ||
       k.headDimV != c.headDimV || k.mask != c.mask ||
       (c.mask != Mask::None && k.maskAlign != c.maskAlign) || k.scoreMod != c.scoreMod ||
-      k.dropout != c.dropout || k.varlen != c.varlen || k.sparsity != c.sparsity)
+      k.dropout != c.dropout || k.varlen != c.varlen || k.sparsity != c.sparsity ||
+      k.pageSize != c.pageSize)
     return false;
   if (c.deterministic && !k.deterministic)
     return false;

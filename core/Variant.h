@@ -57,16 +57,21 @@ struct Variant {
   int sparseBlock = 0;        ///< tokens per block (0 without sparsity)
   std::string sparseHash;     ///< static layout: 8 hex digits naming the table
   bool deterministic = false; ///< bwd: bitwise-repeatable dQ
+  /// K and V in a paged KV cache of this many tokens a page (block table, per-sequence
+  /// lengths: templates/abi/decode_params.h); 0: contiguous K and V.
+  int pageSize = 0;
 
   bool isForward() const { return pass == Pass::Forward; }
   bool isBackward() const { return pass == Pass::Backward; }
   bool hasMask() const { return mask != Mask::None; }
   bool isTopLeft() const { return mask != Mask::None && maskAlign == MaskAlign::TopLeft; }
+  bool isPaged() const { return pageSize != 0; }
 
   /// The kernel-name token of the mask: "none", "causal", "window", "causaltl", "windowtl".
   std::string maskToken() const;
   /// The kernel-name tokens of the rest of the variant, in name order: the score mod,
-  /// "drop", "bsr128" (runtime sparsity) or "bs128_1a2b3c4d" (static), "varlen", "det".
+  /// "drop", "bsr128" (runtime sparsity) or "bs128_1a2b3c4d" (static), "varlen", "det",
+  /// "paged16" (a paged KV cache of 16-token pages).
   std::vector<std::string> featureTokens() const;
   /// "fwd bf16 hd128x128 causal softcap": pass, dtype, head dims, mask and feature tokens; the
   /// tuning database's workload key (with the arch appended) and the planner's grouping key.

@@ -15,6 +15,7 @@
 //
 //===----------------------------------------------------------------------===//
 #include "compiler/bundle/Bundle.h"
+#include "templates/abi/decode_params.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -180,6 +181,7 @@ Fields kernelFields(const KernelRecord &k) {
           {"mask", toText(k.mask)},
           {"mask_align", toText(k.maskAlign)},
           {"name", k.name},
+          {"page_size", std::to_string(k.pageSize)},
           {"params_version", std::to_string(k.paramsVersion)},
           {"pass", toText(k.pass)},
           {"persistent", std::to_string(int(k.persistent))},
@@ -421,6 +423,12 @@ bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
     if (k.dropout || k.varlen || k.scoreMod == ScoreMod::Alibi || k.sparsity != Sparsity::None)
       return r.fail("a kernel of template sm80decode has no dropout, varlen, alibi or block "
                     "sparsity");
+    if (k.pageSize != 0 && !FAGEN_PAGE_SIZE_VALID(k.pageSize))
+      return r.fail("page_size is " + n(k.pageSize) + "; a paged decode kernel's pages are a "
+                    "power of two in 16..256 tokens");
+  } else if (k.pageSize != 0) {
+    return r.fail("page_size is " + n(k.pageSize) + " on a kernel of template '" + k.templ +
+                  "'; only sm80decode kernels read a paged KV cache");
   } else if (k.qTokens != 0) {
     return r.fail("q_tokens is " + n(k.qTokens) + " on a kernel of template '" + k.templ +
                   "'; only sm80decode kernels serve a number of query tokens");
@@ -474,6 +482,7 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.integer("head_dim_qk", 1, 1024, k.headDimQK) &&
             r.integer("head_dim_v", 1, 1024, k.headDimV) && r.oneOf("mask", k.mask) &&
             r.oneOf("mask_align", k.maskAlign) && r.str("name", k.name, false) &&
+            r.integer("page_size", 0, 1 << 20, k.pageSize) &&
             r.integer("params_version", 1, INT32_MAX, k.paramsVersion) && r.oneOf("pass", k.pass) &&
             r.flag("persistent", k.persistent) &&
             r.integer("pre_post_threads", 0, 1024, k.prePostThreads) &&

@@ -18,7 +18,7 @@
 namespace fagen {
 
 /// Bumped on any incompatible change of the file layout or the manifest keys.
-constexpr uint32_t kBundleFormatVersion = 7;
+constexpr uint32_t kBundleFormatVersion = 8;
 
 /// Upper end of an open seqlen range.
 constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;

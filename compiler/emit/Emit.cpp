@@ -97,8 +97,9 @@ std::string planComment(const KernelPlan &p) {
                        p.blockM, p.blockN, p.warps, p.stages, p.smemBytes, p.tuning)
              .str();
   if (isDecodePlan(p))
-    return out + llvm::formatv("//   q_tokens={0} merge_threads={1}\n", p.qTokens,
-                               p.prePostThreads)
+    return out + llvm::formatv("//   q_tokens={0} merge_threads={1}{2}\n", p.qTokens,
+                               p.prePostThreads,
+                               p.isPaged() ? " page_size=" + std::to_string(p.pageSize) : "")
                      .str();
   if (p.pass == Pass::Backward)
     return out + llvm::formatv("//   deterministic={0} pre_post_threads={1}\n",
@@ -173,8 +174,12 @@ std::string decodeConfig(const KernelPlan &p) {
       "fagen::sm80::DecodeOptions", p.dtype,
       llvm::formatv("  static constexpr int kHeadDimQK = {0}, kHeadDimV = {1};\n"
                     "  static constexpr int kBlockM = {2}, kBlockN = {3}, kWarps = {4}, "
-                    "kStages = {5};\n",
-                    p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps, p.stages)
+                    "kStages = {5};\n{6}",
+                    p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps, p.stages,
+                    p.isPaged() ? llvm::formatv("  static constexpr int kPageSize = {0};\n",
+                                                p.pageSize)
+                                      .str()
+                                : std::string())
           .str(),
       "fagen::sm80::DecodeConfig");
 }

@@ -699,8 +699,11 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
       out += "  staged_epilogue=true\n";
     if (isDecodePlan(p))
       out += llvm::formatv("  decode: split-KV, up to q_tokens={0} query tokens per sequence; "
-                           "combine and merge threads={1}\n",
-                           p.qTokens, p.prePostThreads)
+                           "combine and merge threads={1}{2}\n",
+                           p.qTokens, p.prePostThreads,
+                           p.isPaged() ? "; paged KV cache, page_size=" +
+                                             std::to_string(p.pageSize)
+                                       : "")
                  .str();
     if (p.spillFallback)
       out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over {1} spill "

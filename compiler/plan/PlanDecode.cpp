@@ -60,6 +60,13 @@ std::string decodeConfigProblem(const KernelPlan &p) {
     return llvm::formatv("decode block_m {0} at head_dim_v {1} needs more than 128 accumulator "
                          "registers a thread: block_m 32 needs head_dim_v <= 128",
                          p.blockM, p.headDimV);
+  if (p.pageSize != 0 && !FAGEN_PAGE_SIZE_VALID(p.pageSize))
+    return llvm::formatv("decode page_size must be a power of two in {0}..{1}, got {2}",
+                         FAGEN_PAGE_SIZE_MIN, FAGEN_PAGE_SIZE_MAX, p.pageSize);
+  if (p.pageSize != 0 && p.pageSize % p.blockN != 0 && p.blockN % p.pageSize != 0)
+    return llvm::formatv("decode block_n {0} and page_size {1}: a key tile must lie in one page "
+                         "or span whole pages",
+                         p.blockN, p.pageSize);
   if (p.rescaleTau != 0 || p.exp2EmuPercent != 0)
     return "the decode template has no rescale_tau or exp2 emulation (both must be 0)";
   const int smem =

@@ -72,6 +72,7 @@ Variant VariantSpec::kernelVariant(Pass pass) const {
     k.sparseBlock = blockSparse->block;
   }
   k.deterministic = pass == Pass::Backward && deterministic;
+  k.pageSize = pageSize;
   return k;
 }
 

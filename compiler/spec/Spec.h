@@ -87,12 +87,15 @@ struct VariantSpec {
   /// Set when `passes` lists decode: the variant's split-KV decode kernel (a forward kernel of
   /// template sm80decode, beside or instead of the fwd pass's).
   std::optional<DecodeSpec> decode;
+  /// `kv_cache: paged` with `page_size: N`: K and V in a paged KV cache of N-token pages
+  /// (docs/spec.md#paged-kv-cache); 0: contiguous. Served by the decode kernel only.
+  int pageSize = 0;
   std::vector<std::string> targets;  ///< archs; empty = the spec's top-level targets
   int headsQ = 0, headsKV = 0;       ///< optional model shape (0 = unspecified); its GQA ratio shapes fagen tune's buckets
   std::optional<TileOverride> tile;  ///< pins the forward kernel's config
   SourceLoc loc;                     ///< of the variant's mapping
   /// Where each key's value stands. Nested keys are dotted ("heads.q", "tile.block_m",
-  /// "block_sparse.block", "decode.q_tokens"), each pass is "passes.<pass>" ("passes.decode"
+  /// "block_sparse.block", "decode.q_tokens"; "kv_cache", "page_size"), each pass is "passes.<pass>" ("passes.decode"
   /// too), each target is "targets.<arch>" (canonical arch), and "head_dim",
   /// "head_dim_qk" and "head_dim_v" are all present when either form was written, pointing at
   /// what was written.

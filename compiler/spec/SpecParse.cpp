@@ -152,7 +152,8 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
   static const std::vector<std::string> keys = {
       "name",   "dtype",   "head_dim",     "head_dim_qk",   "head_dim_v", "mask",
       "mask_align", "score_mod", "dropout", "varlen",     "block_sparse", "deterministic",
-      "passes", "decode",  "heads",        "targets",       "tile"};
+      "passes", "decode",  "kv_cache",     "page_size",     "heads",      "targets",
+      "tile"};
   Entries entries = readMapping(node, keys);
   VariantSpec variant;
   variant.loc = loc;
@@ -196,6 +197,7 @@ void SpecParser::parseVariant(const YAML::Node &node, size_t index, AttentionSpe
     parseTile(it->second, variant);
   if (auto it = entries.find("decode"); it != entries.end())
     parseDecode(it->second, variant);
+  parseKvCache(entries, variant);
 
   spec.variants.push_back(std::move(variant));
 }
@@ -647,6 +649,58 @@ void SpecParser::parseDecode(const Entry &entry, VariantSpec &variant) {
     variant.decode->qTokens =
         readRange(it->second, "decode.q_tokens", 1, FAGEN_DECODE_MAX_Q_TOKENS, 1).value_or(1);
   }
+}
+
+/// `kv_cache: paged` and `page_size`: a paged KV cache, which the decode kernel serves (and
+/// only it: a paged variant lists no other pass).
+void SpecParser::parseKvCache(const Entries &entries, VariantSpec &variant) {
+  auto cache = entries.find("kv_cache");
+  auto pageSize = entries.find("page_size");
+  bool paged = false, cacheRead = true;
+  if (cache != entries.end()) {
+    static const std::map<std::string, std::string> hints = {
+        {"paged_attention", "paged"}, {"pages", "paged"},  {"blocked", "paged"},
+        {"dense", "contiguous"},      {"linear", "contiguous"}};
+    std::optional<std::string> kind =
+        readChoice(cache->second, "kv_cache", {"contiguous", "paged"}, hints);
+    paged = kind && *kind == "paged";
+    cacheRead = kind.has_value();
+  }
+  if (pageSize != entries.end() && !paged) {
+    if (cacheRead)
+      error(pageSize->second.keyLoc, "page_size applies to a paged KV cache: add 'kv_cache: "
+                                     "paged', or remove page_size");
+    return;
+  }
+  if (!paged)
+    return;
+  if (pageSize == entries.end()) {
+    error(cache->second.valueLoc,
+          "kv_cache: paged needs page_size, the tokens of a page (16, 32, 64, 128 or 256)");
+    return;
+  }
+  std::optional<int> tokens = readInt(pageSize->second, "page_size");
+  if (!tokens)
+    return;
+  if (!FAGEN_PAGE_SIZE_VALID(*tokens)) {
+    error(pageSize->second.valueLoc,
+          "page_size must be a power of two in " + std::to_string(FAGEN_PAGE_SIZE_MIN) + ".." +
+              std::to_string(FAGEN_PAGE_SIZE_MAX) + " (16, 32, 64, 128 or 256 tokens), got " +
+              std::to_string(*tokens));
+    return;
+  }
+  variant.pageSize = *tokens;
+  if (!variant.decode) {
+    error(cache->second.valueLoc,
+          "kv_cache: paged is served by the decode kernel: add decode to passes (passes: "
+          "[decode])");
+    return;
+  }
+  for (Pass pass : variant.passes)
+    error(variant.locOf(std::string("passes.") + toText(pass)),
+          std::string("pass ") + toText(pass) + " does not read a paged KV cache (only the "
+          "decode kernel does, prefill over pages is not built yet): list it in a variant of "
+          "its own without kv_cache");
 }
 
 void SpecParser::checkUniqueNames(const AttentionSpec &spec) {

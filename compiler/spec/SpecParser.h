@@ -114,6 +114,7 @@ private:
   void parseHeads(const Entry &entry, VariantSpec &variant);
   void parseTile(const Entry &entry, VariantSpec &variant);
   void parseDecode(const Entry &entry, VariantSpec &variant);
+  void parseKvCache(const Entries &entries, VariantSpec &variant);
   void checkUniqueNames(const AttentionSpec &spec);
 
   std::string file;

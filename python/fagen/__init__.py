@@ -4,6 +4,7 @@
     fagen.Bundle("attn.fab")                          # optional: prebuilt kernels (fagen build)
     out = fagen.attention(q, k, v, causal=True)       # q, k, v [batch, seqlen, heads, head_dim]
     out, lse = fagen.merge_states(o_states, lse_states)  # attention states merged by their LSE
+    out = fagen.decode_paged(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k=4096)
 
 fagen.attention is the custom op fagen::attention_forward (+ its backward): autograd, FakeTensor,
 torch.compile(fullgraph=True) and torch.library.opcheck work with it. fagen.runtime is the
@@ -22,8 +23,11 @@ except ImportError:  # the runtime binding works without torch; fagen.attention 
 
     def merge_states(*args, **kwargs):
         raise ImportError("fagen.merge_states needs PyTorch: pip install torch")
-else:
-    from .ops import attention, merge_states
 
-__all__ = ["Bundle", "FagenError", "KernelNotBuilt", "attention", "loaded", "merge_states",
-           "runtime", "version"]
+    def decode_paged(*args, **kwargs):
+        raise ImportError("fagen.decode_paged needs PyTorch: pip install torch")
+else:
+    from .ops import attention, decode_paged, merge_states
+
+__all__ = ["Bundle", "FagenError", "KernelNotBuilt", "attention", "decode_paged", "loaded",
+           "merge_states", "runtime", "version"]

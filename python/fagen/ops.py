@@ -1,5 +1,6 @@
 """fagen.attention: the runtime's forward and backward as PyTorch custom ops; fagen.merge_states:
-the merge of attention states by their log-sum-exp (fagen::merge_states, not differentiable).
+the merge of attention states by their log-sum-exp (fagen::merge_states, not differentiable);
+fagen.decode_paged: decode over a paged KV cache (fagen::decode_paged, not differentiable).
 
 Two ops, fagen::attention_forward and fagen::attention_backward (torch.library.custom_op), each
 with a fake implementation (shapes only: FakeTensor, meta tensors, torch.compile) and the
@@ -319,3 +320,90 @@ def _merge_states(o_states: Tensor, lse_states: Tensor, bundle: int) -> tuple[Te
 @_merge_states.register_fake
 def _merge_states_fake(o_states, lse_states, bundle):
     return _merge_outputs(o_states)
+
+
+def decode_paged(q, k_cache, v_cache, block_table, seqused_k, *, max_seqlen_k, causal=False,
+                 window=None, softcap=0.0, softmax_scale=None, mask_align="bottom_right",
+                 return_lse=False, bundle=None):
+    """Attention of a few query tokens per sequence over a paged KV cache, as FlashAttention's
+    flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqused_k,
+    block_table=block_table) without appending new keys: q [batch, tokens, heads_q, head_dim]
+    (tokens at most the kernel's decode.q_tokens), k_cache and v_cache [num_pages, page_size,
+    heads_kv, head_dim(_v)] (vLLM's layout), block_table int32 [batch, max_pages] (page ids; any
+    order, shared pages allowed), seqused_k int32 [batch] (each sequence's cache length, 0 for an
+    empty one), max_seqlen_k: the call's longest cache length (an int the host knows, as vLLM's
+    max_seq_len; the split count is planned for it; at most max_pages x page_size). causal,
+    window, softcap, softmax_scale, mask_align: as fagen.attention, per sequence. Returns out
+    [batch, tokens, heads_q, head_dim_v] (and with return_lse the log-sum-exp, float32 [batch,
+    heads_q, tokens]). A bad page id or length is never loaded through (the runtime's
+    fagen_paged_kv_status names it; fagen.runtime's Plan.status). Needs a loaded bundle (or
+    `bundle`) with a paged decode kernel of the variant and page size (spec kv_cache: paged,
+    page_size, passes: [decode]). Not differentiable."""
+    if q.dim() != 4 or k_cache.dim() != 4 or v_cache.dim() != 4:
+        raise ValueError(f"fagen.decode_paged: q must be [batch, tokens, heads_q, head_dim] and "
+                         f"the caches [num_pages, page_size, heads_kv, head_dim], got shapes "
+                         f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    if block_table.dtype != torch.int32 or seqused_k.dtype != torch.int32:
+        raise TypeError(f"fagen.decode_paged: block_table and seqused_k must be int32, got "
+                        f"{block_table.dtype} and {seqused_k.dtype}")
+    if tuple(block_table.shape[:1]) != (q.shape[0],) or tuple(seqused_k.shape) != (q.shape[0],):
+        raise ValueError(f"fagen.decode_paged: block_table must be [batch, max_pages] and "
+                         f"seqused_k [batch] for batch {q.shape[0]}, got shapes "
+                         f"{tuple(block_table.shape)} and {tuple(seqused_k.shape)}")
+    if mask_align not in _ALIGNS:
+        raise ValueError(f"fagen.decode_paged: mask_align must be one of {_ALIGNS}, got "
+                         f"{mask_align!r}")
+    mask, left, right = _mask(causal, window)
+    q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous()
+                           for t in (q, k_cache, v_cache))
+    block_table = block_table if block_table.stride(-1) == 1 else block_table.contiguous()
+    out, lse = torch.ops.fagen.decode_paged(
+        q, k_cache, v_cache, block_table, seqused_k, int(max_seqlen_k), mask, mask_align, left,
+        right, float(softcap), float(softmax_scale or 0.0), 0 if bundle is None else bundle.id)
+    return (out, lse) if return_lse else out
+
+
+def _decode_outputs(q, v_cache):
+    b, t, h, _ = q.shape
+    return (q.new_empty((b, t, h, v_cache.shape[-1])),
+            q.new_empty((b, h, t), dtype=torch.float32))
+
+
+@torch.library.custom_op("fagen::decode_paged", mutates_args=(), device_types="cuda")
+def _decode_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor,
+                  seqused_k: Tensor, max_seqlen_k: int, mask: str, mask_align: str,
+                  window_left: int, window_right: int, softcap: float, softmax_scale: float,
+                  bundle: int) -> tuple[Tensor, Tensor]:
+    out, lse = _decode_outputs(q, v_cache)
+    pool = [b for b in _bundle.loaded() if not bundle or b.id == bundle]
+    reasons = []
+    variant = dict(mask=mask, mask_align=mask_align, window=(window_left, window_right),
+                   softcap=softcap, softmax_scale=softmax_scale)
+    with torch.cuda.device(q.device):
+        for b in pool:
+            try:
+                plan = b.plan_forward_paged(q, k_cache, v_cache, block_table, max_seqlen_k,
+                                            **variant)
+            except runtime.FagenError as e:
+                if e.status_name != "FAGEN_ERROR_NOT_SUPPORTED":
+                    raise
+                reasons.append(f"  {b.path}: {e}")
+                continue
+            plan.run_paged(q, k_cache, v_cache, out, lse, block_table, seqused_k)
+            return out, lse
+    dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
+    page = k_cache.shape[1]
+    entry = (f"  - {{name: paged_{dtype}_{q.shape[-1]}_{page}, dtype: {dtype}, head_dim: "
+             f"{q.shape[-1]}, mask: {mask}, passes: [decode], decode: {{q_tokens: "
+             f"{q.shape[1]}}}, kv_cache: paged, page_size: {page}}}")
+    raise _ondemand.KernelNotBuilt(
+        f"fagen.decode_paged: no loaded bundle has a paged decode kernel for this call:\n" +
+        "\n".join(reasons or ["  (no bundle loaded)"]) +
+        f"\nAdd this variant to a spec, build it and load it with fagen.Bundle:\n{entry}", entry)
+
+
+@_decode_paged.register_fake
+def _decode_paged_fake(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k, mask,
+                       mask_align, window_left, window_right, softcap, softmax_scale, bundle):
+    return _decode_outputs(q, v_cache)
+

@@ -7,6 +7,13 @@ fagen.attention, and what benchmarks and GPU tests call directly.
     plan.run(q, k, v, o, lse)                                # on torch's current stream
     o, lse = bundle.forward(q, k, v, causal=True)            # plan + allocate + run
 
+    # decode over a paged KV cache (a bundle built with kv_cache: paged, page_size: 16):
+    # k_cache, v_cache [num_pages, 16, heads_kv, d], block_table int32 [batch, max_pages],
+    # seqused_k int32 [batch]; seqlen_k: the longest cache length of the call
+    plan = bundle.plan_forward_paged(q, k_cache, v_cache, block_table, seqlen_k, causal=True)
+    plan.run(q, k_cache, v_cache, o, lse, block_table, seqused_k)
+    plan.status()                                            # FagenError naming a bad entry
+
     # variants: mask="window", window=(256, -1), mask_align="top_left", softcap=50.0,
     # alibi=True, dropout_p=0.1, cu_seqlens_q=..., block_sparse=("runtime", 128), ...
     args = fagen_rt.run_args(dropout_seed=1, dropout_offset=0)  # run-time arguments
@@ -88,6 +95,12 @@ class _MergeProblem(_Versioned):
         ("o_strides", _I64 * 3), ("lse_strides", _I64 * 3)]
 
 
+class _PagedKv(_Versioned):
+    """fagen_paged_kv."""
+    _fields_ = _HEADER + [("page_size", _I32), ("num_pages", _I32), ("max_pages_per_seq", _I32),
+                          ("reserved0", _I32), ("block_table_stride", _I64)]
+
+
 class _Plan(ctypes.Structure):
     """fagen_plan."""
     _fields_ = _HEADER + [("bundle", _P), ("bundle_id", ctypes.c_uint64), ("context", _P),
@@ -149,6 +162,10 @@ def library(path=None):
         "fagen_run_backward": (c.c_int, [Pl, P, P, P, P, P, P, P, P, P, P, c.c_size_t, A, P]),
         "fagen_plan_merge_states": (c.c_int, [P, c.POINTER(_MergeProblem), Pl]),
         "fagen_run_merge_states": (c.c_int, [Pl, P, P, P, P, P]),
+        "fagen_plan_forward_paged": (c.c_int, [P, Pr, c.POINTER(_PagedKv), Pl]),
+        "fagen_plan_forward_paged_kernel": (c.c_int, [P, Pr, c.POINTER(_PagedKv), c.c_int, Pl]),
+        "fagen_run_forward_paged": (c.c_int, [Pl, P, P, P, P, P, P, P, P, c.c_size_t, A, P]),
+        "fagen_paged_kv_status": (c.c_int, [Pl, P, P]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -287,6 +304,34 @@ class Plan:
             cache[key] = torch.empty(self.workspace_bytes, dtype=torch.uint8, device=device)
         return cache[key]
 
+    def run_paged(self, q, k_cache, v_cache, o, lse, block_table, seqused_k, stream=None,
+                  args=None, workspace=True):
+        """Launches a paged plan (Bundle.plan_forward_paged): q [B, T, Hq, D], the caches
+        [num_pages, page_size, Hkv, D], block_table int32 [B, max_pages], seqused_k int32 [B].
+        workspace: True (this plan's own, allocated once per device and stream: a paged run
+        always needs one, the kernel reports bad entries there) or a device tensor of
+        workspace_bytes bytes."""
+        if stream is None:
+            stream = _current_stream()
+        if workspace is True:
+            workspace = self._own_workspace(q.device, stream)
+        _check(library().fagen_run_forward_paged(
+            ctypes.byref(self._plan), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+            o.data_ptr(), lse.data_ptr(), block_table.data_ptr(), seqused_k.data_ptr(),
+            _ptr(workspace), _nbytes(workspace), None if args is None else ctypes.byref(args),
+            stream))
+        self._last_workspace = workspace
+
+    def status(self, workspace=None, stream=None):
+        """After run_paged: synchronizes the stream and raises FagenError naming the first bad
+        block-table entry or cache length the kernel met (fagen_paged_kv_status)."""
+        if stream is None:
+            stream = _current_stream()
+        if workspace is None:
+            workspace = self._last_workspace
+        _check(library().fagen_paged_kv_status(ctypes.byref(self._plan), _ptr(workspace),
+                                               stream))
+
     def run_backward(self, q, k, v, o, lse, do, dq, dk, dv, workspace, stream=None, args=None):
         """Launches the backward: the forward's q, k, v, o, lse; do = dO; writes dq, dk, dv.
         workspace: workspace_bytes of device memory (a tensor or None when 0 bytes)."""
@@ -386,6 +431,44 @@ class Bundle:
             _check(library().fagen_plan_forward_kernel(self._handle, ctypes.byref(p), kernel_index,
                                                        ctypes.byref(plan)))
         return Plan(self, plan)
+
+    def plan_forward_paged(self, q, k_cache, v_cache, block_table, seqlen_k=None,
+                           kernel_index=None, **variant):
+        """Plans a decode call over a paged KV cache (fagen_plan_forward_paged): q [B, T, Hq,
+        D] (T at most the kernel's q_tokens), k_cache / v_cache [num_pages, page_size, Hkv, D]
+        (the head dim contiguous), block_table int32 [B, max_pages] (rows contiguous);
+        seqlen_k: the longest cache length of the call (default: max_pages x page_size). The
+        keywords of plan_forward (mask, softcap, ...). Run it with Plan.run_paged."""
+        num_pages, page_size, _, _ = k_cache.shape
+        if block_table.dim() != 2 or block_table.stride()[1] != 1:
+            raise ValueError(f"block_table must be [batch, max_pages] with contiguous rows, got "
+                             f"shape {tuple(block_table.shape)}")
+        p = self._problem(q, k_cache, v_cache, **variant)
+        max_pages = block_table.shape[1]
+        p.seqlen_k = max_pages * page_size if seqlen_k is None else int(seqlen_k)
+        g = _PagedKv()
+        g.page_size, g.num_pages, g.max_pages_per_seq = page_size, num_pages, max_pages
+        g.block_table_stride = block_table.stride()[0]
+        plan = _Plan()
+        if kernel_index is None:
+            _check(library().fagen_plan_forward_paged(self._handle, ctypes.byref(p),
+                                                      ctypes.byref(g), ctypes.byref(plan)))
+        else:
+            _check(library().fagen_plan_forward_paged_kernel(
+                self._handle, ctypes.byref(p), ctypes.byref(g), kernel_index, ctypes.byref(plan)))
+        return Plan(self, plan)
+
+    def forward_paged(self, q, k_cache, v_cache, block_table, seqused_k, seqlen_k=None,
+                      stream=None, args=None, **variant):
+        """Plans, allocates O (contiguous BSHD) and LSE, runs over the paged cache; returns
+        (o, lse). Bad entries are reported by Plan.status, which this does not call."""
+        import torch
+        plan = self.plan_forward_paged(q, k_cache, v_cache, block_table, seqlen_k, **variant)
+        b, t, hq, _ = q.shape
+        o = torch.empty((b, t, hq, v_cache.shape[-1]), dtype=q.dtype, device=q.device)
+        lse = torch.empty((b, hq, t), dtype=torch.float32, device=q.device)
+        plan.run_paged(q, k_cache, v_cache, o, lse, block_table, seqused_k, stream, args)
+        return o, lse
 
     def plan_backward(self, q, k, v, deterministic=False, kernel_index=None, **variant):
         """Picks the backward kernel for the forward call (the same keywords as plan_forward);

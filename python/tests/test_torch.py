@@ -131,6 +131,38 @@ class MergeStatesTest(unittest.TestCase):
                                torch.empty(1, 1, 1, 1, device="meta"))
 
 
+class DecodePagedTest(unittest.TestCase):
+    def paged_args(self, batch=3, tokens=2, pages=40, page=16, heads=(8, 2), d=128):
+        return (meta(batch, tokens, heads[0], d), meta(pages, page, heads[1], d),
+                meta(pages, page, heads[1], d),
+                torch.empty(batch, 6, dtype=torch.int32, device="meta"),
+                torch.empty(batch, dtype=torch.int32, device="meta"))
+
+    def test_schema_and_fake_shapes(self):
+        schema = str(torch.ops.fagen.decode_paged.default._schema)
+        self.assertEqual(schema, "fagen::decode_paged(Tensor q, Tensor k_cache, Tensor v_cache, "
+                                 "Tensor block_table, Tensor seqused_k, SymInt max_seqlen_k, "
+                                 "str mask, str mask_align, SymInt window_left, "
+                                 "SymInt window_right, float softcap, float softmax_scale, "
+                                 "SymInt bundle) -> (Tensor, Tensor)")
+        out, lse = fagen.decode_paged(*self.paged_args(), max_seqlen_k=90, causal=True,
+                                      return_lse=True)
+        self.assertEqual((tuple(out.shape), out.dtype), ((3, 2, 8, 128), BF16))
+        self.assertEqual((tuple(lse.shape), lse.dtype), ((3, 8, 2), torch.float32))
+
+    def test_opcheck(self):
+        args = self.paged_args() + (90, "causal", "bottom_right", -1, -1, 0.0, 0.0, 0)
+        result = torch.library.opcheck(torch.ops.fagen.decode_paged.default, args)
+        self.assertEqual(set(result.values()), {"SUCCESS"}, result)
+
+    def test_errors(self):
+        q, k, v, table, used = self.paged_args()
+        with self.assertRaisesRegex(TypeError, "block_table and seqused_k must be int32"):
+            fagen.decode_paged(q, k, v, table.long(), used, max_seqlen_k=90)
+        with self.assertRaisesRegex(ValueError, r"seqused_k \[batch\] for batch 3"):
+            fagen.decode_paged(q, k, v, table, used[:2], max_seqlen_k=90)
+
+
 class OpcheckTest(unittest.TestCase):
     """torch.library.opcheck on meta tensors: schema, autograd registration, fake tensors and
     AOT dispatch (the real kernels need a GPU: tests/gpu/python_check.py)."""

@@ -4,7 +4,10 @@
 // few query tokens: its plan chooses the split count (templates/common/decode_split.h), and a
 // run launches NAME over the splits and NAME_combine over their partials in the caller's
 // workspace, or NAME over one split without a workspace. fagen_plan_merge_states /
-// fagen_run_merge_states launch a decode cubin's NAME_merge on the caller's states.
+// fagen_run_merge_states launch a decode cubin's NAME_merge on the caller's states. A paged
+// decode kernel reads K and V through a block table (fagen_plan_forward_paged,
+// fagen_run_forward_paged) and reports bad entries in its workspace's status record
+// (fagen_paged_kv_status).
 //
 //===----------------------------------------------------------------------===//
 #include "runtime/src/RuntimeInternal.h"
@@ -56,12 +59,83 @@ fagen_merge_params combineParams(const fagen_fwd_problem &p, int32_t splits) {
   return mp;
 }
 
+/// FAGEN_VALIDATE=1: a paged call's lengths and the block-table entries they reach, read back
+/// from the device (synchronizing `stream`) and checked as the kernel checks them; the first bad
+/// one is refused with the kernel's message, before anything is launched.
+fagen_status validatePagedArrays(const char *function, const DriverApi &api,
+                                 const fagen_decode_params &dp, int pageSize,
+                                 const PagedKvArrays &paged, void *stream) {
+  const std::string prefix = std::string(function) + ": FAGEN_VALIDATE: ";
+  if (CUresult r = api.cuStreamSynchronize(static_cast<CUstream>(stream)); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA, prefix + cudaErrorText(api, r, "cuStreamSynchronize"));
+  const int64_t batch = dp.fwd.batch, stride = dp.block_table_batch_stride;
+  std::vector<int32_t> used(static_cast<size_t>(batch));
+  std::vector<int32_t> table(static_cast<size_t>((batch - 1) * stride + dp.max_pages_per_seq));
+  for (auto [host, device, name] : {std::tuple{&used, paged.sequsedK, "seqused_k"},
+                                    std::tuple{&table, paged.blockTable, "block_table"}})
+    if (CUresult r = api.cuMemcpyDtoH(host->data(), reinterpret_cast<CUdeviceptr>(device),
+                                      host->size() * sizeof(int32_t));
+        r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT, prefix + cudaErrorText(api, r, "cuMemcpyDtoH") +
+                                                    " reading " + name + " (" +
+                                                    str(int64_t(host->size())) +
+                                                    " int32 of device memory)");
+  for (int64_t b = 0; b < batch; ++b) {
+    if (used[b] < 0 || used[b] > dp.fwd.seqlen_k)
+      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                  prefix + "seqused_k[" + str(b) + "] = " + str(used[b]) + " is outside [0, " +
+                      "seqlen_k = " + str(dp.fwd.seqlen_k) + "]");
+    for (int64_t slot = 0; slot * pageSize < used[b]; ++slot)
+      if (const int32_t page = table[size_t(b * stride + slot)];
+          page < 0 || page >= dp.num_pages)
+        return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                    prefix + "block_table[" + str(b) + "][" + str(slot) + "] = " + str(page) +
+                        " is not a page id in [0, " + str(dp.num_pages) + ")");
+  }
+  return FAGEN_OK;
+}
+
+/// A paged run's workspace: given, large enough and aligned; its status record zeroed on
+/// `stream` before the launch.
+fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
+                                 const fagen_plan &plan, void *workspace, size_t workspaceBytes,
+                                 void *stream) {
+  if (workspace == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": workspace is null; a paged decode needs its " +
+                    "workspace (plan->workspace_bytes, " + str(int64_t(plan.workspace_bytes)) +
+                    " bytes): the kernel records bad block-table entries there");
+  if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 16}}); s != FAGEN_OK)
+    return s;
+  if (workspaceBytes < plan.workspace_bytes)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": workspace_bytes (" + str(int64_t(workspaceBytes)) +
+                    ") is less than plan->workspace_bytes (" +
+                    str(int64_t(plan.workspace_bytes)) +
+                    "): allocate the plan's workspace_bytes for a paged decode");
+  const auto status = reinterpret_cast<CUdeviceptr>(static_cast<uint8_t *>(workspace) +
+                                                    plan.workspace_offsets[2]);
+  if (CUresult r = api.cuMemsetD32Async(status, 0, FAGEN_KV_STATUS_WORDS,
+                                        static_cast<CUstream>(stream));
+      r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA, std::string(function) + ": " +
+                                      cudaErrorText(api, r, "cuMemsetD32Async") +
+                                      " zeroing the paged KV status in the workspace");
+  return FAGEN_OK;
+}
+
 } // namespace
 
-void fillDecodePlan(const fagen_fwd_problem &p, const KernelRecord &k, int sms, fagen_plan &plan) {
+void fillDecodePlan(const fagen_fwd_problem &p, const fagen_paged_kv *paged,
+                    const KernelRecord &k, int sms, fagen_plan &plan) {
   fagen_decode_params dp;
   std::memset(&dp, 0, sizeof dp);
   fillForwardParams(p, dp.fwd);
+  if (paged != nullptr) {
+    dp.block_table_batch_stride = paged->block_table_stride;
+    dp.num_pages = paged->num_pages;
+    dp.max_pages_per_seq = paged->max_pages_per_seq;
+  }
   // The packed rows of a kv head (its group of query heads x the tokens), in row blocks.
   const int64_t rows = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q;
   const int32_t mBlocks = int32_t(ceilDiv(rows, k.blockM));
@@ -76,23 +150,79 @@ void fillDecodePlan(const fagen_fwd_problem &p, const KernelRecord &k, int sms, 
   setGrid(plan.pre_post_grid,
           fagen_merge_blocks(int64_t(p.batch) * p.heads_q * p.seqlen_q, p.head_dim_v), 1, 1);
   setGrid(plan.pre_post_block, k.prePostThreads, 1, 1);
-  if (splits == 1)
+  if (splits == 1 && paged == nullptr)
     return; // the kernel writes O and LSE itself: no workspace
-  const fagen_decode_workspace w =
-      fagen_decode_workspace_layout(splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v);
+  const fagen_decode_workspace w = fagen_decode_workspace_layout(
+      splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v, paged != nullptr);
   plan.workspace_bytes = size_t(w.total_bytes);
   plan.workspace_offsets[0] = w.o_offset;
   plan.workspace_offsets[1] = w.lse_offset;
+  plan.workspace_offsets[2] = w.status_offset;
+}
+
+fagen_status checkPagedKv(const char *function, const fagen_fwd_problem &p,
+                          const fagen_paged_kv *paged) {
+  auto invalid = [function](const std::string &why) {
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + why);
+  };
+  if (paged == nullptr)
+    return invalid("paged is null");
+  if (fagen_status s = checkAbiHeader(function, "paged", "fagen_paged_kv", paged->struct_size,
+                                      paged->abi_tag, sizeof(fagen_paged_kv),
+                                      "FAGEN_PAGED_KV_INIT");
+      s != FAGEN_OK)
+    return s;
+  const fagen_paged_kv &g = *paged;
+  if (!FAGEN_PAGE_SIZE_VALID(g.page_size))
+    return invalid("paged->page_size (" + str(g.page_size) + ") must be a power of two in " +
+                   str(FAGEN_PAGE_SIZE_MIN) + ".." + str(FAGEN_PAGE_SIZE_MAX) +
+                   ": the tokens of a page, as the spec's page_size");
+  if (g.num_pages < 1 || g.max_pages_per_seq < 1)
+    return invalid("paged->num_pages (" + str(g.num_pages) + ") and max_pages_per_seq (" +
+                   str(g.max_pages_per_seq) + ") must be >= 1");
+  if (g.reserved0 != 0)
+    return invalid("paged->reserved0 (" + str(g.reserved0) +
+                   ") must be 0: initialize it with FAGEN_PAGED_KV_INIT");
+  if (g.block_table_stride < g.max_pages_per_seq)
+    return invalid("paged->block_table_stride (" + str(g.block_table_stride) +
+                   ") is less than max_pages_per_seq (" + str(g.max_pages_per_seq) +
+                   "): the block table's rows would overlap");
+  const int64_t capacity = int64_t(g.max_pages_per_seq) * g.page_size;
+  if (p.seqlen_k > capacity)
+    return invalid("seqlen_k (" + str(p.seqlen_k) + ") exceeds the block table's " +
+                   str(capacity) + " keys (max_pages_per_seq " + str(g.max_pages_per_seq) +
+                   " x page_size " + str(g.page_size) +
+                   "): seqlen_k is the longest cache length of the call");
+  if (p.varlen)
+    return invalid("varlen is 1, but a paged call's sequences are its block table's rows and "
+                   "seqused_k (batch x seqlen_q queries, no cu_seqlens): set varlen = 0");
+  return FAGEN_OK;
 }
 
 fagen_status runDecode(const char *function, const DriverApi &api, const fagen_plan &plan,
-                       const fagen_fwd_params &params, void *workspace, size_t workspaceBytes,
-                       void *stream) {
+                       const fagen_fwd_params &params, const PagedKvArrays *paged,
+                       void *workspace, size_t workspaceBytes, void *stream) {
   fagen_decode_params dp;
   std::memcpy(&dp, plan.params, sizeof dp);
   dp.fwd = params;
   int32_t grid[3] = {plan.grid[0], plan.grid[1], plan.grid[2]};
-  const bool split = plan.workspace_bytes > 0 && workspace != nullptr;
+  if (paged != nullptr) {
+    if (validateMode())
+      if (fagen_status s = validatePagedArrays(
+              function, api, dp, plan.bundle->bundle.kernels[plan.kernel_index].pageSize, *paged,
+              stream);
+          s != FAGEN_OK)
+        return s;
+    if (fagen_status s = checkPagedWorkspace(function, api, plan, workspace, workspaceBytes,
+                                             stream);
+        s != FAGEN_OK)
+      return s;
+    dp.block_table = paged->blockTable;
+    dp.seqused_k = paged->sequsedK;
+    dp.kv_status =
+        reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) + plan.workspace_offsets[2]);
+  }
+  const bool split = dp.num_splits > 1 && workspace != nullptr;
   if (!split) { // one split: NAME writes O and LSE
     dp.num_splits = 1;
     grid[0] = dp.m_blocks;
@@ -306,6 +436,110 @@ fagen_status fagen_run_merge_states(const fagen_plan *plan, const void *o_states
   mp.o = o;
   mp.lse = lse;
   return launch(*api, *plan, plan->function, plan->grid, plan->block, 0, &mp, stream, "_merge");
+}
+
+void fagen_paged_kv_init(fagen_paged_kv *paged) {
+  if (paged == nullptr)
+    return;
+  *paged = fagen_paged_kv FAGEN_PAGED_KV_INIT;
+}
+
+void fagen_fwd_problem_set_paged_strides(fagen_fwd_problem *p, const fagen_paged_kv *paged) {
+  if (p == nullptr || paged == nullptr)
+    return;
+  fagen_fwd_problem_set_bshd_strides(p);
+  // [num_pages, page_size, heads_kv, head_dim]: (page, head, row).
+  const int64_t row = p->heads_kv, page = int64_t(paged->page_size) * row;
+  const int64_t k[3] = {page * p->head_dim_qk, p->head_dim_qk, row * p->head_dim_qk};
+  const int64_t v[3] = {page * p->head_dim_v, p->head_dim_v, row * p->head_dim_v};
+  for (int i = 0; i < 3; ++i) {
+    p->k_strides[i] = k[i];
+    p->v_strides[i] = v[i];
+  }
+}
+
+fagen_status fagen_plan_forward_paged(const fagen_bundle *bundle,
+                                      const fagen_fwd_problem *problem,
+                                      const fagen_paged_kv *paged, fagen_plan *plan) {
+  const char *function = "fagen_plan_forward_paged";
+  if (paged == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": paged is null");
+  return planCall(function, bundle, problem, FAGEN_PASS_FORWARD, 0, false, 0, plan, paged);
+}
+
+fagen_status fagen_plan_forward_paged_kernel(const fagen_bundle *bundle,
+                                             const fagen_fwd_problem *problem,
+                                             const fagen_paged_kv *paged, int kernel_index,
+                                             fagen_plan *plan) {
+  const char *function = "fagen_plan_forward_paged_kernel";
+  if (paged == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": paged is null");
+  return planCall(function, bundle, problem, FAGEN_PASS_FORWARD, 0, true, kernel_index, plan,
+                  paged);
+}
+
+fagen_status fagen_run_forward_paged(const fagen_plan *plan, const void *q, const void *k_cache,
+                                     const void *v_cache, void *o, float *lse,
+                                     const int32_t *block_table, const int32_t *seqused_k,
+                                     void *workspace, size_t workspace_bytes,
+                                     const fagen_run_args *args, void *stream) {
+  const char *function = "fagen_run_forward_paged";
+  if (fagen_status s = checkPointers(function, "", {{"block_table", block_table, 4},
+                                                    {"seqused_k", seqused_k, 4}});
+      s != FAGEN_OK)
+    return s;
+  const PagedKvArrays arrays{block_table, seqused_k};
+  return runForward(function, plan, q, k_cache, v_cache, o, lse, workspace, workspace_bytes, args,
+                    true, stream, &arrays);
+}
+
+fagen_status fagen_paged_kv_status(const fagen_plan *plan, const void *workspace, void *stream) {
+  const char *function = "fagen_paged_kv_status";
+  if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
+    return s;
+  if (fagen_status s = checkBundleLive(function, *plan); s != FAGEN_OK)
+    return s;
+  if (!plan->bundle->bundle.kernels[plan->kernel_index].isPaged())
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": the plan is not of a paged KV cache "
+                                        "(fagen_plan_forward_paged makes one)");
+  if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 16}}); s != FAGEN_OK)
+    return s;
+  const DriverApi *api = nullptr;
+  if (fagen_status s = checkRunTarget(function, *plan, api); s != FAGEN_OK)
+    return s;
+  int32_t record[FAGEN_KV_STATUS_WORDS] = {};
+  const auto status = reinterpret_cast<CUdeviceptr>(static_cast<const uint8_t *>(workspace) +
+                                                    plan->workspace_offsets[2]);
+  if (CUresult r = api->cuStreamSynchronize(static_cast<CUstream>(stream)); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA,
+                std::string(function) + ": " + cudaErrorText(*api, r, "cuStreamSynchronize"));
+  if (CUresult r = api->cuMemcpyDtoH(record, status, sizeof record); r != CUDA_SUCCESS)
+    return fail(FAGEN_ERROR_CUDA,
+                std::string(function) + ": " + cudaErrorText(*api, r, "cuMemcpyDtoH"));
+  fagen_decode_params dp;
+  std::memcpy(&dp, plan->params, sizeof dp);
+  const std::string batch = str(record[1]), value = str(record[3]);
+  switch (record[0]) {
+  case FAGEN_KV_STATUS_OK:
+    return FAGEN_OK;
+  case FAGEN_KV_STATUS_PAGE_ID:
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": block_table[" + batch + "][" + str(record[2]) +
+                    "] = " + value + " is not a page id in [0, " + str(dp.num_pages) +
+                    "): the kernel read zeros for that page's keys, so sequence " + batch +
+                    "'s output is wrong; fix the block table");
+  case FAGEN_KV_STATUS_SEQUSED_K:
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": seqused_k[" + batch + "] = " + value +
+                    " is outside [0, seqlen_k = " + str(dp.fwd.seqlen_k) +
+                    "]: the kernel clamped it, so sequence " + batch +
+                    "'s output is wrong; pass the cache lengths, and their maximum as seqlen_k");
+  default:
+    return fail(FAGEN_ERROR_CUDA, std::string(function) + ": the status record holds code " +
+                                      str(record[0]) + ", which no kernel writes: the " +
+                                      "workspace was overwritten after the run");
+  }
 }
 
 } // extern "C"

@@ -303,7 +303,7 @@ fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function
 fagen_status runForward(const char *function, const fagen_plan *plan, const void *q,
                         const void *k, const void *v, void *o, float *lse, void *workspace,
                         size_t workspaceBytes, const fagen_run_args *args, bool argsAccepted,
-                        void *stream) {
+                        void *stream, const PagedKvArrays *paged) {
   if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
     return s;
   if (fagen_status s =
@@ -327,8 +327,15 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
   params.o = o;
   params.lse = lse;
   const KernelRecord &kernel = plan->bundle->bundle.kernels[plan->kernel_index];
+  if (kernel.isPaged() != (paged != nullptr))
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": the plan's kernel " + kernel.name +
+                    (kernel.isPaged() ? " reads a paged KV cache: run it with "
+                                        "fagen_run_forward_paged"
+                                      : " reads contiguous K and V: plan the call with "
+                                        "fagen_plan_forward_paged for a paged KV cache"));
   if (isDecodeKernel(kernel))
-    return runDecode(function, *api, *plan, params, workspace, workspaceBytes, stream);
+    return runDecode(function, *api, *plan, params, paged, workspace, workspaceBytes, stream);
   if (!takesTmaMaps(kernel))
     return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes,
                   &params, stream, "");

@@ -126,20 +126,34 @@ uint64_t contextId(const DriverApi &api, CUcontext ctx);
 bool takesTmaMaps(const KernelRecord &k);
 /// A loaded bundle around `parsed` (the kernels' descriptions made once).
 fagen_status adopt(Bundle parsed, fagen_bundle **out);
-/// Plans the best kernel for the call, or (pinned) kernel `kernelIndex`.
+/// Plans the best kernel for the call, or (pinned) kernel `kernelIndex`; `paged`: the call's
+/// paged KV cache (a paged decode kernel serves it), null for contiguous K and V.
 fagen_status planCall(const char *function, const fagen_bundle *bundle,
                       const fagen_fwd_problem *problem, fagen_pass pass, int32_t deterministic,
-                      bool pinned, int kernelIndex, fagen_plan *plan);
+                      bool pinned, int kernelIndex, fagen_plan *plan,
+                      const fagen_paged_kv *paged = nullptr);
 
 // Decode.cpp
 /// A decode kernel's plan of a validated forward call: the split count (common/decode_split.h)
-/// for `sms` SMs, the grids of NAME and NAME_combine, both parameter blocks, the workspace.
-void fillDecodePlan(const fagen_fwd_problem &p, const KernelRecord &k, int sms, fagen_plan &plan);
+/// for `sms` SMs, the grids of NAME and NAME_combine, both parameter blocks, the workspace
+/// (`paged`: the paged KV cache of a paged kernel's call, else null).
+void fillDecodePlan(const fagen_fwd_problem &p, const fagen_paged_kv *paged,
+                    const KernelRecord &k, int sms, fagen_plan &plan);
+/// The paged KV cache of a call (host only): its struct, page size, table and lengths against
+/// the problem, or why not.
+fagen_status checkPagedKv(const char *function, const fagen_fwd_problem &p,
+                          const fagen_paged_kv *paged);
+/// A paged run's device arrays.
+struct PagedKvArrays {
+  const int32_t *blockTable;
+  const int32_t *sequsedK;
+};
 /// Launches a decode plan: NAME over the planned splits and NAME_combine where the call has
-/// the plan's workspace, else NAME over one split. `params`: the forward block, pointers filled.
+/// the plan's workspace, else NAME over one split. `params`: the forward block, pointers filled;
+/// `paged`: a paged kernel's arrays (its workspace then holds the status record too).
 fagen_status runDecode(const char *function, const DriverApi &api, const fagen_plan &plan,
-                       const fagen_fwd_params &params, void *workspace, size_t workspaceBytes,
-                       void *stream);
+                       const fagen_fwd_params &params, const PagedKvArrays *paged,
+                       void *workspace, size_t workspaceBytes, void *stream);
 
 // Launch.cpp
 struct Pointer {
@@ -155,6 +169,14 @@ fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass 
 fagen_status checkBundleLive(const char *function, const fagen_plan &plan);
 fagen_status checkContext(const char *function, const DriverApi &api, const fagen_plan &plan);
 fagen_status checkRunTarget(const char *function, const fagen_plan &plan, const DriverApi *&api);
+/// FAGEN_VALIDATE=1: runs copy their index arrays (cu_seqlens, a paged call's block table and
+/// lengths) to the host and check them before the launch (synchronizing the stream).
+bool validateMode();
+/// A forward run (fagen_run_forward*, fagen_run_forward_paged): `paged` for a paged plan only.
+fagen_status runForward(const char *function, const fagen_plan *plan, const void *q,
+                        const void *k, const void *v, void *o, float *lse, void *workspace,
+                        size_t workspaceBytes, const fagen_run_args *args, bool argsAccepted,
+                        void *stream, const PagedKvArrays *paged = nullptr);
 fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function,
                     const int32_t grid[3], const int32_t block[3], int32_t smem, void *params,
                     void *stream, const char *suffix, void *tmaMaps = nullptr);

@@ -580,7 +580,8 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
 /// Picks the best of `candidates` (kernels that serve the problem) for the current device,
 /// loads it and fills the plan.
 fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &problem,
-                       fagen_pass pass, const std::vector<int> &candidates, fagen_plan &plan) {
+                       fagen_pass pass, const std::vector<int> &candidates, fagen_plan &plan,
+                       const fagen_paged_kv *paged) {
   std::string error;
   const DriverApi *api = getDriver(error);
   if (api == nullptr)
@@ -647,7 +648,7 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
     return FAGEN_OK;
   }
   if (isDecodeKernel(k)) {
-    fillDecodePlan(problem, k, device.sms, plan);
+    fillDecodePlan(problem, paged, k, device.sms, plan);
     return FAGEN_OK;
   }
   const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;
@@ -671,12 +672,17 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
 /// Plans the best kernel for the call, or (pinned) kernel `kernelIndex`.
 fagen_status planCall(const char *function, const fagen_bundle *bundle,
                       const fagen_fwd_problem *problem, fagen_pass pass, int32_t deterministic,
-                      bool pinned, int kernelIndex, fagen_plan *plan) {
+                      bool pinned, int kernelIndex, fagen_plan *plan,
+                      const fagen_paged_kv *paged) {
   if (fagen_status s =
           checkPlanArguments(function, bundle, problem, plan, pass, deterministic);
       s != FAGEN_OK)
     return s;
+  if (paged != nullptr)
+    if (fagen_status s = checkPagedKv(function, *problem, paged); s != FAGEN_OK)
+      return s;
   Variant call = callVariant(*problem, pass, deterministic != 0);
+  call.pageSize = paged != nullptr ? paged->page_size : 0;
   std::vector<int> candidates;
   // dropout_p = 0 runs without dropout (docs/spec.md): a kernel without dropout, else one of
   // the same variant with dropout, which then keeps every element.
@@ -688,7 +694,7 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
         s != FAGEN_OK)
       return s;
     candidates.push_back(kernelIndex);
-    return planAmong(*bundle, *problem, pass, candidates, *plan);
+    return planAmong(*bundle, *problem, pass, candidates, *plan, paged);
   }
   std::string leftOut;
   if (fagen_status s = findCandidates(bundle->bundle, *problem, call, candidates, leftOut);
@@ -711,7 +717,7 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
       return fail(s, withoutDropout); // the message of the call as made
   }
   // A kernel that cannot take the shape matters most when the others do not run here.
-  fagen_status s = planAmong(*bundle, *problem, pass, candidates, *plan);
+  fagen_status s = planAmong(*bundle, *problem, pass, candidates, *plan, paged);
   if (s == FAGEN_ERROR_NO_KERNEL_FOR_GPU && !leftOut.empty())
     return fail(FAGEN_ERROR_NOT_SUPPORTED, leftOut + "; and " + lastError);
   return s;

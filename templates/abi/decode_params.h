@@ -12,6 +12,16 @@
 //   NAME_merge    the same over states in the kernel's dtype (fagen_merge_states).
 // Both merges: grid fagen_merge_blocks(), block Config::kMergeThreads, no shared memory.
 //
+// Paged KV cache (kernels built with a page size, spec `kv_cache: paged`, `page_size: P`): K
+// and V are [num_pages, P, heads_kv, head_dim] caches (vLLM's and FlashAttention's
+// flash_attn_with_kvcache layout, any strides with the head dim contiguous): the forward block's
+// k_batch_stride / v_batch_stride are then the page strides. Key j of sequence b is row j % P
+// of page block_table[b][j / P]; sequence b has seqused_k[b] keys (at most seqlen_k, the
+// call's longest). The kernel checks each page id against [0, num_pages) before it loads
+// through it and each length against [0, seqlen_k]: a bad page's rows are zero-filled instead
+// (no load), a bad length is clamped, and the first bad entry goes to kv_status, which the
+// runtime zeroes before the launch and fagen_paged_kv_status reads back.
+//
 // Packed rows: the query heads of one kv head (group_size of them) and the call's seqlen_q
 // query tokens (at most the kernel's q_tokens) are the rows of one tile, row r = token *
 // group_size + (head % group_size), so that a kv head's K and V are read once for all of them.
@@ -22,11 +32,22 @@
 
 // Numbered from 1001, apart from the forward's and the backward's versions, so that a decode
 // cubin filed as another kernel (or the reverse) is always refused. Version 1001: the first.
-#define FAGEN_DECODE_PARAMS_VERSION 1001
+// Version 1002: the paged KV cache's fields at the end (contiguous kernels ignore them).
+#define FAGEN_DECODE_PARAMS_VERSION 1002
 
 /// The most query tokens per sequence a decode kernel serves (spec decode.q_tokens): the
 /// kernel's mask reads the tokens of a row block as rows of one query tile of at least 16 rows.
 #define FAGEN_DECODE_MAX_Q_TOKENS 16
+
+/// Page sizes of a paged KV cache (spec page_size): powers of two in [16, 256] tokens. A page
+/// of 16 rows or more starts every cp.async run of a key tile at a multiple of 8 rows, where
+/// the tiles' shared-memory swizzle restarts (sm80/tile_ops.cuh SmemRow).
+#define FAGEN_PAGE_SIZE_MIN 16
+#define FAGEN_PAGE_SIZE_MAX 256
+/// Whether `tokens` is a page size a paged decode kernel takes (a constant expression).
+#define FAGEN_PAGE_SIZE_VALID(tokens)                                                           \
+  ((tokens) >= FAGEN_PAGE_SIZE_MIN && (tokens) <= FAGEN_PAGE_SIZE_MAX &&                        \
+   ((tokens) & ((tokens) - 1)) == 0)
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,7 +66,25 @@ typedef struct fagen_decode_params {
   float *lse_partial;
   int32_t num_splits; // >= 1; split s takes fagen::decode_split_range(..., s) of the key tiles
   int32_t m_blocks;   // row blocks per kv head: ceil(group_size * seqlen_q / kBlockM)
+
+  // Paged KV cache (DecodeConfig::kPageSize > 0), else null / 0. Device memory.
+  const int32_t *block_table; // page ids: sequence b's page i at block_table[b * stride + i]
+  const int32_t *seqused_k;   // [batch]: each sequence's cache length, in [0, seqlen_k]
+  int32_t *kv_status;         // FAGEN_KV_STATUS_WORDS int32, zeroed: the first bad entry
+  int64_t block_table_batch_stride; // >= max_pages_per_seq
+  int32_t num_pages;          // pages of the K and V caches: page ids are in [0, num_pages)
+  int32_t max_pages_per_seq;  // columns of the block table; seqlen_k <= it x the page size
 } fagen_decode_params;
+
+/// kv_status: {code, batch, index, value} of the first bad entry a paged decode kernel met;
+/// code FAGEN_KV_STATUS_OK (0) when it met none. Entries are checked as they are read: a page
+/// past a sequence's length, or a split's keys a mask hides, are never read nor checked.
+#define FAGEN_KV_STATUS_WORDS 4
+#define FAGEN_KV_STATUS_OK 0
+/// block_table[batch][index] = value is not a page id in [0, num_pages).
+#define FAGEN_KV_STATUS_PAGE_ID 1
+/// seqused_k[batch] = value is not in [0, seqlen_k] (index 0); the kernel clamped it.
+#define FAGEN_KV_STATUS_SEQUSED_K 2
 
 /// A merge of num_states attention states (O_s, LSE_s) of the same queries into
 ///   O = sum_s exp(LSE_s - M) O_s / sum_s exp(LSE_s - M),   LSE = M + log sum_s exp(LSE_s - M),
@@ -81,10 +120,10 @@ static inline int64_t fagen_merge_blocks(int64_t rows, int32_t head_dim) {
   return (items + FAGEN_MERGE_THREADS - 1) / FAGEN_MERGE_THREADS;
 }
 
-/// Where the partial O and LSE of a decode call start in its workspace, and its size; both
-/// 256-byte aligned.
+/// Where the partial O and LSE of a decode call start in its workspace (when it has more than
+/// one split), a paged call's kv_status, and its size; all 256-byte aligned.
 typedef struct fagen_decode_workspace {
-  uint64_t o_offset, lse_offset, total_bytes;
+  uint64_t o_offset, lse_offset, status_offset, total_bytes;
 } fagen_decode_workspace;
 
 static inline uint64_t fagen_decode_align256_(uint64_t x) { return (x + 255u) & ~(uint64_t)255u; }
@@ -93,12 +132,15 @@ static inline fagen_decode_workspace fagen_decode_workspace_layout(int32_t num_s
                                                                    int32_t batch,
                                                                    int32_t heads_q,
                                                                    int32_t seqlen_q,
-                                                                   int32_t head_dim_v) {
-  const uint64_t rows = (uint64_t)num_splits * batch * heads_q * seqlen_q;
+                                                                   int32_t head_dim_v,
+                                                                   int32_t paged) {
+  const uint64_t rows =
+      num_splits > 1 ? (uint64_t)num_splits * batch * heads_q * seqlen_q : 0u;
   fagen_decode_workspace w;
   w.o_offset = 0;
   w.lse_offset = fagen_decode_align256_(rows * head_dim_v * 4u);
-  w.total_bytes = w.lse_offset + fagen_decode_align256_(rows * 4u);
+  w.status_offset = w.lse_offset + fagen_decode_align256_(rows * 4u);
+  w.total_bytes = w.status_offset + (paged ? 256u : 0u);
   return w;
 }
 

@@ -22,8 +22,12 @@ namespace sm80 {
 /// is small (a few rows); the kernel is built to keep many K/V bytes in flight.
 ///
 /// Options: a struct (the generated kernel's KernelOptions) that derives from DecodeOptions and
-/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps and kStages.
-struct DecodeOptions {};
+/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps and kStages, and
+/// kPageSize for a paged KV cache.
+struct DecodeOptions {
+  /// Tokens per page of a paged KV cache (abi/decode_params.h); 0: contiguous K and V.
+  static constexpr int kPageSize = 0;
+};
 
 template <class Options> struct DecodeConfig : VariantParts<typename Options::Variant> {
   using Variant = typename Options::Variant;
@@ -34,6 +38,11 @@ template <class Options> struct DecodeConfig : VariantParts<typename Options::Va
   static constexpr int kBlockN = Options::kBlockN;
   static constexpr int kWarps = Options::kWarps;
   static constexpr int kStages = Options::kStages;
+  static constexpr int kPageSize = Options::kPageSize;
+  static constexpr bool kPaged = kPageSize != 0;
+  /// Rows of a key tile that lie one row stride apart: the whole tile in a contiguous cache or
+  /// a page that holds it, else one page's (the tile is kBlockN / kRunRows pages).
+  static constexpr int kRunRows = kPaged && kPageSize < kBlockN ? kPageSize : kBlockN;
 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocksPerSm = 1;
@@ -71,6 +80,11 @@ template <class Options> struct DecodeConfig : VariantParts<typename Options::Va
   static_assert(kBlockN % kWarps == 0 && kKeysPerWarp % 16 == 0 && kBlockN <= 256,
                 "kBlockN must be a multiple of 16 * kWarps, at most 256 (16 keys a warp step)");
   static_assert(kStages >= 2 && kStages <= 8, "kStages must be in [2, 8]");
+  static_assert(kPageSize == 0 || FAGEN_PAGE_SIZE_VALID(kPageSize),
+                "kPageSize must be 0 or a power of two in [FAGEN_PAGE_SIZE_MIN, "
+                "FAGEN_PAGE_SIZE_MAX]");
+  static_assert(kPageSize % kBlockN == 0 || kBlockN % kPageSize == 0,
+                "a key tile must lie in one page or span whole pages");
   // O accumulators: every warp holds all kBlockM rows of O.
   static_assert(kRowTiles * kHeadDimVPad / 2 <= 128,
                 "kBlockM x kHeadDimV accumulators exceed 128 registers a thread: kBlockM 32 "
@@ -83,7 +97,8 @@ template <class Options> struct DecodeConfig : VariantParts<typename Options::Va
                 "the decode kernel serves the score mods none and softcap");
   static_assert(!Variant::Dropout::kEnabled, "the decode kernel has no dropout");
   static_assert(!Variant::Sparsity::kSparse, "the decode kernel has no block sparsity");
-  static_assert(!Variant::kVarlen, "the decode kernel reads a contiguous KV cache, not varlen");
+  static_assert(!Variant::kVarlen,
+                "the decode kernel reads a contiguous or paged KV cache, not varlen");
 };
 
 } // namespace sm80

@@ -16,6 +16,7 @@
 #include "common/decode_split.h"
 #include "common/softmax.cuh"
 #include "sm80/decode_config.cuh"
+#include "sm80/decode_kv_cache.cuh"
 #include "sm80/merge_kernel.cuh"
 #include "sm80/tile_ops.cuh"
 
@@ -28,21 +29,6 @@ struct PackedRows {
   int group, kv_head;
   __device__ __forceinline__ int token(int r) const { return r / group; }
   __device__ __forceinline__ int head(int r) const { return kv_head * group + r % group; }
-};
-
-/// Where key j's K and V rows of one (batch, kv head) are: a contiguous cache, one row stride
-/// apart. The only place the kernel addresses the cache: a paged cache's block table (issue
-/// 34, part 2) replaces k_row and v_row, and, where a page holds fewer keys than a tile, the
-/// tile loads become load_rows_async over them.
-template <class Element> struct KvRows {
-  const Element *k, *v;
-  int64_t k_row_stride, v_row_stride;
-  __device__ __forceinline__ KvRows(const fagen_fwd_params &p, int batch, int kv_head)
-      : k(static_cast<const Element *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride),
-        v(static_cast<const Element *>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride),
-        k_row_stride(p.k_row_stride), v_row_stride(p.v_row_stride) {}
-  __device__ __forceinline__ const Element *k_row(int key) const { return k + key * k_row_stride; }
-  __device__ __forceinline__ const Element *v_row(int key) const { return v + key * v_row_stride; }
 };
 
 /// The warps' (max, sum, O) of each row, each over its own keys, merged as NAME_combine merges
@@ -157,7 +143,7 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
   using Element = typename Config::Element;
   using Mask = typename Config::Mask;
   using ScoreMod = typename Config::ScoreMod;
-  constexpr int kHeadDimQK = Config::kHeadDimQK, kHeadDimV = Config::kHeadDimV;
+  constexpr int kHeadDimQK = Config::kHeadDimQK;
   constexpr int kDimQK = Config::kHeadDimQKPad, kDimV = Config::kHeadDimVPad; // as the MMAs see
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN;
   constexpr int kStages = Config::kStages, kThreads = Config::kThreads;
@@ -174,9 +160,12 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
   const PackedRows rows{fwd.group_size, kv_head};
   const int row_begin = m_block * kBlockM;
   const int rows_valid = min(kBlockM, fwd.group_size * fwd.seqlen_q - row_begin);
-  // To the mask the call's query tokens are the rows of query tile 0 (kBlockM >= tokens): the
-  // key tiles any of them sees, divided among the splits.
-  const AttentionShape shape = sequence_span<false>(fwd, batch).shape;
+  // The sequence's keys (a paged cache's own length), and to the mask the call's query tokens
+  // are the rows of query tile 0 (kBlockM >= tokens): the key tiles any of them sees, divided
+  // among the splits.
+  const DecodeKvCache<Config> cache(params, batch, kv_head);
+  AttentionShape shape = sequence_span<false>(fwd, batch).shape;
+  shape.seqlen_k = cache.seqlen_k;
   int n_begin, n_end;
   decode_split_range(Mask::template n_block_begin<kBlockM, kBlockN>(0, shape),
                      Mask::template n_block_end<kBlockM, kBlockN>(0, shape), params.num_splits,
@@ -190,18 +179,9 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
         return q + rows.head(row) * fwd.q_head_stride + rows.token(row) * fwd.q_row_stride;
       },
       rows_valid);
-  const KvRows<Element> cache(fwd, batch, kv_head);
-  // A tile's rows one stride apart from its first: each thread walks its rows with one
-  // pointer (load_rows_async's address per row and chunk, all computed before the copies,
-  // took 153 registers at hd 128; nvcc 13.0, sm_90).
   auto load_kv = [&](int n_block, int stage) {
-    const int key0 = n_block * kBlockN;
-    load_tile_padded_async<kBlockN, kHeadDimQK, kDimQK, kThreads>(
-        k_smem + stage * Config::kSmemKTileBytes, cache.k_row(key0), cache.k_row_stride,
-        shape.seqlen_k - key0);
-    load_tile_padded_async<kBlockN, kHeadDimV, kDimV, kThreads>(
-        v_smem + stage * Config::kSmemVTileBytes, cache.v_row(key0), cache.v_row_stride,
-        shape.seqlen_k - key0);
+    cache.load_tile(k_smem + stage * Config::kSmemKTileBytes,
+                    v_smem + stage * Config::kSmemVTileBytes, n_block * kBlockN);
   };
   // Commit groups: Q with the first K/V tile, then one per K/V tile (empty past the split's
   // end), so that waiting for tile n leaves kStages - 2 younger groups in flight.

@@ -16,6 +16,7 @@
 std::vector<uint8_t> fagenTestBundleBytes();
 std::vector<uint8_t> fagenVariantBundleBytes();
 std::vector<uint8_t> fagenDecodeBundleBytes();
+std::vector<uint8_t> fagenPagedDecodeBundleBytes(); // serializeBundle(makePagedDecodeBundle())
 fagen_fwd_problem fagenTestProblem(fagen_dtype dtype, int headDim, int causal);
 
 #endif // FAGEN_TESTS_COMMON_TESTBUNDLEBYTES_H

@@ -151,6 +151,22 @@ inline Bundle makeDecodeBundle() {
   return b;
 }
 
+/// The decode bundle (makeDecodeBundle) with paged decode kernels of the same variants:
+/// fp16 hd 128 causal, 16-token pages, up to 4 query tokens (kernel 6), and bf16 hd 64 none,
+/// 256-token pages (kernel 7).
+inline Bundle makePagedDecodeBundle() {
+  Bundle b = makeDecodeBundle();
+  KernelRecord p16 = testDecodeKernel("fagen_fwd_fp16_hd128_causal_paged16_sm80decode_m16n64w4s3",
+                                      "sm_90", "fp16", 128, "causal", 2, 4);
+  p16.pageSize = 16;
+  KernelRecord p256 = testDecodeKernel("fagen_fwd_bf16_hd64_none_paged256_sm80decode_m16n64w4s6",
+                                       "sm_90", "bf16", 64, "none", 2, 1);
+  p256.pageSize = 256;
+  b.kernels.push_back(p16);
+  b.kernels.push_back(p256);
+  return b;
+}
+
 /// The smallest useful bundle: one kernel, one tiny cubin (for every-offset tests).
 inline Bundle makeTinyBundle() {
   Bundle b;

@@ -12,7 +12,13 @@
 #      planned splits), and tests/gpu/merge_check.py: fagen_run_merge_states against a float64
 #      merge (-inf and NaN rows, a permuted layout).
 #   3. compute-sanitizer: memcheck on the quick grid of every kernel, racecheck on two.
-#   4. bench/bench_decode.py: fagen vs SDPA flash and cuDNN, TB/s and % of the copy bandwidth.
+#   4. bench/bench_decode.py: fagen vs SDPA flash and cuDNN, TB/s and % of the copy bandwidth,
+#      (--paged) the paged kernel beside the contiguous one, and (--kernel-times) each small
+#      cell's kernels' device times and fagen's time with one split.
+# With .carry/paged.fab (tests/gpu/check-paged.yaml, issue 34 part 2): fagen check of the paged
+# decode kernels (uneven cache lengths, shared and shuffled pages, bad entries reported, paged
+# == contiguous bitwise) and memcheck on its quick grid (the bad-entry runs included). About
+# 2 more minutes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=${CARRY:-.carry}
@@ -39,6 +45,11 @@ done
 step "check decode" "$OUT/check-decode.log" bash -c "$C/fagen check $C/decode.fab >$OUT/check-decode.log 2>&1"
 tail -n 1 "$OUT/check-decode.log"
 grep -E "MISMATCH|CUDA error|FAIL" "$OUT/check-decode.log" | cut -c1-300 | head -20
+if [ -f "$C/paged.fab" ]; then
+  step "check paged" "$OUT/check-paged.log" bash -c "$C/fagen check $C/paged.fab >$OUT/check-paged.log 2>&1"
+  tail -n 1 "$OUT/check-paged.log"
+  grep -E "MISMATCH|CUDA error|FAIL|NOT reported|differ" "$OUT/check-paged.log" | cut -c1-300 | head -20
+fi
 step "check NaN/Inf inputs" "$OUT/check-decode-nonfinite.log" bash -c "$C/fagen check $C/decode.fab --nonfinite >$OUT/check-decode-nonfinite.log 2>&1"
 tail -n 1 "$OUT/check-decode-nonfinite.log"
 step "merge_states" "$OUT/merge.log" bash -c "python3 tests/gpu/merge_check.py $C/decode.fab >$OUT/merge.log 2>&1"
@@ -46,10 +57,11 @@ tail -n 1 "$OUT/merge.log"
 if command -v compute-sanitizer >/dev/null; then
   step "memcheck (quick grid)" "$OUT/sanitizer-decode.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick >$OUT/sanitizer-decode.log 2>&1"
   step "racecheck (quick, 2 kernels)" "$OUT/racecheck-decode.log" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick --kernel hd128_causal_sm80decode >$OUT/racecheck-decode.log 2>&1 && compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick --kernel hd64_window >>$OUT/racecheck-decode.log 2>&1"
+  [ -f "$C/paged.fab" ] && step "memcheck paged (quick)" "$OUT/sanitizer-paged.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/paged.fab --quick >$OUT/sanitizer-paged.log 2>&1" && grep -E "ERROR SUMMARY" "$OUT/sanitizer-paged.log" | tail -1
   step "memcheck merge_states" "$OUT/sanitizer-merge.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/gpu/merge_check.py $C/decode.fab >$OUT/sanitizer-merge.log 2>&1"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-decode.log" "$OUT/racecheck-decode.log" "$OUT/sanitizer-merge.log"
 fi
-step "bench decode" "$OUT/bench-decode.log" bash -c "python3 bench/bench_decode.py --bundle $C/bench-decode.fab --out $OUT/bench-decode.json ${BENCH_DECODE_ARGS:-} >$OUT/bench-decode.log 2>&1"
+step "bench decode" "$OUT/bench-decode.log" bash -c "python3 bench/bench_decode.py --bundle $C/bench-decode.fab --out $OUT/bench-decode.json ${BENCH_DECODE_ARGS:---paged --kernel-times} >$OUT/bench-decode.log 2>&1"
 sed -n '/^copy bandwidth/,$p' "$OUT/bench-decode.log"
 echo
 printf '%s\n' "${summary[@]}"

@@ -85,7 +85,7 @@ TEST_F(FakeDecodeTest, PlansSplitsFromTheShapeAndTheSms) {
   EXPECT_EQ(plan.pre_function, nullptr);
   EXPECT_EQ(plan.pre_post_grid[0], 4); // 32 rows x 16 chunks / 128 threads
   EXPECT_EQ(plan.pre_post_block[0], 128);
-  const fagen_decode_workspace w = fagen_decode_workspace_layout(33, 1, 32, 1, 128);
+  const fagen_decode_workspace w = fagen_decode_workspace_layout(33, 1, 32, 1, 128, 0);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_EQ(plan.workspace_offsets[0], w.o_offset);
   EXPECT_EQ(plan.workspace_offsets[1], w.lse_offset);

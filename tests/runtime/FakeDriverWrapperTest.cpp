@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <dlfcn.h>
 #include <string>
 
@@ -99,4 +100,29 @@ TEST(FakeDriverWrapperTest, MergeStates) {
   } catch (const fagen::Error &e) {
     EXPECT_EQ(e.status(), FAGEN_ERROR_NOT_SUPPORTED);
   }
+}
+
+TEST(FakeDriverWrapperTest, PagedDecode) {
+  const std::vector<uint8_t> bytes = fagenPagedDecodeBundleBytes();
+  fagen::Bundle b = fagen::Bundle::fromMemory(bytes.data(), bytes.size());
+  fagen_fwd_problem p = FAGEN_FWD_PROBLEM_INIT;
+  p.batch = 2, p.heads_q = 32, p.heads_kv = 8, p.seqlen_q = 1, p.seqlen_k = 500;
+  p.head_dim_qk = p.head_dim_v = 128, p.dtype = FAGEN_DTYPE_FP16, p.causal = 1;
+  fagen_paged_kv paged = FAGEN_PAGED_KV_INIT;
+  paged.page_size = 16, paged.num_pages = 100, paged.max_pages_per_seq = 32;
+  paged.block_table_stride = 32;
+  fagen_fwd_problem_set_paged_strides(&p, &paged);
+  fagen::Plan plan = b.planForwardPaged(p, paged);
+  EXPECT_GE(plan.workspaceBytes(), 256u);
+  alignas(256) static char buf[64], workspace[1 << 16];
+  alignas(16) static int32_t table[64], used[2];
+  static float lse[64];
+  std::memset(workspace, 0, sizeof workspace);
+  plan.runPaged(buf, buf, buf, buf, lse, table, used, workspace, plan.workspaceBytes());
+  plan.checkPagedStatus(workspace);
+  EXPECT_THROW(plan.runPaged(buf, buf, buf, buf, lse, nullptr, used, workspace,
+                             plan.workspaceBytes()),
+               fagen::Error);
+  paged.page_size = 64; // no kernel of that page size
+  EXPECT_THROW(b.planForwardPaged(p, paged), fagen::Error);
 }

@@ -1,7 +1,8 @@
 //===- WriteTestBundle.cpp - writes the test bundles (fuzz seeds, Python tests) -===//
 //
 // Usage: fagen_write_test_bundle DIR  -> DIR/test.fab (4 kernels, fake cubins), DIR/tiny.fab,
-//        DIR/variants.fab (every variant kind, forward and backward)
+//        DIR/variants.fab (every variant kind, forward and backward), DIR/paged.fab (decode
+//        kernels, contiguous and paged)
 //
 //===----------------------------------------------------------------------===//
 #include "tests/common/TestBundles.h"
@@ -25,7 +26,8 @@ int main(int argc, char **argv) {
   std::string dir = argv[1];
   if (!write(dir + "/test.fab", fagen::test::testBundleBytes()) ||
       !write(dir + "/tiny.fab", fagen::serializeBundle(fagen::test::makeTinyBundle())) ||
-      !write(dir + "/variants.fab", fagen::serializeBundle(fagen::test::makeVariantBundle()))) {
+      !write(dir + "/variants.fab", fagen::serializeBundle(fagen::test::makeVariantBundle())) ||
+      !write(dir + "/paged.fab", fagen::serializeBundle(fagen::test::makePagedDecodeBundle()))) {
     std::fprintf(stderr, "%s: cannot write to %s\n", argv[0], dir.c_str());
     return 1;
   }

@@ -103,6 +103,42 @@ def child(mode, bundle_dir):
                  "FAGEN_ERROR_NOT_SUPPORTED", "fp16 head_dim 128/128 mask causal softcap;",
                  "score_mod softcap")
     variants(bundle_dir)
+    paged(bundle_dir)
+
+
+def paged(bundle_dir):
+    """Bundle.plan_forward_paged, Plan.run_paged and Plan.status against the fake driver, whose
+    "device" memory is host memory (the status record is read from it)."""
+    import ctypes
+    import fagen_rt
+    bundle = fagen_rt.Bundle(os.path.join(bundle_dir, "paged.fab"))
+    q = FakeTensor((4, 1, 32, 128))
+    cache = FakeTensor((512, 16, 8, 128))
+    table = FakeTensor((4, 64), "torch.int32", ptr=0x40000)
+    used = FakeTensor((4,), "torch.int32", ptr=0x40400)
+    plan = bundle.plan_forward_paged(q, cache, cache, table, 1000, causal=True)
+    assert plan.kernel.startswith("fagen_fwd_fp16_hd128_causal_paged16_sm80decode"), plan.kernel
+    assert plan.workspace_bytes >= 256
+    expect_error(lambda: bundle.plan_forward_paged(q, cache, cache, table, 64 * 16 + 1,
+                                                   causal=True),
+                 "FAGEN_ERROR_INVALID_ARGUMENT", "seqlen_k (1025) exceeds the block table's 1024")
+    expect_error(lambda: bundle.plan_forward_paged(q, FakeTensor((512, 32, 8, 128)),
+                                                   FakeTensor((512, 32, 8, 128)), table, 1000,
+                                                   causal=True),
+                 "FAGEN_ERROR_NOT_SUPPORTED", "kv_cache paged, page_size 32")
+    # The contiguous plan of the same call is refused by run_paged, and the reverse.
+    o, lse = FakeTensor((4, 1, 32, 128), ptr=0x20000), FakeTensor((4, 32, 1), ptr=0x30000)
+    buffer = (ctypes.c_uint8 * (plan.workspace_bytes + 256))()
+    base = (ctypes.addressof(buffer) + 255) // 256 * 256
+    workspace = FakeTensor((plan.workspace_bytes,), "torch.uint8", ptr=base)
+    plan.run_paged(q, cache, cache, o, lse, table, used, stream=0, workspace=workspace)
+    plan.status(workspace, stream=0)
+    status_at = base + plan._plan.workspace_offsets[2]
+    ctypes.memmove(status_at, (ctypes.c_int32 * 4)(1, 2, 5, 9999), 16)
+    expect_error(lambda: plan.status(workspace, stream=0), "FAGEN_ERROR_INVALID_ARGUMENT",
+                 "block_table[2][5] = 9999 is not a page id in [0, 512)")
+    expect_error(lambda: plan.run(q, cache, cache, o, lse, stream=0, workspace=workspace),
+                 "FAGEN_ERROR_INVALID_ARGUMENT", "run it with fagen_run_forward_paged")
 
 
 def launches_since(fake, start):

@@ -109,7 +109,8 @@ class PythonAbiTest(unittest.TestCase):
     def test_struct_fields(self):
         for py, c in ((self.rt._Problem, "fagen_fwd_problem"), (self.rt.RunArgs, "fagen_run_args"),
                       (self.rt._Plan, "fagen_plan"),
-                      (self.rt._MergeProblem, "fagen_merge_problem")):
+                      (self.rt._MergeProblem, "fagen_merge_problem"),
+                      (self.rt._PagedKv, "fagen_paged_kv")):
             names = [n.rstrip("_") for n, _ in py._fields_]
             self.assertEqual(names, c_struct_fields(self.text, c), c)
 

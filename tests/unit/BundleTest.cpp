@@ -30,7 +30,7 @@ bool sameKernel(const KernelRecord &a, const KernelRecord &b) {
          a.sparseBlock == b.sparseBlock && a.sparseRows == b.sparseRows &&
          a.sparseCols == b.sparseCols && a.sparseHash == b.sparseHash &&
          a.deterministic == b.deterministic && a.prePostThreads == b.prePostThreads &&
-         a.qTokens == b.qTokens;
+         a.qTokens == b.qTokens && a.pageSize == b.pageSize;
 }
 
 void expectSameBundle(const Bundle &a, const Bundle &b) {
@@ -85,7 +85,7 @@ std::vector<uint8_t> rawBundle(const std::string &manifest,
   size_t end = 24 + 32 * sections.size();
   std::vector<uint8_t> b(end, 0);
   std::memcpy(b.data(), "FAGENBND", 8);
-  put(b, 8, 7, 4);
+  put(b, 8, 8, 4);
   put(b, 12, sections.size(), 4);
   for (size_t i = 0; i < sections.size(); ++i) {
     size_t offset = (b.size() + 15) / 16 * 16;
@@ -110,7 +110,7 @@ const char *kBundleLine = "bundle archs=sm_80 fagen_version=1 toolchain=\n";
 const char *kKernelLine =
     "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 deterministic=0 dropout=0 dtype=fp16 "
     "exp2_emu_percent=0 exp2_poly_degree=3 head_dim_qk=64 head_dim_v=64 mask=none "
-    "mask_align=bottom_right name=k params_version=6 pass=fwd persistent=0 pre_post_threads=0 q_tokens=0 registers=168 "
+    "mask_align=bottom_right name=k page_size=0 params_version=6 pass=fwd persistent=0 pre_post_threads=0 q_tokens=0 registers=168 "
     "rescale_tau=0 score_mod=none seqlen_max=1099511627776 seqlen_min=0 smem_bytes=49152 "
     "sparse_block=0 sparse_cols=0 sparse_hash= sparse_rows=0 sparsity=none spill_bytes=0 "
     "stages=2 template=sm80 threads=128 tile_counter=0 tma_store_o=0 tuning= variant=v varlen=0 warps=4\n";
@@ -222,16 +222,16 @@ TEST(BundleTest, NamesTheProblem) {
             std::string::npos);
 
   b = good;
-  put(b, 8, 8, 4);
+  put(b, 8, 9, 4);
   // A newer format is fixed by a newer fagen, not by rebuilding the bundle.
-  EXPECT_EQ(parseError(b), "bundle format version 8 is newer than this fagen reads (format 7): "
+  EXPECT_EQ(parseError(b), "bundle format version 9 is newer than this fagen reads (format 8): "
                            "the bundle was written by a newer fagen; upgrade fagen (and the "
                            "runtime library) to read it");
 
   // Version 2 bundles (before the variant and backward keys) are refused the same way.
   b = good;
   put(b, 8, 2, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 7): "
+  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 8): "
                            "rebuild the bundle with this fagen version");
 
   b = good;
@@ -417,6 +417,16 @@ TEST(BundleTest, DecodeKernelsRoundTripAndAreChecked) {
   EXPECT_NE(decodeLine("pre_post_threads=0").find("pre_post_threads 0"), std::string::npos);
   EXPECT_NE(decodeLine("pass=bwd").find("pass bwd"), std::string::npos);
   EXPECT_NE(decodeLine("dropout=1").find("has no dropout, varlen, alibi or block sparsity"),
+            std::string::npos);
+  // A paged decode kernel: page sizes as the spec's; none on other templates.
+  EXPECT_EQ(decodeLine("page_size=16"), "");
+  EXPECT_EQ(decodeLine("page_size=256"), "");
+  EXPECT_NE(decodeLine("page_size=48").find("page_size is 48; a paged decode kernel's pages are "
+                                            "a power of two in 16..256 tokens"),
+            std::string::npos);
+  EXPECT_NE(kernelLineError("page_size=0", "page_size=16")
+                .find("page_size is 16 on a kernel of template 'sm80'; only sm80decode kernels "
+                      "read a paged KV cache"),
             std::string::npos);
   EXPECT_NE(kernelLineError("q_tokens=0", "q_tokens=2")
                 .find("q_tokens is 2 on a kernel of template 'sm80'; only sm80decode kernels"),

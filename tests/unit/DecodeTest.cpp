@@ -200,6 +200,29 @@ TEST(DecodePlan, ConfigProblemsMirrorTheTemplatesAsserts) {
                   "allows 232448"));
 }
 
+TEST(DecodePlan, PagedConfigProblemsMirrorTheTemplatesAsserts) {
+  std::vector<KernelPlan> plans = plansOf("variants: [{name: d, dtype: fp16, head_dim: 64, passes: "
+                                          "[decode], kv_cache: paged, page_size: 256}]",
+                                          {"sm_90a"});
+  ASSERT_EQ(plans.size(), 1u);
+  EXPECT_EQ(plans[0].pageSize, 256);
+  EXPECT_NE(plans[0].name.find("_paged256_"), std::string::npos) << plans[0].name;
+  auto problem = [&](auto edit) {
+    KernelConfig c = configOf(plans[0]);
+    edit(c);
+    llvm::Expected<KernelPlan> p = applyConfig(plans[0], c);
+    return p ? std::string() : llvm::toString(p.takeError());
+  };
+  EXPECT_EQ(problem([](KernelConfig &) {}), "");
+  // 192 keys a tile straddle 256-token pages (the template's static_assert).
+  EXPECT_NE(problem([](KernelConfig &c) {
+              c.blockN = 192;
+              c.stages = 2;
+            }).find("decode block_n 192 and page_size 256: a key tile must lie in one page or "
+                    "span whole pages"),
+            std::string::npos);
+}
+
 TEST(DecodeEmit, SourceFillsTheConfigAndThreeEntryPoints) {
   std::vector<KernelPlan> plans =
       plansOf("variants: [{name: d, dtype: fp16, head_dim: 64, mask: window, score_mod: softcap, "
@@ -277,13 +300,22 @@ TEST(DecodeSplit, TheRuleFillsTheGpuWithoutEmptySplits) {
 }
 
 TEST(DecodeSplit, WorkspaceLayout) {
-  fagen_decode_workspace w = fagen_decode_workspace_layout(3, 2, 32, 4, 128);
+  fagen_decode_workspace w = fagen_decode_workspace_layout(3, 2, 32, 4, 128, 0);
   EXPECT_EQ(w.o_offset, 0u);
   EXPECT_EQ(w.lse_offset, 3u * 2 * 32 * 4 * 128 * 4); // already a multiple of 256
   EXPECT_EQ(w.total_bytes, w.lse_offset + 3u * 2 * 32 * 4 * 4);
-  fagen_decode_workspace odd = fagen_decode_workspace_layout(3, 1, 1, 1, 40);
+  EXPECT_EQ(w.status_offset, w.total_bytes); // no status without a paged cache
+  fagen_decode_workspace odd = fagen_decode_workspace_layout(3, 1, 1, 1, 40, 0);
   EXPECT_EQ(odd.lse_offset, 512u); // 480 bytes, 256-aligned
   EXPECT_EQ(odd.total_bytes, 768u);
+  // Paged: the kv_status record after the partials, 256 bytes; one split has no partials.
+  fagen_decode_workspace paged = fagen_decode_workspace_layout(3, 1, 1, 1, 40, 1);
+  EXPECT_EQ(paged.status_offset, 768u);
+  EXPECT_EQ(paged.total_bytes, 1024u);
+  fagen_decode_workspace one = fagen_decode_workspace_layout(1, 4, 32, 1, 128, 1);
+  EXPECT_EQ(one.status_offset, 0u);
+  EXPECT_EQ(one.total_bytes, 256u);
+  EXPECT_GE(256u, FAGEN_KV_STATUS_WORDS * sizeof(int32_t));
   EXPECT_EQ(fagen_merge_blocks(32, 128), 4);  // 32 rows x 16 chunks / 128 threads
   EXPECT_EQ(fagen_merge_blocks(1, 64), 1);
 }
@@ -312,3 +344,61 @@ TEST(DecodeCheck, ShapesStayWithinTheKernelsTokens) {
         EXPECT_TRUE(noKeyRows) << tokens;
     }
 }
+
+TEST(PagedCheck, LengthsCoverThePageBoundaries) {
+  EXPECT_EQ(pagedLengths(8, 1000, 16), (std::vector<int32_t>{1000, 17, 0, 15, 1, 16, 33, 999}));
+  EXPECT_EQ(pagedLengths(4, 2, 16), (std::vector<int32_t>{2, 2, 0, 2}));
+}
+
+TEST(PagedCheck, LayoutHoldsEverySequencesKeysAndNothingElse) {
+  KernelRecord k;
+  k.templ = "sm80decode";
+  k.qTokens = 2;
+  k.pageSize = 16;
+  k.dtype = DType::BF16;
+  k.headDimQK = k.headDimV = 64;
+  for (bool bhsd : {false, true})
+    for (bool uniform : {false, true}) {
+      CaseInputs in = makeCaseInputs(k, CheckShape{7, 8, 2, 2, 100, bhsd}, 5);
+      const PagedLayout l = makePagedLayout(in, 16, 5, uniform);
+      const fagen_fwd_problem &p = in.problem;
+      ASSERT_EQ(l.maxPages, 8); // ceil(100 / 16) + 1
+      ASSERT_EQ(l.seqused.size(), 7u);
+      std::vector<int> uses(l.numPages, 0);
+      for (int b = 0; b < 7; ++b)
+        for (int slot = 0; slot < l.maxPages; ++slot) {
+          const int page = l.blockTable[b * l.maxPages + slot];
+          if (slot * 16 >= l.seqused[b]) {
+            EXPECT_EQ(page, -1) << b << " " << slot; // never read
+            continue;
+          }
+          ASSERT_GE(page, 0);
+          ASSERT_LT(page, l.numPages);
+          ++uses[page];
+          for (int row = 0; row < 16 && slot * 16 + row < l.seqused[b]; ++row)
+            for (int h = 0; h < 2; ++h) {
+              const int key = slot * 16 + row;
+              const size_t at = ((size_t(page) * 16 + row) * 2 + h) * 64;
+              const size_t src = b * p.k_strides[0] + h * p.k_strides[1] + key * p.k_strides[2];
+              ASSERT_TRUE(std::equal(&in.k[src], &in.k[src] + 64, &l.kCache[at]))
+                  << b << " " << key;
+              ASSERT_TRUE(std::equal(&in.v[src], &in.v[src] + 64, &l.vCache[at]));
+            }
+        }
+      int spare = 0, shared = 0;
+      for (int page = 0; page < l.numPages; ++page) {
+        spare += uses[page] == 0;
+        shared += uses[page] == 2;
+        EXPECT_LE(uses[page], 2);
+      }
+      EXPECT_EQ(spare, 2);
+      EXPECT_EQ(shared, uniform ? 0 : 1); // sequence 1's first page is sequence 0's
+      if (!uniform)
+        EXPECT_EQ(l.blockTable[0], l.blockTable[l.maxPages]);
+      // Spare pages hold NaN only.
+      for (int page = 0; page < l.numPages; ++page)
+        if (uses[page] == 0)
+          EXPECT_EQ(l.kCache[size_t(page) * 16 * 2 * 64], 0x7fff);
+    }
+}
+

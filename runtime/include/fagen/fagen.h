@@ -15,6 +15,8 @@
  * against another fagen.h gets FAGEN_ERROR_ABI_MISMATCH instead of a crash; initialize them
  * with FAGEN_FWD_PROBLEM_INIT / FAGEN_RUN_ARGS_INIT (or fagen_fwd_problem_init,
  * fagen_run_args_init). Workspaces are passed with their size. ABI 2 callers recompile.
+ * The paged KV cache (fagen_paged_kv, fagen_plan_forward_paged, fagen_run_forward_paged,
+ * fagen_paged_kv_status) came within ABI 3: new functions and a new struct, none changed.
  * ABI 2: every attention variant (masks, score mods, dropout, varlen, block sparsity) and the
  * backward pass.
  */
@@ -396,6 +398,76 @@ FAGEN_API fagen_status fagen_plan_merge_states(const fagen_bundle *bundle,
 FAGEN_API fagen_status fagen_run_merge_states(const fagen_plan *plan, const void *o_states,
                                               const float *lse_states, void *o, float *lse,
                                               void *stream);
+
+/** A paged KV cache (spec `kv_cache: paged` with `page_size`, served by decode kernels): the
+ *  layout of vLLM and of FlashAttention's flash_attn_with_kvcache. K and V are caches of
+ *  [num_pages, page_size, heads_kv, head_dim] (any strides, the head dim contiguous); the
+ *  problem's k_strides / v_strides are then their (page, head, row) strides
+ *  (fagen_fwd_problem_set_paged_strides fills contiguous ones). Key j of sequence b is row
+ *  j % page_size of page block_table[b * block_table_stride + j / page_size] (int32 page ids,
+ *  [batch, max_pages_per_seq]; pages may come in any order and be shared between sequences);
+ *  sequence b holds seqused_k[b] keys (int32 [batch]; 0: an empty sequence, whose rows get
+ *  O = 0 and LSE = -inf). Both arrays are device memory that the host does not read. The
+ *  problem's seqlen_k is the call's longest cache length: at least every seqused_k[b] and at
+ *  most max_pages_per_seq * page_size; the split count is planned for it.
+ *
+ *  Bad entries: the kernel checks each page id against [0, num_pages) before it loads through
+ *  it and each seqused_k[b] against [0, seqlen_k]; it never loads through a bad entry (a bad
+ *  page's keys read as zeros, a bad length is clamped), and records the first one it meets in
+ *  the workspace, which fagen_paged_kv_status reads back. The cost: one int32 load and compare
+ *  per page a thread block walks (a page of 16 keys: 1/16 of a key tile's copies), none on the
+ *  host. Entries past a sequence's length are neither read nor checked. FAGEN_VALIDATE=1 also
+ *  checks them on the host before the launch (synchronizing the stream: for debugging). */
+typedef struct fagen_paged_kv {
+  uint32_t struct_size;       /* sizeof(fagen_paged_kv): FAGEN_PAGED_KV_INIT sets both */
+  uint32_t abi_tag;           /* FAGEN_ABI_TAG */
+  int32_t page_size;          /* tokens per page: the kernel's (16, 32, 64, 128 or 256) */
+  int32_t num_pages;          /* pages of each cache (>= 1) */
+  int32_t max_pages_per_seq;  /* columns of the block table (>= 1) */
+  int32_t reserved0;          /* must be 0 */
+  int64_t block_table_stride; /* elements between two sequences' rows, >= max_pages_per_seq */
+} fagen_paged_kv;
+
+/** A zero-initialized fagen_paged_kv with its struct_size and abi_tag. */
+#define FAGEN_PAGED_KV_INIT {(uint32_t)sizeof(fagen_paged_kv), FAGEN_ABI_TAG}
+/** Zeroes *paged and sets its struct_size and abi_tag. */
+FAGEN_API void fagen_paged_kv_init(fagen_paged_kv *paged);
+/** Fills the strides of BSHD Q and O and of contiguous [num_pages, page_size, heads_kv,
+ *  head_dim] K and V caches (page, head, row). */
+FAGEN_API void fagen_fwd_problem_set_paged_strides(fagen_fwd_problem *problem,
+                                                   const fagen_paged_kv *paged);
+
+/** Plans a decode call over a paged KV cache: as fagen_plan_forward, among the bundle's paged
+ *  decode kernels of the call's variant and page size. plan->workspace_bytes is at least 256
+ *  (the status record; the splits' partials too when there is more than one split): a paged
+ *  run needs its workspace. */
+FAGEN_API fagen_status fagen_plan_forward_paged(const fagen_bundle *bundle,
+                                                const fagen_fwd_problem *problem,
+                                                const fagen_paged_kv *paged, fagen_plan *plan);
+/** Like fagen_plan_forward_paged, for kernel `kernel_index` of the bundle (for tools). */
+FAGEN_API fagen_status fagen_plan_forward_paged_kernel(const fagen_bundle *bundle,
+                                                       const fagen_fwd_problem *problem,
+                                                       const fagen_paged_kv *paged,
+                                                       int kernel_index, fagen_plan *plan);
+
+/** Launches a paged plan: q, o as fagen_run_forward's; k_cache, v_cache the caches (16-byte
+ *  aligned); block_table, seqused_k int32 device arrays; workspace: at least
+ *  plan->workspace_bytes of device memory, 16-byte aligned, owned by one stream at a time (the
+ *  runtime zeroes its status record on `stream` first). No allocation, no synchronization. */
+FAGEN_API fagen_status fagen_run_forward_paged(const fagen_plan *plan, const void *q,
+                                               const void *k_cache, const void *v_cache, void *o,
+                                               float *lse, const int32_t *block_table,
+                                               const int32_t *seqused_k, void *workspace,
+                                               size_t workspace_bytes,
+                                               const fagen_run_args *args, void *stream);
+
+/** Reads back what the last paged run on `workspace` met: FAGEN_OK when every block-table
+ *  entry and length it read was valid, else FAGEN_ERROR_INVALID_ARGUMENT with the first bad
+ *  entry in fagen_last_error() ("block_table[3][7] = 9000 is not a page id in [0, 512)").
+ *  Synchronizes `stream` (call it where a sync is affordable: after a step, in tests, in a
+ *  debug build). */
+FAGEN_API fagen_status fagen_paged_kv_status(const fagen_plan *plan, const void *workspace,
+                                             void *stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

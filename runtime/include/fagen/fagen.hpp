@@ -84,6 +84,20 @@ public:
                       void *stream = nullptr) const {
     check(fagen_run_merge_states(&plan_, oStates, lseStates, o, lse, stream));
   }
+  /// Decode over a paged KV cache (a plan from Bundle::planForwardPaged): the caches, the
+  /// int32 block table and cache lengths on the device, and the plan's workspace.
+  void runPaged(const void *q, const void *kCache, const void *vCache, void *o, float *lse,
+                const int32_t *blockTable, const int32_t *sequsedK, void *workspace,
+                size_t workspaceBytes, const fagen_run_args *args = nullptr,
+                void *stream = nullptr) const {
+    check(fagen_run_forward_paged(&plan_, q, kCache, vCache, o, lse, blockTable, sequsedK,
+                                  workspace, workspaceBytes, args, stream));
+  }
+  /// After runPaged on `workspace`: synchronizes `stream`; throws fagen::Error naming the
+  /// first bad block-table entry or cache length the kernel met.
+  void checkPagedStatus(const void *workspace, void *stream = nullptr) const {
+    check(fagen_paged_kv_status(&plan_, workspace, stream));
+  }
   /// Scratch the caller allocates for the call (a forward: optional, see run with a workspace;
   /// a decode kernel's plan: the split partials, without which the call runs one split).
   size_t workspaceBytes() const { return plan_.workspace_bytes; }
@@ -133,6 +147,12 @@ public:
   Plan planBackward(const fagen_fwd_problem &problem, bool deterministic = false) const {
     fagen_plan plan;
     check(fagen_plan_backward(bundle_, &problem, deterministic ? 1 : 0, &plan));
+    return Plan(plan);
+  }
+  /// Decode over a paged KV cache (fagen_paged_kv); run it with Plan::runPaged.
+  Plan planForwardPaged(const fagen_fwd_problem &problem, const fagen_paged_kv &paged) const {
+    fagen_plan plan;
+    check(fagen_plan_forward_paged(bundle_, &problem, &paged, &plan));
     return Plan(plan);
   }
   /// A merge of attention states by their LSE (a decode kernel's merge entry point).

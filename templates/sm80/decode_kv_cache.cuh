@@ -1,0 +1,129 @@
+// fagen sm80decode: where the decode kernel's keys and values are. One interface, two caches:
+// a contiguous KV cache (rows one stride apart) and a paged one (rows in fixed-size pages found
+// through a block table, abi/decode_params.h). The kernel asks a cache for its sequence's
+// length and for the cp.async copies of a key tile; nothing else in it addresses K or V.
+#ifndef FAGEN_TEMPLATES_SM80_DECODE_KV_CACHE_CUH
+#define FAGEN_TEMPLATES_SM80_DECODE_KV_CACHE_CUH
+
+#include "abi/decode_params.h"
+#include "common/variants.cuh"
+#include "sm80/tile_ops.cuh"
+
+namespace fagen {
+namespace sm80 {
+
+/// The K and V rows of one (batch, kv head) in a contiguous cache: key j at row j, one row
+/// stride apart.
+template <class Config> struct ContiguousKv {
+  using Element = typename Config::Element;
+  const Element *k, *v;
+  int64_t k_row_stride, v_row_stride;
+  int seqlen_k;
+
+  __device__ __forceinline__ ContiguousKv(const fagen_decode_params &params, int batch,
+                                          int kv_head) {
+    const fagen_fwd_params &p = params.fwd;
+    k = static_cast<const Element *>(p.k) + batch * p.k_batch_stride + kv_head * p.k_head_stride;
+    v = static_cast<const Element *>(p.v) + batch * p.v_batch_stride + kv_head * p.v_head_stride;
+    k_row_stride = p.k_row_stride;
+    v_row_stride = p.v_row_stride;
+    seqlen_k = p.seqlen_k;
+  }
+
+  /// The cp.async copies of key tile [key0, key0 + kBlockN) into (kBlockN, kHeadDim) tiles at
+  /// k_dst and v_dst; rows past the sequence zero-filled. The rows are one stride apart, so
+  /// each thread walks its rows with one pointer (load_rows_async's address per row and chunk,
+  /// all computed before the copies, took 153 registers at hd 128; nvcc 13.0, sm_90).
+  __device__ __forceinline__ void load_tile(u32 k_dst, u32 v_dst, int key0) const {
+    load_tile_padded_async<Config::kBlockN, Config::kHeadDimQK, Config::kHeadDimQKPad,
+                           Config::kThreads>(k_dst, k + key0 * k_row_stride, k_row_stride,
+                                             seqlen_k - key0);
+    load_tile_padded_async<Config::kBlockN, Config::kHeadDimV, Config::kHeadDimVPad,
+                           Config::kThreads>(v_dst, v + key0 * v_row_stride, v_row_stride,
+                                             seqlen_k - key0);
+  }
+};
+
+/// Records the first bad block-table entry or length a kernel meets (abi/decode_params.h
+/// kv_status); later ones leave it as it is. One thread of the CTA reports.
+__device__ __forceinline__ void report_kv_status(int32_t *status, int code, int batch, int index,
+                                                 int value) {
+  if (threadIdx.x != 0 || atomicCAS(status, FAGEN_KV_STATUS_OK, code) != FAGEN_KV_STATUS_OK)
+    return;
+  status[1] = batch;
+  status[2] = index;
+  status[3] = value;
+}
+
+/// The K and V rows of one (batch, kv head) in a paged cache: key j at row j % kPageSize of
+/// page block_table[batch][j / kPageSize]. Every page id is checked against the cache before a
+/// load goes through it, and the length against seqlen_k: a bad entry is reported and loads
+/// nothing (its rows are zero-filled; a bad length is clamped), so no table reads outside the
+/// caches.
+template <class Config> struct PagedKv {
+  using Element = typename Config::Element;
+  static constexpr int kPageSize = Config::kPageSize, kRunRows = Config::kRunRows;
+  const Element *k, *v; // the caches at this kv head: page 0, row 0
+  int64_t k_page_stride, v_page_stride, k_row_stride, v_row_stride;
+  const int32_t *pages; // this sequence's row of the block table
+  int32_t *status;
+  int num_pages, batch, seqlen_k;
+
+  __device__ __forceinline__ PagedKv(const fagen_decode_params &params, int batch_, int kv_head) {
+    const fagen_fwd_params &p = params.fwd;
+    k = static_cast<const Element *>(p.k) + kv_head * p.k_head_stride;
+    v = static_cast<const Element *>(p.v) + kv_head * p.v_head_stride;
+    k_page_stride = p.k_batch_stride;
+    v_page_stride = p.v_batch_stride;
+    k_row_stride = p.k_row_stride;
+    v_row_stride = p.v_row_stride;
+    pages = params.block_table + batch_ * params.block_table_batch_stride;
+    status = params.kv_status;
+    num_pages = params.num_pages;
+    batch = batch_;
+    const int used = params.seqused_k[batch_];
+    seqlen_k = min(max(used, 0), p.seqlen_k);
+    if (seqlen_k != used)
+      report_kv_status(status, FAGEN_KV_STATUS_SEQUSED_K, batch_, 0, used);
+  }
+
+  /// The page of key `key` (< seqlen_k), or -1 (reported) where the table's entry is not one.
+  __device__ __forceinline__ int page_of(int key) const {
+    const int slot = key / kPageSize, page = pages[slot];
+    if (page >= 0 && page < num_pages)
+      return page;
+    report_kv_status(status, FAGEN_KV_STATUS_PAGE_ID, batch, slot, page);
+    return -1;
+  }
+
+  /// As ContiguousKv::load_tile: the tile is kBlockN / kRunRows runs of rows one stride apart
+  /// (each inside one page), one pointer per run; the pages of runs past the sequence are not
+  /// looked up, their rows zero-filled.
+  __device__ __forceinline__ void load_tile(u32 k_dst, u32 v_dst, int key0) const {
+#pragma unroll
+    for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
+      const int key = key0 + run * kRunRows;
+      const int page = key < seqlen_k ? page_of(key) : -1;
+      const int rows = page < 0 ? 0 : seqlen_k - key; // a bad page: zero-filled, nothing read
+      const int64_t in_page = key % kPageSize;
+      load_tile_padded_async<kRunRows, Config::kHeadDimQK, Config::kHeadDimQKPad,
+                             Config::kThreads>(
+          k_dst + run * kRunRows * SmemRow<Config::kHeadDimQKPad>::kBytes,
+          k + max(page, 0) * k_page_stride + in_page * k_row_stride, k_row_stride, rows);
+      load_tile_padded_async<kRunRows, Config::kHeadDimV, Config::kHeadDimVPad,
+                             Config::kThreads>(
+          v_dst + run * kRunRows * SmemRow<Config::kHeadDimVPad>::kBytes,
+          v + max(page, 0) * v_page_stride + in_page * v_row_stride, v_row_stride, rows);
+    }
+  }
+};
+
+/// The decode kernel's cache: paged when Config::kPageSize is set.
+template <class Config>
+using DecodeKvCache =
+    typename std::conditional<Config::kPaged, PagedKv<Config>, ContiguousKv<Config>>::type;
+
+} // namespace sm80
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM80_DECODE_KV_CACHE_CUH

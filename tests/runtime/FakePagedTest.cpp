@@ -1,0 +1,318 @@
+//===- FakePagedTest.cpp - paged KV cache decode plans and runs on a fake libcuda ---===//
+//
+// fagen_plan_forward_paged / fagen_run_forward_paged / fagen_paged_kv_status against
+// tests/runtime/FakeCuda.cpp (132 SMs, compute capability 9.0; "device" memory is host memory):
+// the kernel choice by page size, the paged fields of the parameter block, the workspace with
+// its status record (zeroed before the launch), the argument checks, and the status read back.
+//
+//===----------------------------------------------------------------------===//
+#include "fagen/fagen.h"
+#include "FakeCuda.h"
+#include "FakeBundleTest.h"
+#include "templates/abi/decode_params.h"
+#include "tests/common/TestBundles.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <dlfcn.h>
+#include <string>
+
+using namespace fagen;
+
+namespace {
+
+FakeCudaState &fake() {
+  static FakeCudaState *state = [] {
+    void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+    auto get = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
+    return get();
+  }();
+  return *state;
+}
+
+/// A paged decode call: batch B, 32 query heads over 8 kv heads, T tokens, fp16 hd 128 causal,
+/// 16-token pages, a block table of `maxPages` columns, longest cache `seqlenK`.
+struct PagedCall {
+  fagen_fwd_problem problem = FAGEN_FWD_PROBLEM_INIT;
+  fagen_paged_kv paged = FAGEN_PAGED_KV_INIT;
+  PagedCall(int batch, int tokens, int seqlenK, int maxPages = 1024, int numPages = 4096) {
+    problem.batch = batch;
+    problem.heads_q = 32;
+    problem.heads_kv = 8;
+    problem.seqlen_q = tokens;
+    problem.seqlen_k = seqlenK;
+    problem.head_dim_qk = problem.head_dim_v = 128;
+    problem.dtype = FAGEN_DTYPE_FP16;
+    problem.causal = 1;
+    paged.page_size = 16;
+    paged.num_pages = numPages;
+    paged.max_pages_per_seq = maxPages;
+    paged.block_table_stride = maxPages;
+    fagen_fwd_problem_set_paged_strides(&problem, &paged);
+  }
+};
+
+template <class T> T paramsOf(const FakeLaunch &launch) {
+  T out;
+  EXPECT_EQ(launch.params.size(), sizeof out);
+  std::memcpy(&out, launch.params.data(), std::min(sizeof out, launch.params.size()));
+  return out;
+}
+
+struct FakePagedTest : fagen::test::FakeBundleTest {
+  Bundle initial() const override { return fagen::test::makePagedDecodeBundle(); }
+  alignas(256) static inline char q[64], k[64], v[64], o[64];
+  alignas(256) static inline float lse[16];
+  alignas(256) static inline int32_t table[64], used[4];
+  alignas(256) static inline char workspace[1 << 20];
+};
+
+const char *kPaged = "fagen_fwd_fp16_hd128_causal_paged16_sm80decode_m16n64w4s3";
+const char *kContiguous = "fagen_fwd_fp16_hd128_causal_sm80decode_m16n64w4s3";
+
+} // namespace
+
+TEST_F(FakePagedTest, StridesAreTheCachesPageHeadAndRowStrides) {
+  PagedCall c(2, 1, 1000);
+  // [num_pages, 16, 8, 128]: a page of 16 x 8 x 128, a head of 128, a row of 8 x 128.
+  EXPECT_EQ(c.problem.k_strides[0], 16 * 8 * 128);
+  EXPECT_EQ(c.problem.k_strides[1], 128);
+  EXPECT_EQ(c.problem.k_strides[2], 8 * 128);
+  EXPECT_EQ(c.problem.v_strides[0], c.problem.k_strides[0]);
+  EXPECT_EQ(c.problem.q_strides[2], 32 * 128); // Q and O stay BSHD
+}
+
+TEST_F(FakePagedTest, APagedCallPlansThePagedKernelOfItsPageSize) {
+  PagedCall c(1, 1, 131072, 8192, 8192);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), kPaged);
+  // The split rule of the contiguous decode over seqlen_k (the longest cache): 33 splits.
+  EXPECT_EQ(plan.grid[0], 33);
+  fagen_decode_params dp;
+  std::memcpy(&dp, plan.params, sizeof dp);
+  EXPECT_EQ(dp.num_splits, 33);
+  EXPECT_EQ(dp.num_pages, 8192);
+  EXPECT_EQ(dp.max_pages_per_seq, 8192);
+  EXPECT_EQ(dp.block_table_batch_stride, 8192);
+  EXPECT_EQ(dp.fwd.k_batch_stride, 16 * 8 * 128); // the page stride
+  const fagen_decode_workspace w = fagen_decode_workspace_layout(33, 1, 32, 1, 128, 1);
+  EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
+  EXPECT_EQ(plan.workspace_offsets[2], w.status_offset);
+
+  // One split still has a workspace: the status record.
+  PagedCall full(64, 1, 4096, 256);
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &full.problem, &full.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  EXPECT_EQ(plan.grid[0], 1);
+  EXPECT_EQ(plan.workspace_bytes, 256u);
+  EXPECT_EQ(plan.workspace_offsets[2], 0u);
+
+  // The same call without a paged cache takes the contiguous kernel, never the paged one.
+  ASSERT_EQ(fagen_plan_forward(bundle, &c.problem, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), kContiguous);
+}
+
+TEST_F(FakePagedTest, APageSizeTheBundleLacksIsNamed) {
+  PagedCall c(1, 1, 1000);
+  c.paged.page_size = 32;
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
+            FAGEN_ERROR_NOT_SUPPORTED);
+  const std::string error = fagen_last_error();
+  EXPECT_NE(error.find("paged_kv 32"), std::string::npos) << error;
+  EXPECT_NE(error.find("kv_cache paged, page_size 32 and passes [decode]"), std::string::npos)
+      << error;
+  // A pinned contiguous kernel does not serve a paged call.
+  c.paged.page_size = 16;
+  EXPECT_EQ(fagen_plan_forward_paged_kernel(bundle, &c.problem, &c.paged, 4, &plan),
+            FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(fagen_plan_forward_paged_kernel(bundle, &c.problem, &c.paged, 6, &plan), FAGEN_OK)
+      << fagen_last_error();
+}
+
+TEST_F(FakePagedTest, ThePagedCacheIsCheckedOnTheHost) {
+  fagen_plan plan;
+  struct Case {
+    void (*edit)(PagedCall &);
+    const char *message;
+  };
+  const Case cases[] = {
+      {[](PagedCall &c) { c.paged.page_size = 48; },
+       "paged->page_size (48) must be a power of two in 16..256"},
+      {[](PagedCall &c) { c.paged.num_pages = 0; }, "paged->num_pages (0) and max_pages_per_seq"},
+      {[](PagedCall &c) { c.paged.block_table_stride = 10; },
+       "paged->block_table_stride (10) is less than max_pages_per_seq (1024)"},
+      {[](PagedCall &c) { c.problem.seqlen_k = 1024 * 16 + 1; },
+       "seqlen_k (16385) exceeds the block table's 16384 keys (max_pages_per_seq 1024 x "
+       "page_size 16)"},
+      {[](PagedCall &c) { c.paged.reserved0 = 3; }, "paged->reserved0 (3) must be 0"},
+  };
+  for (const Case &k : cases) {
+    PagedCall c(2, 1, 1000);
+    k.edit(c);
+    EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
+              FAGEN_ERROR_INVALID_ARGUMENT)
+        << k.message;
+    EXPECT_NE(std::string(fagen_last_error()).find(k.message), std::string::npos)
+        << fagen_last_error();
+  }
+  PagedCall c(2, 1, 1000);
+  c.paged.struct_size = 8;
+  EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
+            FAGEN_ERROR_ABI_MISMATCH);
+  EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, nullptr, &plan),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_F(FakePagedTest, RunPassesTheTableAndZeroesTheStatusFirst) {
+  PagedCall c(1, 1, 131072, 8192, 8192);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  ASSERT_LE(plan.workspace_bytes, sizeof workspace);
+  fake().launchLog.clear();
+  fake().memsetLog.clear();
+  const int launchesBefore = fake().launches.load();
+  void *stream = reinterpret_cast<void *>(uintptr_t(0x7000));
+  ASSERT_EQ(fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
+                                    plan.workspace_bytes, nullptr, stream),
+            FAGEN_OK)
+      << fagen_last_error();
+  ASSERT_EQ(fake().memsetLog.size(), 1u);
+  const FakeMemset &zero = fake().memsetLog[0];
+  EXPECT_EQ(zero.dst, reinterpret_cast<unsigned long long>(workspace + plan.workspace_offsets[2]));
+  EXPECT_EQ(zero.count, size_t(FAGEN_KV_STATUS_WORDS));
+  EXPECT_EQ(zero.launchesBefore, launchesBefore); // before the kernel
+  EXPECT_EQ(zero.stream, stream);
+  ASSERT_EQ(fake().launchLog.size(), 2u); // the splits, then their combine
+  const auto dp = paramsOf<fagen_decode_params>(fake().launchLog[0]);
+  EXPECT_EQ(dp.block_table, table);
+  EXPECT_EQ(dp.seqused_k, used);
+  EXPECT_EQ(dp.kv_status, reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]));
+  EXPECT_EQ(dp.fwd.k, static_cast<const void *>(k));
+  EXPECT_EQ(dp.o_partial, reinterpret_cast<float *>(workspace + plan.workspace_offsets[0]));
+  EXPECT_EQ(fake().launchLog[1].function, std::string(kPaged) + "_combine");
+}
+
+TEST_F(FakePagedTest, RunRefusesMissingArraysAndTheWrongEntryPoint) {
+  PagedCall c(1, 1, 4096, 256);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  fake().launchLog.clear();
+  auto run = [&](const int32_t *t, const int32_t *u, void *w, size_t bytes) {
+    return fagen_run_forward_paged(&plan, q, k, v, o, lse, t, u, w, bytes, nullptr, nullptr);
+  };
+  EXPECT_EQ(run(nullptr, used, workspace, plan.workspace_bytes), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("block_table is null"), std::string::npos);
+  EXPECT_EQ(run(table, nullptr, workspace, plan.workspace_bytes), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(run(table, used, nullptr, 0), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("a paged decode needs its workspace"),
+            std::string::npos)
+      << fagen_last_error();
+  EXPECT_EQ(run(table, used, workspace, plan.workspace_bytes - 1), FAGEN_ERROR_INVALID_ARGUMENT);
+  // A paged plan through the contiguous entry points, and the reverse.
+  EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, k, v, o, lse, workspace,
+                                             plan.workspace_bytes, nullptr, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("run it with fagen_run_forward_paged"),
+            std::string::npos)
+      << fagen_last_error();
+  EXPECT_EQ(fake().launchLog.size(), 0u);
+  fagen_plan contiguous;
+  ASSERT_EQ(fagen_plan_forward(bundle, &c.problem, &contiguous), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fagen_run_forward_paged(&contiguous, q, k, v, o, lse, table, used, workspace,
+                                    sizeof workspace, nullptr, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("fagen_plan_forward_paged"), std::string::npos);
+}
+
+TEST_F(FakePagedTest, StatusReadsTheRecordTheKernelLeft) {
+  PagedCall c(4, 1, 1000, 64, 512);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  auto *record = reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]);
+  std::memset(record, 0, FAGEN_KV_STATUS_WORDS * sizeof(int32_t));
+  EXPECT_EQ(fagen_paged_kv_status(&plan, workspace, nullptr), FAGEN_OK) << fagen_last_error();
+
+  const int32_t badPage[FAGEN_KV_STATUS_WORDS] = {FAGEN_KV_STATUS_PAGE_ID, 3, 7, 9000};
+  std::memcpy(record, badPage, sizeof badPage);
+  EXPECT_EQ(fagen_paged_kv_status(&plan, workspace, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("block_table[3][7] = 9000 is not a page id in [0, 512)"),
+            std::string::npos)
+      << fagen_last_error();
+
+  const int32_t badLength[FAGEN_KV_STATUS_WORDS] = {FAGEN_KV_STATUS_SEQUSED_K, 2, 0, -5};
+  std::memcpy(record, badLength, sizeof badLength);
+  EXPECT_EQ(fagen_paged_kv_status(&plan, workspace, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("seqused_k[2] = -5 is outside [0, seqlen_k = 1000]"),
+            std::string::npos)
+      << fagen_last_error();
+
+  // Not a paged plan.
+  fagen_plan contiguous;
+  ASSERT_EQ(fagen_plan_forward(bundle, &c.problem, &contiguous), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fagen_paged_kv_status(&contiguous, workspace, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_F(FakePagedTest, ValidateModeChecksTheTableOnTheHostFirst) {
+  PagedCall c(3, 1, 100, 8, 40); // 100 keys: 7 pages of 16 a sequence at most
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  // Lengths 100, 17, 0: pages 0..6, 0..1 and none; every other entry is never read.
+  std::memset(table, 0xff, sizeof table);
+  used[0] = 100, used[1] = 17, used[2] = 0;
+  for (int slot = 0; slot < 7; ++slot)
+    table[slot] = 39 - slot;
+  table[8] = 3, table[9] = 4;
+  setenv("FAGEN_VALIDATE", "1", 1);
+  auto run = [&] {
+    return fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
+                                   plan.workspace_bytes, nullptr, nullptr);
+  };
+  const int before = fake().launches.load();
+  EXPECT_EQ(run(), FAGEN_OK) << fagen_last_error();
+  EXPECT_GT(fake().launches.load(), before);
+  table[9] = 40;
+  EXPECT_EQ(run(), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("FAGEN_VALIDATE: block_table[1][1] = 40 is not a page id in [0, 40)"),
+            std::string::npos)
+      << fagen_last_error();
+  table[9] = 4;
+  used[2] = 101;
+  const int launches = fake().launches.load();
+  EXPECT_EQ(run(), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("FAGEN_VALIDATE: seqused_k[2] = 101 is outside [0, seqlen_k = 100]"),
+            std::string::npos)
+      << fagen_last_error();
+  EXPECT_EQ(fake().launches.load(), launches); // refused before any launch
+  unsetenv("FAGEN_VALIDATE");
+  EXPECT_EQ(run(), FAGEN_OK) << fagen_last_error(); // the kernel's own check then
+}
+
+TEST_F(FakePagedTest, ADecodeKernelOfTheFirstLayoutIsRefused) {
+  // A bundle of decode parameter layout 1001 (before the paged fields) is never launched with
+  // today's block: the runtime names the versions and the fix.
+  Bundle old = fagen::test::makePagedDecodeBundle();
+  for (KernelRecord &k : old.kernels)
+    if (isDecodeKernel(k))
+      k.paramsVersion = FAGEN_DECODE_PARAMS_VERSION - 1;
+  load(old);
+  PagedCall c(1, 1, 1000);
+  fagen_plan plan;
+  EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
+            FAGEN_ERROR_NOT_SUPPORTED);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("takes parameter layout version 1001 but this runtime fills version 1002"),
+            std::string::npos)
+      << fagen_last_error();
+}
