@@ -194,12 +194,13 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, pag
         row["max_abs_diff"] = diff
         ok = not is_wrong(diff)
     row["fagen_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse))
+    o_planned = o.clone()  # the planned splits' output, before the one-split run overwrites o
     if profile:
         row["fagen_kernel_us"] = kernel_times(lambda: plan.run(q, k, v, o, lse))
         # The same kernel without splits (no workspace: one launch, no combine).
         row["fagen_1split_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse, workspace=False))
     if page_size:
-        ok = run_paged(bundle, q, k, v, o, page_size, row) and ok
+        ok = run_paged(bundle, q, k, v, o_planned, page_size, row) and ok
     for name in ("fagen", "paged") + tuple(n for n, _ in BACKENDS):
         if name + "_ms" in row:
             row[name + "_tbps"] = kv_bytes / (row[name + "_ms"] * 1e-3) / 1e12

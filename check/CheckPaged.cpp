@@ -247,16 +247,26 @@ llvm::Error check::pagedCase(check::DeviceMemory &memory, const fagen_bundle *bu
       {"a page id past the cache", true, 0, l.numPages + 5, "is not a page id in [0, "},
       {"a length past seqlen_k", false, 0, in.problem.seqlen_k + 1, "is outside [0, seqlen_k"},
       {"a negative length", false, size_t(last), -3, "is outside [0, seqlen_k"}};
+  // A bad page id is reported where the kernel reaches it, and a mask may keep a page out of
+  // reach (a window leaves the first pages of a long cache unread): every used page of the
+  // longest sequence gets it.
+  const int longest = int(std::max_element(l.seqused.begin(), l.seqused.end()) - l.seqused.begin());
   for (const Bad &bad : bads) {
     std::vector<int32_t> table = l.blockTable, seqused = l.seqused;
-    (bad.table ? table : seqused)[bad.index] = bad.value;
+    if (bad.table)
+      for (int slot = 0; slot * l.pageSize < l.seqused[longest]; ++slot)
+        table[size_t(longest) * l.maxPages + slot] = bad.value;
+    else
+      seqused[bad.index] = bad.value;
     llvm::Expected<CUdeviceptr> t = memory.upload(table), s = memory.upload(seqused);
     if (!t || !s)
       return llvm::joinErrors(t.takeError(), s.takeError());
     const fagen_status st = runPaged(memory, plan, in, d, p, *t, *s, error);
     if (error)
       return error;
-    const std::string message = fagen_last_error();
+    // fagen_last_error() keeps the last failure's message: only a failing status has its own.
+    const std::string message =
+        st == FAGEN_OK ? std::string("the call and the status returned FAGEN_OK") : fagen_last_error();
     const bool named = st == FAGEN_ERROR_INVALID_ARGUMENT &&
                        message.find(bad.message) != std::string::npos;
     result.worst.push_back({std::string("bad entry (") + bad.what + "): " +

@@ -148,7 +148,9 @@ void fillDecodePlan(const fagen_fwd_problem &p, const fagen_paged_kv *paged,
   std::memcpy(plan.params + kDecodeMergeParamsOffset, &mp, sizeof mp);
   setGrid(plan.grid, int64_t(mBlocks) * splits, p.heads_kv, p.batch);
   setGrid(plan.pre_post_grid,
-          fagen_merge_blocks(int64_t(p.batch) * p.heads_q * p.seqlen_q, p.head_dim_v), 1, 1);
+          fagen_merge_blocks(int64_t(p.batch) * p.heads_q * p.seqlen_q, p.head_dim_v,
+                             FAGEN_COMBINE_STATE_LANES),
+          1, 1);
   setGrid(plan.pre_post_block, k.prePostThreads, 1, 1);
   if (splits == 1 && paged == nullptr)
     return; // the kernel writes O and LSE itself: no workspace
@@ -275,7 +277,7 @@ bool validateMergeProblem(const fagen_merge_problem &p, std::string &error) {
   }
   // One thread per 8 columns of a row, in a 1-D grid below 2^31 blocks.
   const int64_t rows = int64_t(p.batch) * p.heads * p.seqlen;
-  if (fagen_merge_blocks(rows, p.head_dim) >= (int64_t(1) << 31)) {
+  if (fagen_merge_blocks(rows, p.head_dim, FAGEN_MERGE_STATE_LANES) >= (int64_t(1) << 31)) {
     error = "batch x heads x seqlen (" + str(rows) + " rows) is too large for one launch (at "
             "most " + str((int64_t(1) << 31) * FAGEN_MERGE_THREADS / (p.head_dim / 8) - 1) +
             " rows at this head dim): merge in parts";
@@ -408,7 +410,9 @@ fagen_status fagen_plan_merge_states(const fagen_bundle *bundle,
   plan->kernel_index = chosen;
   plan->pass = FAGEN_PASS_MERGE;
   setGrid(plan->grid,
-          fagen_merge_blocks(int64_t(p.batch) * p.heads * p.seqlen, p.head_dim), 1, 1);
+          fagen_merge_blocks(int64_t(p.batch) * p.heads * p.seqlen, p.head_dim,
+                             FAGEN_MERGE_STATE_LANES),
+          1, 1);
   setGrid(plan->block, k.prePostThreads, 1, 1);
   plan->function = merge;
   std::memcpy(plan->params, &mp, sizeof mp);

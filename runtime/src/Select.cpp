@@ -90,9 +90,10 @@ std::string shapeProblem(const KernelRecord &k, const fagen_fwd_problem &p) {
            str(p.seqlen_q) + ": raise decode.q_tokens (at most " +
            str(FAGEN_DECODE_MAX_Q_TOKENS) + "), or add fwd to the variant's passes";
   if (isDecodeKernel(k) &&
-      fagen_merge_blocks(int64_t(p.batch) * p.heads_q * p.seqlen_q, p.head_dim_v) >=
-          (int64_t(1) << 31))
-    return "kernel " + k.name + "'s combine takes one thread per 8 columns of O in a 1-D grid " +
+      fagen_merge_blocks(int64_t(p.batch) * p.heads_q * p.seqlen_q, p.head_dim_v,
+                         FAGEN_COMBINE_STATE_LANES) >= (int64_t(1) << 31))
+    return "kernel " + k.name + "'s combine takes " + str(FAGEN_COMBINE_STATE_LANES) +
+           " threads per 8 columns of O in a 1-D grid " +
            "below 2^31 blocks; the call has batch x heads_q x seqlen_q = " +
            str(int64_t(p.batch) * p.heads_q * p.seqlen_q) + " rows: split the batch";
   if (takesTmaMaps(k))

@@ -10,7 +10,8 @@
 //   NAME_combine  `const __grid_constant__ fagen_merge_params` over float32 states: the splits'
 //                 partial (O, LSE) in the workspace merged into O and LSE.
 //   NAME_merge    the same over states in the kernel's dtype (fagen_merge_states).
-// Both merges: grid fagen_merge_blocks(), block Config::kMergeThreads, no shared memory.
+// Both merges: grid fagen_merge_blocks() (FAGEN_COMBINE_STATE_LANES, FAGEN_MERGE_STATE_LANES),
+// block Config::kMergeThreads, no shared memory.
 //
 // Paged KV cache (kernels built with a page size, spec `kv_cache: paged`, `page_size: P`): K
 // and V are [num_pages, P, heads_kv, head_dim] caches (vLLM's and FlashAttention's
@@ -114,9 +115,17 @@ typedef struct fagen_merge_params {
 /// Threads of a merge launch's blocks (Config::kMergeThreads; the manifest's pre_post_threads).
 #define FAGEN_MERGE_THREADS 128
 
-/// Blocks of a merge launch: one thread per 8 columns of an output row.
-static inline int64_t fagen_merge_blocks(int64_t rows, int32_t head_dim) {
-  const int64_t items = rows * (head_dim / 8);
+/// Threads that share one 8-column chunk of an output row, each merging every k-th state, their
+/// sums then added by shuffles. The decode's combine (NAME_combine): 8, since a call has up to
+/// tens of splits, whose loads one thread would wait for one after another (a few microseconds
+/// at batch 1: longer than the split kernel itself). fagen_merge_states (NAME_merge): 1, for a
+/// few states over many rows.
+#define FAGEN_COMBINE_STATE_LANES 8
+#define FAGEN_MERGE_STATE_LANES 1
+
+/// Blocks of a merge launch: state_lanes threads per 8 columns of an output row.
+static inline int64_t fagen_merge_blocks(int64_t rows, int32_t head_dim, int32_t state_lanes) {
+  const int64_t items = rows * (head_dim / 8) * state_lanes;
   return (items + FAGEN_MERGE_THREADS - 1) / FAGEN_MERGE_THREADS;
 }
 

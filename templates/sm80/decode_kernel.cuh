@@ -243,14 +243,15 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
 /// NAME_combine: the splits' float32 partial rows of the workspace merged into O and LSE.
 template <class Config>
 __device__ __forceinline__ void decode_combine(const fagen_merge_params &params) {
-  merge_states<MergeConfig<float, typename Config::Element, Config::kHeadDimV>>(params);
+  merge_states<MergeConfig<float, typename Config::Element, Config::kHeadDimV,
+                           FAGEN_COMBINE_STATE_LANES>>(params);
 }
 
 /// NAME_merge: fagen_merge_states, states in the kernel's dtype.
 template <class Config>
 __device__ __forceinline__ void decode_merge(const fagen_merge_params &params) {
   using Element = typename Config::Element;
-  merge_states<MergeConfig<Element, Element, Config::kHeadDimV>>(params);
+  merge_states<MergeConfig<Element, Element, Config::kHeadDimV, FAGEN_MERGE_STATE_LANES>>(params);
 }
 
 } // namespace sm80

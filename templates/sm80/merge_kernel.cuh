@@ -13,12 +13,15 @@ namespace fagen {
 namespace sm80 {
 
 /// A merge of states of ElementIn (float, or the output's Element) into Element rows of
-/// kHeadDim columns.
-template <class ElementIn_, class Element_, int kHeadDim_> struct MergeConfig {
+/// kHeadDim columns, kStateLanes threads a chunk of 8 columns (decode_params.h).
+template <class ElementIn_, class Element_, int kHeadDim_, int kStateLanes_> struct MergeConfig {
   using ElementIn = ElementIn_;
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kStateLanes = kStateLanes_;
   static constexpr int kThreads = FAGEN_MERGE_THREADS;
+  static_assert(kStateLanes >= 1 && kStateLanes <= 32 && 32 % kStateLanes == 0,
+                "kStateLanes must divide a warp");
   static_assert(kHeadDim % 8 == 0 && kHeadDim >= 32 && kHeadDim <= 256,
                 "kHeadDim must be a multiple of 8 in [32, 256]");
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
@@ -58,19 +61,31 @@ __device__ __forceinline__ void store8(float *ptr, const float (&x)[8]) {
   st_global_v4(ptr + 4, b);
 }
 
-/// Launch: grid fagen_merge_blocks(batch * heads * seqlen, kHeadDim), block kThreads. Thread i
-/// merges columns [8 c, 8 c + 8) of output row i / (kHeadDim / 8), c = i % (kHeadDim / 8):
+/// Launch: grid fagen_merge_blocks(batch * heads * seqlen, kHeadDim, kStateLanes), block
+/// kThreads. The kStateLanes adjacent threads of item i merge columns [8 c, 8 c + 8) of output
+/// row i / (kHeadDim / 8), c = i % (kHeadDim / 8), thread g over states g, g + kStateLanes, ...:
 ///   M = max_s LSE_s, w_s = exp(LSE_s - M), O = sum_s w_s O_s / sum_s w_s, LSE = M + log sum w_s.
 template <class Config> __device__ __forceinline__ void merge_states(const fagen_merge_params &p) {
   using ElementIn = typename Config::ElementIn;
   using Element = typename Config::Element;
-  constexpr int kChunks = Config::kHeadDim / 8;
+  constexpr int kChunks = Config::kHeadDim / 8, kLanes = Config::kStateLanes;
   const float kNegInf = -__int_as_float(0x7f800000), kLog2e = 1.4426950408889634f,
               kLn2 = 0.693147180559945309f;
-  const int64_t item = int64_t(blockIdx.x) * Config::kThreads + threadIdx.x;
-  const int64_t rows = int64_t(p.batch) * p.heads * p.seqlen;
+  const int64_t thread = int64_t(blockIdx.x) * Config::kThreads + threadIdx.x;
+  const int64_t item = thread / kLanes, rows = int64_t(p.batch) * p.heads * p.seqlen;
+  const int first = int(thread % kLanes);
   if (item >= rows * kChunks)
-    return;
+    return; // the item's kLanes threads together (a warp holds whole items)
+  // The item's threads: the shuffles' mask.
+  const unsigned group = (kLanes == 32 ? ~0u : (1u << kLanes) - 1)
+                         << (threadIdx.x % 32 / kLanes * kLanes);
+  const auto across = [group](auto x, auto op) { // op over the item's threads, in all of them
+#pragma unroll
+    for (int m = 1; m < kLanes; m *= 2)
+      x = op(x, __shfl_xor_sync(group, x, m, kLanes));
+    return x;
+  };
+  const auto add = [](float a, float b) { return a + b; };
   const int chunk = int(item % kChunks);
   const int64_t bh = item / kChunks / p.seqlen;
   const int row = int(item / kChunks % p.seqlen), head = int(bh % p.heads), batch = int(bh / p.heads);
@@ -82,16 +97,19 @@ template <class Config> __device__ __forceinline__ void merge_states(const fagen
 
   // M, and whether a NaN LSE makes the row NaN (fmaxf would skip it).
   float max_lse = kNegInf;
-  bool nan = false;
-  for (int s = 0; s < p.num_states; ++s) {
+  int nan = 0;
+#pragma unroll 4
+  for (int s = first; s < p.num_states; s += kLanes) {
     const float lse = lse_in[s * p.lse_states_strides[0]];
     max_lse = fmaxf(max_lse, lse);
     nan |= lse != lse;
   }
+  max_lse = across(max_lse, [](float a, float b) { return fmaxf(a, b); });
+  nan = across(nan, [](int a, int b) { return a | b; });
   float acc[8] = {}, sum = 0.f;
   if (max_lse != kNegInf && !nan) {
 #pragma unroll 4
-    for (int s = 0; s < p.num_states; ++s) {
+    for (int s = first; s < p.num_states; s += kLanes) {
       const float lse = lse_in[s * p.lse_states_strides[0]];
       if (lse == kNegInf)
         continue; // no key: nothing to add, O not read
@@ -105,6 +123,12 @@ template <class Config> __device__ __forceinline__ void merge_states(const fagen
         acc[i] = fmaf(w, x[i], acc[i]);
     }
   }
+  sum = across(sum, add);
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    acc[i] = across(acc[i], add);
+  if (first != 0)
+    return; // the item's first thread writes
   const float kNaN = __int_as_float(0x7fffffff);
   const bool empty = max_lse == kNegInf && !nan;
   const float inv = nan ? kNaN : empty ? 0.f : 1.f / sum;

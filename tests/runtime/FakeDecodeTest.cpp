@@ -83,7 +83,7 @@ TEST_F(FakeDecodeTest, PlansSplitsFromTheShapeAndTheSms) {
   EXPECT_EQ(plan.smem_bytes, 108800);
   EXPECT_NE(plan.post_function, nullptr); // NAME_combine
   EXPECT_EQ(plan.pre_function, nullptr);
-  EXPECT_EQ(plan.pre_post_grid[0], 4); // 32 rows x 16 chunks / 128 threads
+  EXPECT_EQ(plan.pre_post_grid[0], 32); // 32 rows x 16 chunks x 8 state lanes / 128 threads
   EXPECT_EQ(plan.pre_post_block[0], 128);
   const fagen_decode_workspace w = fagen_decode_workspace_layout(33, 1, 32, 1, 128, 0);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
@@ -140,7 +140,7 @@ TEST_F(FakeDecodeTest, RunLaunchesTheSplitsThenTheirCombine) {
   EXPECT_EQ(dp.fwd.o, o);
   EXPECT_EQ(dp.fwd.lse, lse);
   EXPECT_EQ(combine.function, std::string(kDecode) + "_combine");
-  EXPECT_EQ(combine.grid[0], 4u);
+  EXPECT_EQ(combine.grid[0], 32u); // FAGEN_COMBINE_STATE_LANES threads a chunk
   EXPECT_EQ(combine.block[0], 128u);
   EXPECT_EQ(combine.smem, 0u);
   EXPECT_EQ(combine.stream, stream);
@@ -275,11 +275,12 @@ TEST_F(FakeDecodeTest, ACombineGridPast2To31BlocksIsRefused) {
   b.kernels[4].qTokens = 16;
   b.kernels = {b.kernels[4]}; // no forward to take the call instead
   load(b);
-  // 65535 x 65535 heads x 16 tokens: 6.9e10 rows of 16 chunks, 8.6e9 blocks of 128 threads.
+  // 65535 x 65535 heads x 16 tokens: 6.9e10 rows of 16 chunks, 8 threads each: 6.9e10 blocks of
+  // 128 threads.
   fagen_fwd_problem p = decodeProblem(65535, 16, 64, 65535, 65535);
   fagen_plan plan;
   EXPECT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_ERROR_NOT_SUPPORTED);
-  EXPECT_NE(std::string(fagen_last_error()).find("combine takes one thread per 8 columns of O "
+  EXPECT_NE(std::string(fagen_last_error()).find("combine takes 8 threads per 8 columns of O "
                                                  "in a 1-D grid below 2^31 blocks"),
             std::string::npos)
       << fagen_last_error();

@@ -316,8 +316,9 @@ TEST(DecodeSplit, WorkspaceLayout) {
   EXPECT_EQ(one.status_offset, 0u);
   EXPECT_EQ(one.total_bytes, 256u);
   EXPECT_GE(256u, FAGEN_KV_STATUS_WORDS * sizeof(int32_t));
-  EXPECT_EQ(fagen_merge_blocks(32, 128), 4);  // 32 rows x 16 chunks / 128 threads
-  EXPECT_EQ(fagen_merge_blocks(1, 64), 1);
+  EXPECT_EQ(fagen_merge_blocks(32, 128, 1), 4);  // 32 rows x 16 chunks / 128 threads
+  EXPECT_EQ(fagen_merge_blocks(1, 64, 1), 1);
+  EXPECT_EQ(fagen_merge_blocks(32, 128, 8), 32); // the combine: 8 threads a chunk
 }
 
 TEST(DecodeCheck, ShapesStayWithinTheKernelsTokens) {
