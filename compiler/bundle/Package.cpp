@@ -92,9 +92,6 @@ std::string verifiedOn(const std::string &templ, Pass pass, const std::string &a
 }
 
 std::string verifiedOn(const KernelRecord &k) {
-  // Paged decode kernels (docs/perf/sm80-decode.md) have not run on a GPU.
-  if (k.isPaged())
-    return "";
   return verifiedOn(k.templ, k.pass, k.arch);
 }
 
