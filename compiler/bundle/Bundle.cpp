@@ -777,31 +777,4 @@ bool parseBundle(const uint8_t *data, size_t size, Bundle &out, std::string &err
   return true;
 }
 
-int archComputeCapability(const std::string &arch) {
-  if (arch.compare(0, 3, "sm_") != 0)
-    return -1;
-  std::string digits = arch.substr(3);
-  if (!digits.empty() && digits.back() == 'a')
-    digits.pop_back();
-  if (digits.size() < 2 || digits.size() > 3 || digits[0] == '0')
-    return -1;
-  int cc = 0;
-  for (char c : digits) {
-    if (c < '0' || c > '9')
-      return -1;
-    cc = cc * 10 + (c - '0');
-  }
-  return cc;
-}
-
-bool archRunsOn(const std::string &arch, int major, int minor) {
-  int cc = archComputeCapability(arch);
-  if (cc < 0)
-    return false;
-  int archMajor = cc / 10, archMinor = cc % 10;
-  if (arch.back() == 'a')
-    return major == archMajor && minor == archMinor;
-  return major == archMajor && minor >= archMinor;
-}
-
 } // namespace fagen
