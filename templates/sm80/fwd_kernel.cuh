@@ -12,6 +12,7 @@
 #include "abi/fwd_params.h"
 #include "common/softmax.cuh"
 #include "sm80/fwd_config.cuh"
+#include "sm80/fwd_kv_cache.cuh"
 #include "sm80/tile_ops.cuh"
 
 namespace fagen {
@@ -61,25 +62,6 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
                      sequence_offset(batch, params.q_batch_stride, span.q_row0,
                                      params.q_row_stride) +
                      head * params.q_head_stride + row_begin * params.q_row_stride;
-  // Key/value tile addresses are recomputed from the (constant-bank) params per tile rather than
-  // kept as base pointers through the main loop (measured: this removed the spills of hd64
-  // 128x128 on sm_90, nvcc 13.0); varlen re-reads its first key row (an L1 hit) likewise.
-  auto k_row0 = [&]() -> int64_t {
-    if constexpr (kVarlen)
-      return sequence_row0(params.cu_seqlens_k, block_index_rematerialized().z, params.total_k);
-    else
-      return 0;
-  };
-  auto k_tile = [&](int n_block) {
-    return static_cast<const Element *>(params.k) +
-           (sequence_offset(batch, params.k_batch_stride, k_row0(), params.k_row_stride) +
-            kv_head * params.k_head_stride + n_block * kBlockN * params.k_row_stride);
-  };
-  auto v_tile = [&](int n_block) {
-    return static_cast<const Element *>(params.v) +
-           (sequence_offset(batch, params.v_batch_stride, k_row0(), params.v_row_stride) +
-            kv_head * params.v_head_stride + n_block * kBlockN * params.v_row_stride);
-  };
   // Output addresses are formed where they are used, from a fresh read of blockIdx (and of
   // cu_seqlens): kept live through the main loop they would cost registers that the
   // accumulators need.
@@ -115,15 +97,13 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
     return;
   }
 
+  // Keys and values: their tiles' loads (sm80/fwd_kv_cache.cuh).
+  const FwdContiguousKv<Config> kv(params, batch, kv_head, shape.seqlen_k);
   auto load_k = [&](int n_block, int stage) {
-    load_tile_padded_async<kBlockN, kHeadDimQK, kDimQK, kThreads>(
-        k_smem + stage * Config::kSmemKTileBytes, k_tile(n_block), params.k_row_stride,
-        shape.seqlen_k - n_block * kBlockN);
+    kv.load_k(k_smem + stage * Config::kSmemKTileBytes, n_block);
   };
   auto load_v = [&](int n_block, int stage) {
-    load_tile_padded_async<kBlockN, kHeadDimV, kDimV, kThreads>(
-        v_smem + stage * Config::kSmemVTileBytes, v_tile(n_block), params.v_row_stride,
-        shape.seqlen_k - n_block * kBlockN);
+    kv.load_v(v_smem + stage * Config::kSmemVTileBytes, n_block);
   };
 
   // Commit groups, in order: Q, K0, V0, K1, V1, ..., K_{S-1}; then each iteration n commits

@@ -1,0 +1,72 @@
+// fagen sm80: where the forward kernel's keys and values are. The kernel asks its cache for the
+// cp.async copies of a key or value tile and addresses K and V nowhere else: the interface that
+// the decode kernel's caches serve (sm80/decode_kv_cache.cuh), so that a paged cache (chunked
+// prefill) can take this one's place without touching the kernel's loop.
+#ifndef FAGEN_TEMPLATES_SM80_FWD_KV_CACHE_CUH
+#define FAGEN_TEMPLATES_SM80_FWD_KV_CACHE_CUH
+
+#include "abi/fwd_params.h"
+#include "common/variants.cuh"
+#include "sm80/tile_ops.cuh"
+
+namespace fagen {
+namespace sm80 {
+
+/// The K and V rows of one (batch, kv head) in contiguous tensors (dense, or varlen's packed
+/// rows): key j at row j, one row stride apart. Tile addresses are recomputed from the
+/// (constant-bank) params per tile rather than kept as base pointers through the main loop
+/// (measured: this removed the spills of hd64 128x128 on sm_90, nvcc 13.0); varlen re-reads its
+/// first key row (an L1 hit) likewise.
+template <class Config> struct FwdContiguousKv {
+  using Element = typename Config::Element;
+  static constexpr bool kVarlen = Config::kVarlen;
+  const fagen_fwd_params &params;
+  int batch, kv_head, seqlen_k;
+
+  __device__ __forceinline__ FwdContiguousKv(const fagen_fwd_params &params_, int batch_,
+                                             int kv_head_, int seqlen_k_)
+      : params(params_), batch(batch_), kv_head(kv_head_), seqlen_k(seqlen_k_) {}
+
+  /// This sequence's first key row in the packed tensors (dense: 0).
+  __device__ __forceinline__ int64_t k_row0() const {
+    if constexpr (kVarlen)
+      return sequence_row0(params.cu_seqlens_k, block_index_rematerialized().z, params.total_k);
+    else
+      return 0;
+  }
+
+  /// Offset of this sequence's key 0 in a tensor: dense, its batch stride; varlen, its first
+  /// row in the packed tensor (batch strides unused).
+  __device__ __forceinline__ int64_t sequence_offset(int64_t batch_stride, int64_t row0,
+                                                     int64_t row_stride) const {
+    return kVarlen ? row0 * row_stride : batch * batch_stride;
+  }
+
+  /// The cp.async copies of key tile n_block, (Config::kBlockN, kHeadDimQK) at dst; rows past
+  /// the sequence zero-filled.
+  __device__ __forceinline__ void load_k(u32 dst, int n_block) const {
+    const Element *k = static_cast<const Element *>(params.k) +
+                       (sequence_offset(params.k_batch_stride, k_row0(), params.k_row_stride) +
+                        kv_head * params.k_head_stride +
+                        n_block * Config::kBlockN * params.k_row_stride);
+    load_tile_padded_async<Config::kBlockN, Config::kHeadDimQK, Config::kHeadDimQKPad,
+                           Config::kThreads>(dst, k, params.k_row_stride,
+                                             seqlen_k - n_block * Config::kBlockN);
+  }
+
+  /// As load_k, for value tile n_block, (Config::kBlockN, kHeadDimV) at dst.
+  __device__ __forceinline__ void load_v(u32 dst, int n_block) const {
+    const Element *v = static_cast<const Element *>(params.v) +
+                       (sequence_offset(params.v_batch_stride, k_row0(), params.v_row_stride) +
+                        kv_head * params.v_head_stride +
+                        n_block * Config::kBlockN * params.v_row_stride);
+    load_tile_padded_async<Config::kBlockN, Config::kHeadDimV, Config::kHeadDimVPad,
+                           Config::kThreads>(dst, v, params.v_row_stride,
+                                             seqlen_k - n_block * Config::kBlockN);
+  }
+};
+
+} // namespace sm80
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM80_FWD_KV_CACHE_CUH
