@@ -104,17 +104,44 @@ template <class Config> struct PagedKv {
     for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
       const int key = key0 + run * kRunRows;
       const int page = key < seqlen_k ? page_of(key) : -1;
-      const int rows = page < 0 ? 0 : seqlen_k - key; // a bad page: zero-filled, nothing read
-      const int64_t in_page = key % kPageSize;
-      load_tile_padded_async<kRunRows, Config::kHeadDimQK, Config::kHeadDimQKPad,
-                             Config::kThreads>(
-          k_dst + run * kRunRows * SmemRow<Config::kHeadDimQKPad>::kBytes,
-          k + max(page, 0) * k_page_stride + in_page * k_row_stride, k_row_stride, rows);
-      load_tile_padded_async<kRunRows, Config::kHeadDimV, Config::kHeadDimVPad,
-                             Config::kThreads>(
-          v_dst + run * kRunRows * SmemRow<Config::kHeadDimVPad>::kBytes,
-          v + max(page, 0) * v_page_stride + in_page * v_row_stride, v_row_stride, rows);
+      load_run<Config::kHeadDimQK, Config::kHeadDimQKPad>(k_dst, k, k_page_stride, k_row_stride,
+                                                          run, key, page);
+      load_run<Config::kHeadDimV, Config::kHeadDimVPad>(v_dst, v, v_page_stride, v_row_stride,
+                                                        run, key, page);
     }
+  }
+
+  /// The keys of tile [key0, key0 + kBlockN) alone (the forward loads K and V tiles apart).
+  __device__ __forceinline__ void load_k(u32 dst, int key0) const {
+#pragma unroll
+    for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
+      const int key = key0 + run * kRunRows;
+      load_run<Config::kHeadDimQK, Config::kHeadDimQKPad>(
+          dst, k, k_page_stride, k_row_stride, run, key, key < seqlen_k ? page_of(key) : -1);
+    }
+  }
+
+  /// The values of tile [key0, key0 + kBlockN) alone.
+  __device__ __forceinline__ void load_v(u32 dst, int key0) const {
+#pragma unroll
+    for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
+      const int key = key0 + run * kRunRows;
+      load_run<Config::kHeadDimV, Config::kHeadDimVPad>(
+          dst, v, v_page_stride, v_row_stride, run, key, key < seqlen_k ? page_of(key) : -1);
+    }
+  }
+
+private:
+  /// Run `run` of a tile, its first key `key` in page `page` (-1: zero-filled, nothing read).
+  template <int kDim, int kDimPad>
+  __device__ __forceinline__ void load_run(u32 dst, const Element *cache, int64_t page_stride,
+                                           int64_t row_stride, int run, int key,
+                                           int page) const {
+    const int rows = page < 0 ? 0 : seqlen_k - key;
+    const int64_t in_page = key % kPageSize;
+    load_tile_padded_async<kRunRows, kDim, kDimPad, Config::kThreads>(
+        dst + run * kRunRows * SmemRow<kDimPad>::kBytes,
+        cache + max(page, 0) * page_stride + in_page * row_stride, row_stride, rows);
   }
 };
 

@@ -7,6 +7,7 @@
 
 #include "abi/fwd_params.h"
 #include "common/variants.cuh"
+#include "sm80/decode_kv_cache.cuh"
 #include "sm80/tile_ops.cuh"
 
 namespace fagen {
@@ -27,6 +28,12 @@ template <class Config> struct FwdContiguousKv {
                                              int kv_head_, int seqlen_k_)
       : params(params_), batch(batch_), kv_head(kv_head_), seqlen_k(seqlen_k_) {}
 
+  /// Where sequence `batch`'s rows are and how many (common/variants.cuh).
+  __device__ __forceinline__ static SequenceSpan sequence_span(const fagen_fwd_params &p,
+                                                               int batch) {
+    return fagen::sequence_span<kVarlen>(p, batch);
+  }
+
   /// This sequence's first key row in the packed tensors (dense: 0).
   __device__ __forceinline__ int64_t k_row0() const {
     if constexpr (kVarlen)
@@ -42,8 +49,9 @@ template <class Config> struct FwdContiguousKv {
     return kVarlen ? row0 * row_stride : batch * batch_stride;
   }
 
-  /// The cp.async copies of key tile n_block, (Config::kBlockN, kHeadDimQK) at dst; rows past
-  /// the sequence zero-filled.
+  /// The cp.async copies of key tile n_block, (kBlockN, kHeadDimQK) at dst; rows past the
+  /// sequence zero-filled. (The tile's first key is formed here, after the varlen row: in the
+  /// caller it moved the SASS of varlen kernels.)
   __device__ __forceinline__ void load_k(u32 dst, int n_block) const {
     const Element *k = static_cast<const Element *>(params.k) +
                        (sequence_offset(params.k_batch_stride, k_row0(), params.k_row_stride) +
@@ -54,7 +62,7 @@ template <class Config> struct FwdContiguousKv {
                                              seqlen_k - n_block * Config::kBlockN);
   }
 
-  /// As load_k, for value tile n_block, (Config::kBlockN, kHeadDimV) at dst.
+  /// As load_k, for value tile n_block, (kBlockN, kHeadDimV) at dst.
   __device__ __forceinline__ void load_v(u32 dst, int n_block) const {
     const Element *v = static_cast<const Element *>(params.v) +
                        (sequence_offset(params.v_batch_stride, k_row0(), params.v_row_stride) +
@@ -63,6 +71,40 @@ template <class Config> struct FwdContiguousKv {
     load_tile_padded_async<Config::kBlockN, Config::kHeadDimV, Config::kHeadDimVPad,
                            Config::kThreads>(dst, v, params.v_row_stride,
                                              seqlen_k - n_block * Config::kBlockN);
+  }
+};
+
+/// Chunked prefill's cache: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b +
+/// 1]) of the packed Q (varlen), its keys the seqused_k[b] cached tokens of its pages
+/// (PagedKv: page ids checked, bad entries reported in the status record).
+template <class Config> struct FwdPagedKv : PagedKv<Config> {
+  __device__ __forceinline__ FwdPagedKv(const fagen_decode_params &params, int batch, int kv_head,
+                                        int /* seqlen_k: PagedKv's, as sequence_span's */)
+      : PagedKv<Config>(params, batch, kv_head) {}
+
+  /// Key tile n_block's copies (PagedKv::load_k), and the value tile's.
+  __device__ __forceinline__ void load_k(u32 dst, int n_block) const {
+    PagedKv<Config>::load_k(dst, n_block * Config::kBlockN);
+  }
+  __device__ __forceinline__ void load_v(u32 dst, int n_block) const {
+    PagedKv<Config>::load_v(dst, n_block * Config::kBlockN);
+  }
+
+  /// The query rows as varlen's (cu_seqlens_q); the keys: seqused_k[batch] clamped to
+  /// [0, seqlen_k], as PagedKv clamps (and reports) it.
+  __device__ __forceinline__ static SequenceSpan sequence_span(const fagen_decode_params &params,
+                                                               int batch) {
+    const fagen_fwd_params &p = params.fwd;
+    SequenceSpan s;
+    s.shape.window_left = p.window_left;
+    s.shape.window_right = p.window_right;
+    const int q0 = sequence_row0(p.cu_seqlens_q, batch, p.total_q);
+    const int q1 = min(max(p.cu_seqlens_q[batch + 1], q0), p.total_q);
+    s.q_row0 = q0;
+    s.k_row0 = 0;
+    s.shape.seqlen_q = min(q1 - q0, p.seqlen_q);
+    s.shape.seqlen_k = min(max(params.seqused_k[batch], 0), p.seqlen_k);
+    return s;
   }
 };
 
