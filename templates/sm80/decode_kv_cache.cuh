@@ -55,6 +55,17 @@ __device__ __forceinline__ void report_kv_status(int32_t *status, int code, int 
   status[3] = value;
 }
 
+/// Entry `slot` of a sequence's block-table row `pages` when it is a page id in [0, num_pages),
+/// else -1 (reported in the status record).
+__device__ __forceinline__ int checked_page(const int32_t *pages, int slot, int num_pages,
+                                            int32_t *status, int batch) {
+  const int page = pages[slot];
+  if (page >= 0 && page < num_pages)
+    return page;
+  report_kv_status(status, FAGEN_KV_STATUS_PAGE_ID, batch, slot, page);
+  return -1;
+}
+
 /// The K and V rows of one (batch, kv head) in a paged cache: key j at row j % kPageSize of
 /// page block_table[batch][j / kPageSize]. Every page id is checked against the cache before a
 /// load goes through it, and the length against seqlen_k: a bad entry is reported and loads
@@ -89,11 +100,7 @@ template <class Config> struct PagedKv {
 
   /// The page of key `key` (< seqlen_k), or -1 (reported) where the table's entry is not one.
   __device__ __forceinline__ int page_of(int key) const {
-    const int slot = key / kPageSize, page = pages[slot];
-    if (page >= 0 && page < num_pages)
-      return page;
-    report_kv_status(status, FAGEN_KV_STATUS_PAGE_ID, batch, slot, page);
-    return -1;
+    return checked_page(pages, key / kPageSize, num_pages, status, batch);
   }
 
   /// As ContiguousKv::load_tile: the tile is kBlockN / kRunRows runs of rows one stride apart

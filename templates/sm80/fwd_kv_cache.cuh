@@ -75,19 +75,37 @@ template <class Config> struct FwdContiguousKv {
 };
 
 /// Chunked prefill's cache: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b +
-/// 1]) of the packed Q (varlen), its keys the seqused_k[b] cached tokens of its pages
-/// (PagedKv: page ids checked, bad entries reported in the status record).
-template <class Config> struct FwdPagedKv : PagedKv<Config> {
-  __device__ __forceinline__ FwdPagedKv(const fagen_decode_params &params, int batch, int kv_head,
-                                        int /* seqlen_k: PagedKv's, as sequence_span's */)
-      : PagedKv<Config>(params, batch, kv_head) {}
+/// 1]) of the packed Q (varlen), its keys the seqused_k[b] cached tokens of its pages, in the
+/// decode kernel's layout and checks (sm80/decode_kv_cache.cuh: page ids checked before any
+/// load, the first bad entry reported in the status record).
+template <class Config> struct FwdPagedKv {
+  using Element = typename Config::Element;
+  static constexpr int kPageSize = Config::kPageSize, kRunRows = Config::kRunRows;
+  // As FwdContiguousKv: addresses recomputed from the params per tile, not kept through the
+  // main loop (PagedKv's pointers and strides, kept, spilled 80 bytes at hd 128 with 16-token
+  // pages, this 16; nvcc 13.0, sm_90).
+  const fagen_decode_params &params;
+  int batch, kv_head, seqlen_k;
 
-  /// Key tile n_block's copies (PagedKv::load_k), and the value tile's.
-  __device__ __forceinline__ void load_k(u32 dst, int n_block) const {
-    PagedKv<Config>::load_k(dst, n_block * Config::kBlockN);
+  __device__ __forceinline__ FwdPagedKv(const fagen_decode_params &params_, int batch_,
+                                        int kv_head_, int seqlen_k_)
+      : params(params_), batch(batch_), kv_head(kv_head_), seqlen_k(seqlen_k_) {
+    const int used = params.seqused_k[batch];
+    if (seqlen_k != used) // clamped by sequence_span
+      report_kv_status(params.kv_status, FAGEN_KV_STATUS_SEQUSED_K, batch, 0, used);
   }
+
+  /// The cp.async copies of key tile n_block (PagedKv::load_tile's runs, the keys alone).
+  __device__ __forceinline__ void load_k(u32 dst, int n_block) const {
+    load_runs<Config::kHeadDimQK, Config::kHeadDimQKPad>(
+        dst, params.fwd.k, params.fwd.k_batch_stride, params.fwd.k_head_stride,
+        params.fwd.k_row_stride, n_block);
+  }
+  /// As load_k, for value tile n_block.
   __device__ __forceinline__ void load_v(u32 dst, int n_block) const {
-    PagedKv<Config>::load_v(dst, n_block * Config::kBlockN);
+    load_runs<Config::kHeadDimV, Config::kHeadDimVPad>(
+        dst, params.fwd.v, params.fwd.v_batch_stride, params.fwd.v_head_stride,
+        params.fwd.v_row_stride, n_block);
   }
 
   /// The query rows as varlen's (cu_seqlens_q); the keys: seqused_k[batch] clamped to
@@ -105,6 +123,29 @@ template <class Config> struct FwdPagedKv : PagedKv<Config> {
     s.shape.seqlen_q = min(q1 - q0, p.seqlen_q);
     s.shape.seqlen_k = min(max(params.seqused_k[batch], 0), p.seqlen_k);
     return s;
+  }
+
+private:
+  /// Tile n_block as kBlockN / kRunRows runs of rows one stride apart, each inside one page;
+  /// a run past the sequence or through a bad page id is zero-filled, nothing read.
+  template <int kDim, int kDimPad>
+  __device__ __forceinline__ void load_runs(u32 dst, const void *cache, int64_t page_stride,
+                                            int64_t head_stride, int64_t row_stride,
+                                            int n_block) const {
+    const int32_t *pages = params.block_table + batch * params.block_table_batch_stride;
+#pragma unroll
+    for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
+      const int key = n_block * Config::kBlockN + run * kRunRows;
+      const int page = key < seqlen_k ? checked_page(pages, key / kPageSize, params.num_pages,
+                                                     params.kv_status, batch)
+                                      : -1;
+      const int rows = page < 0 ? 0 : seqlen_k - key;
+      load_tile_padded_async<kRunRows, kDim, kDimPad, Config::kThreads>(
+          dst + run * kRunRows * SmemRow<kDimPad>::kBytes,
+          static_cast<const Element *>(cache) + kv_head * head_stride +
+              max(page, 0) * page_stride + (key % kPageSize) * row_stride,
+          row_stride, rows);
+    }
   }
 };
 
