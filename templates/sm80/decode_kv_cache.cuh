@@ -118,26 +118,6 @@ template <class Config> struct PagedKv {
     }
   }
 
-  /// The keys of tile [key0, key0 + kBlockN) alone (the forward loads K and V tiles apart).
-  __device__ __forceinline__ void load_k(u32 dst, int key0) const {
-#pragma unroll
-    for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
-      const int key = key0 + run * kRunRows;
-      load_run<Config::kHeadDimQK, Config::kHeadDimQKPad>(
-          dst, k, k_page_stride, k_row_stride, run, key, key < seqlen_k ? page_of(key) : -1);
-    }
-  }
-
-  /// The values of tile [key0, key0 + kBlockN) alone.
-  __device__ __forceinline__ void load_v(u32 dst, int key0) const {
-#pragma unroll
-    for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
-      const int key = key0 + run * kRunRows;
-      load_run<Config::kHeadDimV, Config::kHeadDimVPad>(
-          dst, v, v_page_stride, v_row_stride, run, key, key < seqlen_k ? page_of(key) : -1);
-    }
-  }
-
 private:
   /// Run `run` of a tile, its first key `key` in page `page` (-1: zero-filled, nothing read).
   template <int kDim, int kDimPad>

@@ -57,7 +57,7 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
   static constexpr int kPageSize = Options::kPageSize;
   static constexpr bool kPaged = kPageSize != 0;
   /// Rows of a key tile that lie one row stride apart in a paged cache: a page that holds the
-  /// tile, else one page's (sm80/decode_kv_cache.cuh PagedKv).
+  /// tile, else one page's (sm80/fwd_kv_cache.cuh FwdPagedKv, as the decode's PagedKv).
   static constexpr int kRunRows = kPaged && kPageSize < kBlockN ? kPageSize : kBlockN;
 
   static constexpr int kThreads = 32 * kWarps;
