@@ -52,7 +52,8 @@ std::vector<CheckShape> checkShapesFor(int64_t seqlenMin, int64_t seqlenMax, boo
 /// odd covered shapes added where fewer than two are left. A decode kernel gets decode shapes
 /// instead: at most its q_tokens query tokens, one key to 16k keys, GQA 4:1 and 7:1, MQA,
 /// batches, rows that see no key (CheckInputs.cpp decodeShapes); a paged decode kernel
-/// batches of the cache lengths of pagedLengths (CheckInputs.cpp pagedShapes).
+/// batches of the cache lengths of pagedLengths (CheckInputs.cpp pagedShapes); a paged forward
+/// varlen batches of cache lengths near page boundaries (prefillShapes).
 std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick);
 
 /// The forward problem of `shape` for a kernel of this dtype ("bf16" or "fp16"), head dims and
@@ -110,7 +111,7 @@ CaseInputs makeCaseInputs(const KernelRecord &k, const CheckShape &shape, unsign
 /// and no shared page, the inputs of the contiguous kernel (paged vs contiguous equality).
 struct PagedLayout {
   int pageSize = 0, numPages = 0, maxPages = 0;
-  std::vector<int32_t> seqused;    ///< [batch], seqused[0] = seqlen_k (the longest)
+  std::vector<int32_t> seqused;    ///< [batch]; decode: seqused[0] = seqlen_k (the longest)
   std::vector<int32_t> blockTable; ///< [batch, maxPages], -1 past each length
   std::vector<uint16_t> kCache, vCache; ///< [numPages, pageSize, heads_kv, head_dim]
 };
@@ -119,7 +120,9 @@ struct PagedLayout {
 /// boundary, two pages + 1, ..., each at most seqlen_k.
 std::vector<int32_t> pagedLengths(int batch, int seqlenK, int pageSize);
 /// The layout of case `in` (a decode case of the paged kernel's variant, its K and V dense
-/// BSHD or BHSD); makes sequence 1's first page equal to sequence 0's in `in` unless uniform.
+/// BSHD or BHSD; a paged forward's varlen case, each sequence's keys its cache); makes
+/// sequence 1's first page equal to sequence 0's in `in` unless uniform (varlen: where both
+/// fill it).
 PagedLayout makePagedLayout(CaseInputs &in, int pageSize, unsigned seed, bool uniform);
 
 /// Elements of each tensor of a problem (varlen: packed rows).

@@ -218,7 +218,22 @@ static std::vector<CheckShape> pagedShapes(int tokens, int page, bool quick) {
   };
 }
 
+/// A paged forward's (chunked prefill) shapes, each run as shape.batch + 2 packed sequences of
+/// uneven lengths (varlenLengths: one of 1 query token, one of 1 key): cache lengths at page
+/// boundaries +-1, GQA 4:1 and 7:1, MQA, a long cache of many pages.
+static std::vector<CheckShape> prefillShapes(int page, bool quick) {
+  if (quick)
+    return {{1, 8, 2, 64, page + 1, false}, {2, 32, 8, 200, 1000, false}};
+  return {
+      {1, 8, 2, 64, page + 1, false},      {2, 32, 8, 200, 1000, false},
+      {1, 7, 1, 17, 2 * page, false},      {2, 4, 4, 128, 4 * page - 1, false},
+      {1, 8, 1, 300, 3000, false},         {3, 16, 4, 129, 3 * page + 1, false},
+  };
+}
+
 std::vector<CheckShape> checkShapesFor(const KernelRecord &k, bool quick) {
+  if (k.isPaged() && !isDecodeKernel(k))
+    return prefillShapes(k.pageSize, quick);
   if (k.isPaged())
     return pagedShapes(k.qTokens, k.pageSize, quick);
   if (isDecodeKernel(k))

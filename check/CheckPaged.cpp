@@ -1,9 +1,10 @@
-//===- CheckPaged.cpp - `fagen check`: a paged decode kernel's case --------===//
+//===- CheckPaged.cpp - `fagen check`: a paged kernel's case ---------------===//
 //
 // A paged decode kernel's case runs on a contiguous decode case's Q, K and V with K and V moved
 // into a paged cache (Check.h PagedLayout; built on the host, unit-tested in
 // tests/unit/DecodeTest.cpp), against per-sequence references, with bad entries and the
-// contiguous twin (pagedCase).
+// contiguous twin (pagedCase). A paged forward's (chunked prefill) runs on a varlen case, each
+// sequence's keys moved into its pages, against the varlen reference.
 //
 //===----------------------------------------------------------------------===//
 
@@ -45,18 +46,30 @@ PagedLayout makePagedLayout(CaseInputs &in, int pageSize, unsigned seed, bool un
   const fagen_fwd_problem &p = in.problem;
   const int batch = p.batch, keys = p.seqlen_k, heads = p.heads_kv;
   const int dk = p.head_dim_qk, dv = p.head_dim_v;
+  // Key `key` of sequence b in the case's K or V: dense, or varlen's packed rows (a paged
+  // forward's case: its sequences keep their own cache lengths).
+  auto at = [&](const int64_t strides[3], int b, int h, int key) {
+    return p.varlen ? size_t((in.cuSeqlensK[b] + int64_t(key)) * strides[2] + h * strides[1])
+                    : elementAt(strides, b, h, key);
+  };
   PagedLayout l;
   l.pageSize = pageSize;
-  l.seqused = uniform ? std::vector<int32_t>(batch, keys) : pagedLengths(batch, keys, pageSize);
+  if (p.varlen)
+    for (int b = 0; b < batch; ++b)
+      l.seqused.push_back(in.cuSeqlensK[b + 1] - in.cuSeqlensK[b]);
+  else
+    l.seqused = uniform ? std::vector<int32_t>(batch, keys) : pagedLengths(batch, keys, pageSize);
   l.maxPages = (keys + pageSize - 1) / pageSize + 1; // a column more than any sequence needs
-  const bool share = !uniform && batch >= 2 && l.seqused[0] > 0 && l.seqused[1] > 0;
-  if (share) // sequence 1's first page is sequence 0's: the same keys and values
+  // Sequence 1's first page is sequence 0's (the same keys and values) where both fill it, or
+  // where every sequence has seqlen_k rows (dense).
+  const int shared = p.varlen ? pageSize : std::min(pageSize, keys);
+  const bool share = !uniform && batch >= 2 && l.seqused[0] > 0 && l.seqused[1] > 0 &&
+                     (!p.varlen || std::min(l.seqused[0], l.seqused[1]) >= pageSize);
+  if (share)
     for (int h = 0; h < heads; ++h)
-      for (int row = 0; row < std::min(pageSize, keys); ++row) {
-        std::copy_n(&in.k[elementAt(p.k_strides, 0, h, row)], dk,
-                    &in.k[elementAt(p.k_strides, 1, h, row)]);
-        std::copy_n(&in.v[elementAt(p.v_strides, 0, h, row)], dv,
-                    &in.v[elementAt(p.v_strides, 1, h, row)]);
+      for (int row = 0; row < shared; ++row) {
+        std::copy_n(&in.k[at(p.k_strides, 0, h, row)], dk, &in.k[at(p.k_strides, 1, h, row)]);
+        std::copy_n(&in.v[at(p.v_strides, 0, h, row)], dv, &in.v[at(p.v_strides, 1, h, row)]);
       }
 
   // Logical pages in sequence order, each filled from its owner (batch entry, page slot).
@@ -92,9 +105,9 @@ PagedLayout makePagedLayout(CaseInputs &in, int pageSize, unsigned seed, bool un
     for (int row = 0; row < pageSize && slot * pageSize + row < l.seqused[b]; ++row)
       for (int h = 0; h < heads; ++h) {
         const int key = slot * pageSize + row;
-        const size_t at = (page * pageSize + row) * heads + h;
-        std::copy_n(&in.k[elementAt(p.k_strides, b, h, key)], dk, &l.kCache[at * dk]);
-        std::copy_n(&in.v[elementAt(p.v_strides, b, h, key)], dv, &l.vCache[at * dv]);
+        const size_t to = (page * pageSize + row) * heads + h;
+        std::copy_n(&in.k[at(p.k_strides, b, h, key)], dk, &l.kCache[to * dk]);
+        std::copy_n(&in.v[at(p.v_strides, b, h, key)], dv, &l.vCache[to * dv]);
       }
   }
   return l;
@@ -161,6 +174,8 @@ llvm::Error uploadPaged(check::DeviceMemory &memory, const CaseInputs &in, const
     out.problem.q_strides[i] = in.problem.q_strides[i];
     out.problem.o_strides[i] = in.problem.o_strides[i];
   }
+  if (out.problem.varlen) // chunked prefill: no packed keys (cu_seqlens_k is not read)
+    out.problem.total_k = out.problem.seqlen_k;
   return llvm::Error::success();
 }
 
@@ -190,8 +205,8 @@ fagen_status runPaged(check::DeviceMemory &memory, const fagen_plan &plan, const
 
 } // namespace
 
-/// A paged decode kernel's case: the planned splits over the paged cache of `l` against the
-/// per-sequence references (the status record must stay clean); then a bad page id, a length
+/// A paged kernel's case: the planned splits (a paged forward: its query tiles) over the paged
+/// cache of `l` against the per-sequence references (the status record must stay clean); then a bad page id, a length
 /// past seqlen_k and a negative length, each of which the status must name; then, where the
 /// bundle has the contiguous kernel of the variant (the name without _pagedN), both on the
 /// same keys (every length seqlen_k, no shared page) must agree bit for bit.
@@ -226,11 +241,17 @@ llvm::Error check::pagedCase(check::DeviceMemory &memory, const fagen_bundle *bu
   }
   const ref::FwdProblem pb = referenceProblem(k, in);
   ref::FwdResult exact, same;
-  pagedReferences(pb, l, exact, same);
+  if (isDecodeKernel(k)) {
+    pagedReferences(pb, l, exact, same);
+  } else { // chunked prefill: the varlen case's own reference, on the same keys
+    exact = ref::forwardFloat64(pb);
+    same = ref::forwardSamePrecision(pb);
+  }
   fagen_decode_params dp;
   std::memcpy(&dp, plan.params, sizeof dp);
-  if (llvm::Error e = check::measureCase(memory, in, d, pb, exact, same,
-                                  std::to_string(dp.num_splits) + " splits, paged: ", result))
+  const std::string label =
+      isDecodeKernel(k) ? std::to_string(dp.num_splits) + " splits, paged: " : "paged prefill: ";
+  if (llvm::Error e = check::measureCase(memory, in, d, pb, exact, same, label, result))
     return e;
   std::vector<float> outO(result.outputs[0].values), outLse(result.outputs[1].values);
 

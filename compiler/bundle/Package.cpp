@@ -55,7 +55,7 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     r.threads = p.threads;
     r.smemBytes = p.smemBytes;
     r.paramsVersion = backward          ? FAGEN_BWD_PARAMS_VERSION
-                      : isDecodePlan(p) ? FAGEN_DECODE_PARAMS_VERSION
+                      : isDecodePlan(p) || p.isPaged() ? FAGEN_DECODE_PARAMS_VERSION
                                         : FAGEN_FWD_PARAMS_VERSION;
     r.registers = k->report.registers;
     r.spillBytes = k->report.spillBytes();
@@ -92,6 +92,9 @@ std::string verifiedOn(const std::string &templ, Pass pass, const std::string &a
 }
 
 std::string verifiedOn(const KernelRecord &k) {
+  // Paged forward kernels (chunked prefill, tests/gpu/check-paged.yaml) have not run on a GPU.
+  if (k.isPaged() && !isDecodeKernel(k))
+    return "";
   return verifiedOn(k.templ, k.pass, k.arch);
 }
 

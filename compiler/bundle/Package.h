@@ -25,7 +25,7 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
 std::string verifiedOn(const std::string &templ, Pass pass, const std::string &arch);
 
 /// verifiedOn for one kernel: "" also where its template's record does not cover its variant
-/// (none today: every variant of a verified template has run).
+/// (the sm80 paged forward, chunked prefill, has not run).
 std::string verifiedOn(const KernelRecord &k);
 
 } // namespace fagen

@@ -128,6 +128,12 @@ std::string optionsDecl(const char *base, DType dtype, const std::string &fields
                        base, elementType(dtype), fields, config);
 }
 
+/// A paged plan's page size option (KernelOptions::kPageSize); none for contiguous K and V.
+std::string pageSizeDecl(const KernelPlan &p) {
+  return p.isPaged() ? llvm::formatv("  static constexpr int kPageSize = {0};\n", p.pageSize).str()
+                     : std::string();
+}
+
 /// The config of a forward plan: every plan field the template reads.
 std::string forwardConfig(const KernelPlan &p) {
   if (p.templ == "sm90ws")
@@ -161,9 +167,9 @@ std::string forwardConfig(const KernelPlan &p) {
                     "  static constexpr int kBlockM = {2}, kBlockN = {3}, kWarps = {4}, "
                     "kStages = {5};\n"
                     "  static constexpr int kRescaleTau = {6}, kExp2EmuPercent = {7}, "
-                    "kExp2PolyDegree = {8};\n",
+                    "kExp2PolyDegree = {8};\n{9}",
                     p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps, p.stages, p.rescaleTau,
-                    p.exp2EmuPercent, p.exp2PolyDegree)
+                    p.exp2EmuPercent, p.exp2PolyDegree, pageSizeDecl(p))
           .str(),
       "fagen::sm80::FwdConfig");
 }
@@ -176,10 +182,7 @@ std::string decodeConfig(const KernelPlan &p) {
                     "  static constexpr int kBlockM = {2}, kBlockN = {3}, kWarps = {4}, "
                     "kStages = {5};\n{6}",
                     p.headDimQK, p.headDimV, p.blockM, p.blockN, p.warps, p.stages,
-                    p.isPaged() ? llvm::formatv("  static constexpr int kPageSize = {0};\n",
-                                                p.pageSize)
-                                      .str()
-                                : std::string())
+                    pageSizeDecl(p))
           .str(),
       "fagen::sm80::DecodeConfig");
 }
@@ -292,7 +295,11 @@ std::string emitKernelSource(const KernelPlan &p) {
   }
   out += "#include \"" + p.templ + "/fwd_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +
          forwardConfig(p) + agreement(p);
-  out += entryPoint(mainBounds, p.name, "fagen_fwd_params", "fagen::" + p.templ + "::fwd_kernel");
+  if (p.isPaged()) // chunked prefill: the paged cache's fields around the forward's
+    out += entryPoint(mainBounds, p.name, "fagen_decode_params", "fagen::sm80::fwd_paged_kernel");
+  else
+    out += entryPoint(mainBounds, p.name, "fagen_fwd_params",
+                      "fagen::" + p.templ + "::fwd_kernel");
   return out;
 }
 

@@ -198,6 +198,20 @@ std::string sparseBlockProblem(const KernelPlan &p) {
 
 bool validHeadDim(int headDim) { return headDim % 8 == 0 && headDim >= 32 && headDim <= 256; }
 
+/// Mirrors templates/sm80/fwd_config.cuh's static_asserts of a paged forward (chunked prefill).
+std::string pagedForwardProblem(const KernelPlan &p) {
+  if (p.templ != "sm80")
+    return "a paged KV cache is read by the sm80 forward template only (sm90/sm90ws load "
+           "contiguous K/V tiles by TMA): use template: sm80";
+  if (!p.varlen || p.dropout || p.sparsity != Sparsity::None || p.scoreMod != ScoreMod::None)
+    return "a paged forward is varlen, without dropout, block sparsity or a score mod";
+  if (p.pageSize % p.blockN != 0 && p.blockN % p.pageSize != 0)
+    return llvm::formatv("block_n {0} and page_size {1}: a key tile must lie in one page or "
+                         "span whole pages",
+                         p.blockN, p.pageSize);
+  return "";
+}
+
 } // namespace planner
 
 std::vector<std::string> entryPointNames(const KernelPlan &p) {
@@ -285,6 +299,8 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
     problem = "the rotated query walk is an option of the sm90ws backward template";
   if (problem.empty())
     problem = sparseBlockProblem(p);
+  if (problem.empty() && p.isPaged() && !isDecodePlan(p))
+    problem = pagedForwardProblem(p);
   if (problem.empty())
     return llvm::Error::success();
   return llvm::createStringError(std::errc::invalid_argument, "%s: %s", kernelName(p).c_str(),
@@ -704,6 +720,12 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                            p.isPaged() ? "; paged KV cache, page_size=" +
                                              std::to_string(p.pageSize)
                                        : "")
+                 .str();
+    else if (p.isPaged())
+      out += llvm::formatv("  paged KV cache, page_size={0}: chunked prefill on the sm80 "
+                           "template on every arch (sm90/sm90ws load contiguous K/V tiles by "
+                           "TMA)\n",
+                           p.pageSize)
                  .str();
     if (p.spillFallback)
       out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over {1} spill "

@@ -61,6 +61,8 @@ llvm::Expected<KernelPlan> decodePlan(const VariantSpec &v, const std::string &a
 // Plan.cpp
 /// Tiles must divide the block of a block mask or layout (variants.cuh static_asserts it).
 std::string sparseBlockProblem(const KernelPlan &p);
+/// "" when templates/sm80/fwd_config.cuh can build paged forward plan `p` (chunked prefill).
+std::string pagedForwardProblem(const KernelPlan &p);
 /// A multiple of 8 in 32..256.
 bool validHeadDim(int headDim);
 

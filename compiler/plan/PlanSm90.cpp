@@ -80,6 +80,10 @@ bool sm90WsHeadDim(int d) { return d == 64 || d == 96 || d == 128 || d == 192 ||
 std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
   if (p.pass != Pass::Forward)
     return "the backward pass";
+  // Its K and V tiles come by TMA of contiguous rows; a paged cache's are gathered from pages
+  // (the portable template's cp.async runs).
+  if (p.isPaged())
+    return "a paged KV cache";
   if (!ws && p.mask == Mask::Window)
     return "the window mask";
   if (!ws && p.mask == Mask::Causal && p.maskAlign != MaskAlign::BottomRight)

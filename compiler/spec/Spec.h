@@ -88,7 +88,8 @@ struct VariantSpec {
   /// template sm80decode, beside or instead of the fwd pass's).
   std::optional<DecodeSpec> decode;
   /// `kv_cache: paged` with `page_size: N`: K and V in a paged KV cache of N-token pages
-  /// (docs/spec.md#paged-kv-cache); 0: contiguous. Served by the decode kernel only.
+  /// (docs/spec.md#paged-kv-cache); 0: contiguous. Served by the decode kernel and the varlen
+  /// forward (chunked prefill).
   int pageSize = 0;
   std::vector<std::string> targets;  ///< archs; empty = the spec's top-level targets
   int headsQ = 0, headsKV = 0;       ///< optional model shape (0 = unspecified); its GQA ratio shapes fagen tune's buckets

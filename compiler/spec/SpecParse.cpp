@@ -651,8 +651,8 @@ void SpecParser::parseDecode(const Entry &entry, VariantSpec &variant) {
   }
 }
 
-/// `kv_cache: paged` and `page_size`: a paged KV cache, which the decode kernel serves (and
-/// only it: a paged variant lists no other pass).
+/// `kv_cache: paged` and `page_size`: a paged KV cache, which the decode kernel serves (a
+/// paged decode variant lists no other pass), and the varlen forward (chunked prefill).
 void SpecParser::parseKvCache(const Entries &entries, VariantSpec &variant) {
   auto cache = entries.find("kv_cache");
   auto pageSize = entries.find("page_size");
@@ -690,17 +690,40 @@ void SpecParser::parseKvCache(const Entries &entries, VariantSpec &variant) {
     return;
   }
   variant.pageSize = *tokens;
-  if (!variant.decode) {
+  if (variant.decode) {
+    for (Pass pass : variant.passes)
+      error(variant.locOf(std::string("passes.") + toText(pass)),
+            std::string("pass ") + toText(pass) + " does not read a paged KV cache beside the "
+            "decode kernel (a paged forward, chunked prefill, is a varlen variant of its own): "
+            "list it in a variant of its own");
+    return;
+  }
+  // Chunked prefill: the forward over varlen queries and the pages (templates/sm80/fwd_kernel.cuh
+  // fwd_paged_kernel). What it has not been built and checked with is refused here.
+  if (!variant.varlen) {
     error(cache->second.valueLoc,
-          "kv_cache: paged is served by the decode kernel: add decode to passes (passes: "
-          "[decode])");
+          "kv_cache: paged is served by the decode kernel (passes: [decode]) or by a varlen "
+          "forward, chunked prefill (varlen: true, passes: [fwd])");
     return;
   }
   for (Pass pass : variant.passes)
-    error(variant.locOf(std::string("passes.") + toText(pass)),
-          std::string("pass ") + toText(pass) + " does not read a paged KV cache (only the "
-          "decode kernel does, prefill over pages is not built yet): list it in a variant of "
-          "its own without kv_cache");
+    if (pass != Pass::Forward)
+      error(variant.locOf(std::string("passes.") + toText(pass)),
+            std::string("pass ") + toText(pass) + " does not read a paged KV cache (the paged "
+            "forward serves inference): list it in a variant of its own without kv_cache");
+  auto refuse = [&](const char *key, const std::string &what) {
+    error(variant.locOf(key), what + " is not served over a paged KV cache (the paged forward "
+                                     "takes masks none and causal): list it in a variant of "
+                                     "its own without kv_cache");
+  };
+  if (variant.dropout)
+    refuse("dropout", "dropout");
+  if (variant.blockSparse)
+    refuse("block_sparse", "block_sparse");
+  if (variant.scoreMod != ScoreMod::None)
+    refuse("score_mod", std::string("score_mod ") + toText(variant.scoreMod));
+  if (variant.mask == Mask::Window)
+    refuse("mask", "mask window");
 }
 
 void SpecParser::checkUniqueNames(const AttentionSpec &spec) {

@@ -102,7 +102,7 @@ fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
                                  void *stream) {
   if (workspace == nullptr)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                std::string(function) + ": workspace is null; a paged decode needs its " +
+                std::string(function) + ": workspace is null; a paged run needs its " +
                     "workspace (plan->workspace_bytes, " + str(int64_t(plan.workspace_bytes)) +
                     " bytes): the kernel records bad block-table entries there");
   if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 16}}); s != FAGEN_OK)
@@ -112,7 +112,7 @@ fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
                 std::string(function) + ": workspace_bytes (" + str(int64_t(workspaceBytes)) +
                     ") is less than plan->workspace_bytes (" +
                     str(int64_t(plan.workspace_bytes)) +
-                    "): allocate the plan's workspace_bytes for a paged decode");
+                    "): allocate the plan's workspace_bytes for a paged run");
   const auto status = reinterpret_cast<CUdeviceptr>(static_cast<uint8_t *>(workspace) +
                                                     plan.workspace_offsets[2]);
   if (CUresult r = api.cuMemsetD32Async(status, 0, FAGEN_KV_STATUS_WORDS,
@@ -125,6 +125,24 @@ fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
 }
 
 } // namespace
+
+void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &paged,
+                          const KernelRecord &k, fagen_plan &plan) {
+  fagen_decode_params dp;
+  std::memset(&dp, 0, sizeof dp);
+  fillForwardParams(p, dp.fwd);
+  dp.block_table_batch_stride = paged.block_table_stride;
+  dp.num_pages = paged.num_pages;
+  dp.max_pages_per_seq = paged.max_pages_per_seq;
+  dp.num_splits = 1; // runDecode launches NAME alone, over m_blocks query tiles
+  dp.m_blocks = int32_t(ceilDiv(p.seqlen_q, k.blockM));
+  std::memcpy(plan.params, &dp, sizeof dp);
+  setGrid(plan.grid, dp.m_blocks, p.heads_q, p.batch);
+  const fagen_decode_workspace w =
+      fagen_decode_workspace_layout(1, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v, 1);
+  plan.workspace_bytes = size_t(w.total_bytes); // the status record alone
+  plan.workspace_offsets[2] = w.status_offset;
+}
 
 void fillDecodePlan(const fagen_fwd_problem &p, const fagen_paged_kv *paged,
                     const KernelRecord &k, int sms, fagen_plan &plan) {
@@ -195,9 +213,12 @@ fagen_status checkPagedKv(const char *function, const fagen_fwd_problem &p,
                    str(capacity) + " keys (max_pages_per_seq " + str(g.max_pages_per_seq) +
                    " x page_size " + str(g.page_size) +
                    "): seqlen_k is the longest cache length of the call");
-  if (p.varlen)
-    return invalid("varlen is 1, but a paged call's sequences are its block table's rows and "
-                   "seqused_k (batch x seqlen_q queries, no cu_seqlens): set varlen = 0");
+  // Varlen: chunked prefill (a paged forward kernel): packed queries (cu_seqlens_q), the keys
+  // still the block table's pages.
+  if (p.varlen && p.total_k != p.seqlen_k)
+    return invalid("total_k (" + str(p.total_k) + ") must equal seqlen_k (" + str(p.seqlen_k) +
+                   ") in a varlen paged call: its keys are the block table's pages, not packed "
+                   "rows (cu_seqlens_k is not read)");
   return FAGEN_OK;
 }
 

@@ -116,7 +116,8 @@ fagen_status checkRunTarget(const char *function, const fagen_plan &plan, const 
 
 /// Checks the run-time arguments the plan's variant reads and stores them in `fp`.
 fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
-                          const fagen_run_args *args, bool argsAccepted, fagen_fwd_params &fp) {
+                          const fagen_run_args *args, bool argsAccepted, fagen_fwd_params &fp,
+                          bool paged = false) {
   if (args != nullptr)
     if (fagen_status s = checkAbiHeader(function, "args", "fagen_run_args", args->struct_size,
                                         args->abi_tag, sizeof(fagen_run_args),
@@ -176,13 +177,18 @@ fagen_status applyRunArgs(const char *function, const fagen_plan &plan,
     fp.block_mask_row_stride = args->block_mask_row_stride;
   }
   if (needed & FAGEN_RUN_ARG_CU_SEQLENS) {
-    if (fagen_status s = checkPointers(function, "args->",
-                                       {{"cu_seqlens_q", args->cu_seqlens_q, 4},
-                                        {"cu_seqlens_k", args->cu_seqlens_k, 4}});
+    // A paged forward's keys are its sequences' pages: it reads cu_seqlens_q only.
+    if (fagen_status s =
+            checkPointers(function, "args->", {{"cu_seqlens_q", args->cu_seqlens_q, 4}});
         s != FAGEN_OK)
       return s;
+    if (!paged)
+      if (fagen_status s =
+              checkPointers(function, "args->", {{"cu_seqlens_k", args->cu_seqlens_k, 4}});
+          s != FAGEN_OK)
+        return s;
     fp.cu_seqlens_q = args->cu_seqlens_q;
-    fp.cu_seqlens_k = args->cu_seqlens_k;
+    fp.cu_seqlens_k = paged ? nullptr : args->cu_seqlens_k;
   }
   if (needed & FAGEN_RUN_ARG_DROPOUT_SEED) {
     fp.dropout_seed = args->dropout_seed;
@@ -240,6 +246,8 @@ fagen_status validateCuSeqlens(const char *function, const DriverApi &api,
                                fp.seqlen_q, "seqlen_q"},
                          Array{"args->cu_seqlens_k", fp.cu_seqlens_k, fp.total_k, "total_k",
                                fp.seqlen_k, "seqlen_k"}}) {
+    if (a.device == nullptr) // a paged forward's: its keys come through the block table
+      continue;
     std::vector<int32_t> cu(size_t(fp.batch) + 1);
     if (CUresult r = api.cuMemcpyDtoH(cu.data(), reinterpret_cast<CUdeviceptr>(a.device),
                                       cu.size() * sizeof(int32_t));
@@ -313,7 +321,8 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
     return s;
   fagen_fwd_params params;
   std::memcpy(&params, plan->params, sizeof params);
-  if (fagen_status s = applyRunArgs(function, *plan, args, argsAccepted, params); s != FAGEN_OK)
+  if (fagen_status s = applyRunArgs(function, *plan, args, argsAccepted, params, paged != nullptr);
+      s != FAGEN_OK)
     return s;
   const DriverApi *api = nullptr;
   if (fagen_status s = checkRunTarget(function, *plan, api); s != FAGEN_OK)
@@ -334,7 +343,7 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
                                         "fagen_run_forward_paged"
                                       : " reads contiguous K and V: plan the call with "
                                         "fagen_plan_forward_paged for a paged KV cache"));
-  if (isDecodeKernel(kernel))
+  if (isDecodeKernel(kernel) || kernel.isPaged()) // a paged forward: one split of runDecode
     return runDecode(function, *api, *plan, params, paged, workspace, workspaceBytes, stream);
   if (!takesTmaMaps(kernel))
     return launch(*api, *plan, plan->function, plan->grid, plan->block, plan->smem_bytes,

@@ -127,13 +127,18 @@ bool takesTmaMaps(const KernelRecord &k);
 /// A loaded bundle around `parsed` (the kernels' descriptions made once).
 fagen_status adopt(Bundle parsed, fagen_bundle **out);
 /// Plans the best kernel for the call, or (pinned) kernel `kernelIndex`; `paged`: the call's
-/// paged KV cache (a paged decode kernel serves it), null for contiguous K and V.
+/// paged KV cache (a paged decode kernel serves it, or a paged forward a varlen call), null
+/// for contiguous K and V.
 fagen_status planCall(const char *function, const fagen_bundle *bundle,
                       const fagen_fwd_problem *problem, fagen_pass pass, int32_t deterministic,
                       bool pinned, int kernelIndex, fagen_plan *plan,
                       const fagen_paged_kv *paged = nullptr);
 
 // Decode.cpp
+/// A paged forward plan (chunked prefill: varlen queries over a paged cache, a sm80 forward
+/// kernel of a page size): fagen_decode_params of one split, the status record's workspace.
+void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &paged,
+                          const KernelRecord &k, fagen_plan &plan);
 /// A decode kernel's plan of a validated forward call: the split count (common/decode_split.h)
 /// for `sms` SMs, the grids of NAME and NAME_combine, both parameter blocks, the workspace
 /// (`paged`: the paged KV cache of a paged kernel's call, else null).

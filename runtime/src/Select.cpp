@@ -158,9 +158,10 @@ std::string wsSizeProblem(const KernelRecord &k, const fagen_fwd_problem &p, int
 }
 
 int expectedParamsVersion(const KernelRecord &k) {
-  return k.isBackward()       ? FAGEN_BWD_PARAMS_VERSION
-         : isDecodeKernel(k) ? FAGEN_DECODE_PARAMS_VERSION
-                             : FAGEN_FWD_PARAMS_VERSION;
+  // A paged forward (chunked prefill) takes the decode block's paged fields around its own.
+  return k.isBackward()                     ? FAGEN_BWD_PARAMS_VERSION
+         : isDecodeKernel(k) || k.isPaged() ? FAGEN_DECODE_PARAMS_VERSION
+                                            : FAGEN_FWD_PARAMS_VERSION;
 }
 
 fagen_status paramsVersionMismatch(const KernelRecord &k) {
@@ -650,6 +651,10 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
   }
   if (isDecodeKernel(k)) {
     fillDecodePlan(problem, paged, k, device.sms, plan);
+    return FAGEN_OK;
+  }
+  if (k.isPaged() && paged != nullptr) {
+    fillPagedForwardPlan(problem, *paged, k, plan);
     return FAGEN_OK;
   }
   const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;

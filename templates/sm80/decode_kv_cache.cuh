@@ -55,6 +55,17 @@ __device__ __forceinline__ void report_kv_status(int32_t *status, int code, int 
   status[3] = value;
 }
 
+/// Entry `slot` of a sequence's block-table row `pages` when it is a page id in [0, num_pages),
+/// else -1 (reported in the status record).
+__device__ __forceinline__ int checked_page(const int32_t *pages, int slot, int num_pages,
+                                            int32_t *status, int batch) {
+  const int page = pages[slot];
+  if (page >= 0 && page < num_pages)
+    return page;
+  report_kv_status(status, FAGEN_KV_STATUS_PAGE_ID, batch, slot, page);
+  return -1;
+}
+
 /// The K and V rows of one (batch, kv head) in a paged cache: key j at row j % kPageSize of
 /// page block_table[batch][j / kPageSize]. Every page id is checked against the cache before a
 /// load goes through it, and the length against seqlen_k: a bad entry is reported and loads
@@ -89,11 +100,7 @@ template <class Config> struct PagedKv {
 
   /// The page of key `key` (< seqlen_k), or -1 (reported) where the table's entry is not one.
   __device__ __forceinline__ int page_of(int key) const {
-    const int slot = key / kPageSize, page = pages[slot];
-    if (page >= 0 && page < num_pages)
-      return page;
-    report_kv_status(status, FAGEN_KV_STATUS_PAGE_ID, batch, slot, page);
-    return -1;
+    return checked_page(pages, key / kPageSize, num_pages, status, batch);
   }
 
   /// As ContiguousKv::load_tile: the tile is kBlockN / kRunRows runs of rows one stride apart
@@ -104,17 +111,24 @@ template <class Config> struct PagedKv {
     for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
       const int key = key0 + run * kRunRows;
       const int page = key < seqlen_k ? page_of(key) : -1;
-      const int rows = page < 0 ? 0 : seqlen_k - key; // a bad page: zero-filled, nothing read
-      const int64_t in_page = key % kPageSize;
-      load_tile_padded_async<kRunRows, Config::kHeadDimQK, Config::kHeadDimQKPad,
-                             Config::kThreads>(
-          k_dst + run * kRunRows * SmemRow<Config::kHeadDimQKPad>::kBytes,
-          k + max(page, 0) * k_page_stride + in_page * k_row_stride, k_row_stride, rows);
-      load_tile_padded_async<kRunRows, Config::kHeadDimV, Config::kHeadDimVPad,
-                             Config::kThreads>(
-          v_dst + run * kRunRows * SmemRow<Config::kHeadDimVPad>::kBytes,
-          v + max(page, 0) * v_page_stride + in_page * v_row_stride, v_row_stride, rows);
+      load_run<Config::kHeadDimQK, Config::kHeadDimQKPad>(k_dst, k, k_page_stride, k_row_stride,
+                                                          run, key, page);
+      load_run<Config::kHeadDimV, Config::kHeadDimVPad>(v_dst, v, v_page_stride, v_row_stride,
+                                                        run, key, page);
     }
+  }
+
+private:
+  /// Run `run` of a tile, its first key `key` in page `page` (-1: zero-filled, nothing read).
+  template <int kDim, int kDimPad>
+  __device__ __forceinline__ void load_run(u32 dst, const Element *cache, int64_t page_stride,
+                                           int64_t row_stride, int run, int key,
+                                           int page) const {
+    const int rows = page < 0 ? 0 : seqlen_k - key;
+    const int64_t in_page = key % kPageSize;
+    load_tile_padded_async<kRunRows, kDim, kDimPad, Config::kThreads>(
+        dst + run * kRunRows * SmemRow<kDimPad>::kBytes,
+        cache + max(page, 0) * page_stride + in_page * row_stride, row_stride, rows);
   }
 };
 

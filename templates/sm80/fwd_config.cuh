@@ -4,6 +4,7 @@
 #ifndef FAGEN_TEMPLATES_SM80_FWD_CONFIG_CUH
 #define FAGEN_TEMPLATES_SM80_FWD_CONFIG_CUH
 
+#include "abi/decode_params.h"
 #include "common/types.cuh"
 #include "common/variants.cuh"
 #include "sm80/tile_ops.cuh"
@@ -32,7 +33,10 @@ namespace sm80 {
 /// Options: a struct (the generated kernel's KernelOptions) that derives from FwdOptions and
 /// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kWarps and kStages (and any
 /// of FwdOptions' defaults).
+///  kPageSize        tokens per page of a paged KV cache (chunked prefill: varlen queries over
+///                   the pages, abi/decode_params.h); 0: contiguous K and V.
 struct FwdOptions {
+  static constexpr int kPageSize = 0;
   static constexpr int kRescaleTau = 0;
   static constexpr int kExp2EmuPercent = 0;
   static constexpr int kExp2PolyDegree = 3;
@@ -50,6 +54,11 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
   static constexpr int kRescaleTau = Options::kRescaleTau;
   static constexpr int kExp2EmuPercent = Options::kExp2EmuPercent;
   static constexpr int kExp2PolyDegree = Options::kExp2PolyDegree;
+  static constexpr int kPageSize = Options::kPageSize;
+  static constexpr bool kPaged = kPageSize != 0;
+  /// Rows of a key tile that lie one row stride apart in a paged cache: a page that holds the
+  /// tile, else one page's (sm80/fwd_kv_cache.cuh FwdPagedKv, as the decode's PagedKv).
+  static constexpr int kRunRows = kPaged && kPageSize < kBlockN ? kPageSize : kBlockN;
 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocksPerSm = 1;
@@ -99,6 +108,15 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
   static_assert(kExp2EmuPercent >= 0 && kExp2EmuPercent <= 50,
                 "kExp2EmuPercent must be in [0, 50]");
   static_assert(kExp2PolyDegree >= 1 && kExp2PolyDegree <= 5, "kExp2PolyDegree must be in [1, 5]");
+  static_assert(kPageSize == 0 || FAGEN_PAGE_SIZE_VALID(kPageSize),
+                "kPageSize must be 0 or a power of two in [FAGEN_PAGE_SIZE_MIN, "
+                "FAGEN_PAGE_SIZE_MAX]");
+  static_assert(kPageSize % kBlockN == 0 || kBlockN % kPageSize == 0,
+                "a key tile must lie in one page or span whole pages");
+  static_assert(!kPaged || (Variant::kVarlen && !Variant::Dropout::kEnabled &&
+                            !Variant::Sparsity::kSparse && Variant::ScoreMod::kIdentity),
+                "a paged forward (chunked prefill) is varlen, without dropout, block sparsity "
+                "or a score mod");
   static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
 };
 

@@ -12,14 +12,19 @@
 #include "abi/fwd_params.h"
 #include "common/softmax.cuh"
 #include "sm80/fwd_config.cuh"
+#include "sm80/fwd_kv_cache.cuh"
 #include "sm80/tile_ops.cuh"
 
 namespace fagen {
 namespace sm80 {
 
+/// The forward over keys and values in KvCache (sm80/fwd_kv_cache.cuh), built from
+/// cache_params (the forward's params, or a paged call's fagen_decode_params around them).
 /// Launch: grid (ceil(seqlen_q / kBlockM), heads_q, batch), block kThreads, kSmemBytes of
 /// dynamic shared memory. Pointers 16-byte aligned and strides multiples of 8 elements.
-template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_fwd_params &params) {
+template <class Config, class KvCache, class CacheParams>
+__device__ __forceinline__ void fwd_attention(const fagen_fwd_params &params,
+                                              const CacheParams &cache_params) {
   using Element = typename Config::Element;
   using Mask = typename Config::Mask;
   using ScoreMod = typename Config::ScoreMod;
@@ -45,12 +50,16 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   const int m_block = m_block_of(blockIdx);
   const int head = blockIdx.y, batch = blockIdx.z;
   const int kv_head = head / params.group_size;
-  const SequenceSpan span = sequence_span<kVarlen>(params, batch);
+  const SequenceSpan span = KvCache::sequence_span(cache_params, batch);
   const AttentionShape shape = span.shape;
   const int row_begin = m_block * kBlockM;
   if (kVarlen && row_begin >= shape.seqlen_q)
     return; // past the end of a shorter sequence of the batch
   const int rows_q = min(kBlockM, shape.seqlen_q - row_begin);
+  // Keys and values: their tiles' loads (sm80/fwd_kv_cache.cuh). Made before any key tile is
+  // known visible, so that a paged cache checks (and reports) its length in every sequence
+  // that has queries.
+  const KvCache kv(cache_params, batch, kv_head, shape.seqlen_k);
 
   // Offset of this (batch entry, row 0) in a tensor: dense, its batch stride; varlen, its first
   // row in the packed tensor (batch strides unused).
@@ -61,38 +70,19 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
                      sequence_offset(batch, params.q_batch_stride, span.q_row0,
                                      params.q_row_stride) +
                      head * params.q_head_stride + row_begin * params.q_row_stride;
-  // Key/value tile addresses are recomputed from the (constant-bank) params per tile rather than
-  // kept as base pointers through the main loop (measured: this removed the spills of hd64
-  // 128x128 on sm_90, nvcc 13.0); varlen re-reads its first key row (an L1 hit) likewise.
-  auto k_row0 = [&]() -> int64_t {
-    if constexpr (kVarlen)
-      return sequence_row0(params.cu_seqlens_k, block_index_rematerialized().z, params.total_k);
-    else
-      return 0;
-  };
-  auto k_tile = [&](int n_block) {
-    return static_cast<const Element *>(params.k) +
-           (sequence_offset(batch, params.k_batch_stride, k_row0(), params.k_row_stride) +
-            kv_head * params.k_head_stride + n_block * kBlockN * params.k_row_stride);
-  };
-  auto v_tile = [&](int n_block) {
-    return static_cast<const Element *>(params.v) +
-           (sequence_offset(batch, params.v_batch_stride, k_row0(), params.v_row_stride) +
-            kv_head * params.v_head_stride + n_block * kBlockN * params.v_row_stride);
-  };
   // Output addresses are formed where they are used, from a fresh read of blockIdx (and of
   // cu_seqlens): kept live through the main loop they would cost registers that the
   // accumulators need.
   auto o_rows = [&]() {
     const uint3 block = block_index_rematerialized();
-    const int64_t row0 = kVarlen ? sequence_span<kVarlen>(params, block.z).q_row0 : 0;
+    const int64_t row0 = kVarlen ? KvCache::sequence_span(cache_params, block.z).q_row0 : 0;
     return static_cast<Element *>(params.o) +
            sequence_offset(block.z, params.o_batch_stride, row0, params.o_row_stride) +
            block.y * params.o_head_stride + m_block_of(block) * kBlockM * params.o_row_stride;
   };
   auto lse_rows = [&]() {
     const uint3 block = block_index_rematerialized();
-    const int64_t row0 = kVarlen ? sequence_span<kVarlen>(params, block.z).q_row0 : 0;
+    const int64_t row0 = kVarlen ? KvCache::sequence_span(cache_params, block.z).q_row0 : 0;
     return params.lse + sequence_offset(block.z, params.lse_batch_stride, row0, 1) +
            block.y * params.lse_head_stride + m_block_of(block) * kBlockM;
   };
@@ -116,14 +106,10 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   }
 
   auto load_k = [&](int n_block, int stage) {
-    load_tile_padded_async<kBlockN, kHeadDimQK, kDimQK, kThreads>(
-        k_smem + stage * Config::kSmemKTileBytes, k_tile(n_block), params.k_row_stride,
-        shape.seqlen_k - n_block * kBlockN);
+    kv.load_k(k_smem + stage * Config::kSmemKTileBytes, n_block);
   };
   auto load_v = [&](int n_block, int stage) {
-    load_tile_padded_async<kBlockN, kHeadDimV, kDimV, kThreads>(
-        v_smem + stage * Config::kSmemVTileBytes, v_tile(n_block), params.v_row_stride,
-        shape.seqlen_k - n_block * kBlockN);
+    kv.load_v(v_smem + stage * Config::kSmemVTileBytes, n_block);
   };
 
   // Commit groups, in order: Q, K0, V0, K1, V1, ..., K_{S-1}; then each iteration n commits
@@ -258,6 +244,21 @@ template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_f
   store_o_cols<Element, kHeadDimV, kDimV>(o_rows() + warp_row * params.o_row_stride,
                                           params.o_row_stride, rows_q - warp_row,
                                           q_smem + warp_row * Config::kSmemQRowBytes, acc_o);
+}
+
+/// The forward over contiguous K and V (dense or varlen).
+template <class Config> __device__ __forceinline__ void fwd_kernel(const fagen_fwd_params &params) {
+  static_assert(!Config::kPaged, "a paged forward's entry point is fwd_paged_kernel");
+  fwd_attention<Config, FwdContiguousKv<Config>>(params, params);
+}
+
+/// Chunked prefill: varlen queries (cu_seqlens_q) over a paged KV cache, sequence b's keys its
+/// seqused_k[b] cached tokens (abi/decode_params.h; num_splits 1, no partials). Launch as
+/// fwd_kernel, grid (ceil(seqlen_q / kBlockM), heads_q, batch).
+template <class Config>
+__device__ __forceinline__ void fwd_paged_kernel(const fagen_decode_params &params) {
+  static_assert(Config::kPaged, "fwd_paged_kernel reads a paged KV cache: set kPageSize");
+  fwd_attention<Config, FwdPagedKv<Config>>(params.fwd, params);
 }
 
 } // namespace sm80

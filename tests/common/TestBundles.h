@@ -151,7 +151,8 @@ inline Bundle makeDecodeBundle() {
   return b;
 }
 
-/// The decode bundle (makeDecodeBundle) with paged decode kernels of the same variants:
+/// The decode bundle (makeDecodeBundle) with paged decode kernels of the same variants, and a
+/// paged varlen forward (chunked prefill) of the first:
 /// fp16 hd 128 causal, 16-token pages, up to 4 query tokens (kernel 6), and bf16 hd 64 none,
 /// 256-token pages (kernel 7).
 inline Bundle makePagedDecodeBundle() {
@@ -162,8 +163,15 @@ inline Bundle makePagedDecodeBundle() {
   KernelRecord p256 = testDecodeKernel("fagen_fwd_bf16_hd64_none_paged256_sm80decode_m16n64w4s6",
                                        "sm_90", "bf16", 64, "none", 2, 1);
   p256.pageSize = 256;
+  // Chunked prefill: a varlen sm80 forward over 16-token pages (fagen_decode_params).
+  KernelRecord prefill = testKernel("fagen_fwd_fp16_hd128_causal_varlen_paged16_sm80_m128n64w4s2",
+                                    "sm_90", "fp16", 128, "causal", 2);
+  prefill.varlen = true;
+  prefill.pageSize = 16;
+  prefill.paramsVersion = FAGEN_DECODE_PARAMS_VERSION;
   b.kernels.push_back(p16);
   b.kernels.push_back(p256);
+  b.kernels.push_back(prefill);
   return b;
 }
 

@@ -135,13 +135,15 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   };
   // A decode kernel's merges take a fagen_merge_params, its main kernel a fagen_decode_params
   // (which starts with the forward's block); every other kernel's block starts with that too.
+  // A paged forward (chunked prefill, "_pagedN_" of template sm80) takes a fagen_decode_params.
   const bool decode = s->function.find("_sm80decode_") != std::string::npos;
+  const bool pagedForward = !decode && s->function.find("_paged") != std::string::npos;
   const bool merge = decode && (endsWith("_combine") || endsWith("_merge"));
   if (!merge)
     std::memcpy(&s->params, params[0], sizeof s->params);
   FakeLaunch launch{s->function, {gx, gy, gz}, {bx, by, bz}, smem, stream, {}};
   size_t bytes = merge    ? sizeof(fagen_merge_params)
-                 : decode ? sizeof(fagen_decode_params)
+                 : decode || pagedForward ? sizeof(fagen_decode_params)
                  : s->function.rfind("fagen_bwd", 0) == 0 && s->bwdParamsBytes != 0
                      ? s->bwdParamsBytes
                      : sizeof(fagen_fwd_params);

@@ -71,6 +71,7 @@ struct FakePagedTest : fagen::test::FakeBundleTest {
 
 const char *kPaged = "fagen_fwd_fp16_hd128_causal_paged16_sm80decode_m16n64w4s3";
 const char *kContiguous = "fagen_fwd_fp16_hd128_causal_sm80decode_m16n64w4s3";
+const char *kPrefill = "fagen_fwd_fp16_hd128_causal_varlen_paged16_sm80_m128n64w4s2";
 
 } // namespace
 
@@ -211,7 +212,7 @@ TEST_F(FakePagedTest, RunRefusesMissingArraysAndTheWrongEntryPoint) {
   EXPECT_NE(std::string(fagen_last_error()).find("block_table is null"), std::string::npos);
   EXPECT_EQ(run(table, nullptr, workspace, plan.workspace_bytes), FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_EQ(run(table, used, nullptr, 0), FAGEN_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(fagen_last_error()).find("a paged decode needs its workspace"),
+  EXPECT_NE(std::string(fagen_last_error()).find("a paged run needs its workspace"),
             std::string::npos)
       << fagen_last_error();
   EXPECT_EQ(run(table, used, workspace, plan.workspace_bytes - 1), FAGEN_ERROR_INVALID_ARGUMENT);
@@ -313,6 +314,82 @@ TEST_F(FakePagedTest, ADecodeKernelOfTheFirstLayoutIsRefused) {
             FAGEN_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fagen_last_error())
                 .find("takes parameter layout version 1001 but this runtime fills version 1002"),
+            std::string::npos)
+      << fagen_last_error();
+}
+
+// Chunked prefill: a varlen call (packed queries, cu_seqlens_q) over the pages takes the paged
+// forward kernel: one launch over (query tiles, heads_q, batch), fagen_decode_params of one
+// split, the status record in the workspace; cu_seqlens_k is not read.
+TEST_F(FakePagedTest, AVarlenPagedCallRunsThePagedForward) {
+  PagedCall c(3, 200, 1000);
+  c.problem.varlen = 1;
+  c.problem.total_q = 450;
+  c.problem.total_k = 1000;
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), kPrefill);
+  EXPECT_EQ(plan.grid[0], 2); // ceil(200 / 128) query tiles
+  EXPECT_EQ(plan.grid[1], 32);
+  EXPECT_EQ(plan.grid[2], 3);
+  EXPECT_EQ(plan.workspace_bytes, 256u);
+  EXPECT_EQ(plan.workspace_offsets[2], 0u);
+  fagen_decode_params dp;
+  std::memcpy(&dp, plan.params, sizeof dp);
+  EXPECT_EQ(dp.num_splits, 1);
+  EXPECT_EQ(dp.m_blocks, 2);
+  EXPECT_EQ(dp.num_pages, 4096);
+  EXPECT_EQ(dp.block_table_batch_stride, 1024);
+  EXPECT_EQ(dp.fwd.total_q, 450);
+  EXPECT_EQ(dp.fwd.k_batch_stride, 16 * 8 * 128); // the page stride
+
+  alignas(16) static int32_t cuQ[4];
+  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
+  args.cu_seqlens_q = cuQ;
+  fake().launchLog.clear();
+  fake().memsetLog.clear();
+  ASSERT_EQ(fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
+                                    plan.workspace_bytes, &args, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  ASSERT_EQ(fake().memsetLog.size(), 1u); // the status record, before the launch
+  EXPECT_EQ(fake().memsetLog[0].dst, reinterpret_cast<unsigned long long>(workspace));
+  ASSERT_EQ(fake().launchLog.size(), 1u); // no combine
+  EXPECT_EQ(fake().launchLog[0].function, std::string(kPrefill));
+  const auto launched = paramsOf<fagen_decode_params>(fake().launchLog[0]);
+  EXPECT_EQ(launched.fwd.cu_seqlens_q, cuQ);
+  EXPECT_EQ(launched.fwd.cu_seqlens_k, nullptr);
+  EXPECT_EQ(launched.block_table, table);
+  EXPECT_EQ(launched.seqused_k, used);
+  EXPECT_EQ(launched.kv_status, reinterpret_cast<int32_t *>(workspace));
+  EXPECT_EQ(launched.o_partial, nullptr);
+
+  // cu_seqlens_q is needed; the workspace too (the status record).
+  args.cu_seqlens_q = nullptr;
+  EXPECT_EQ(fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
+                                    plan.workspace_bytes, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("args->cu_seqlens_q is null"),
+            std::string::npos)
+      << fagen_last_error();
+  args.cu_seqlens_q = cuQ;
+  EXPECT_EQ(fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, nullptr, 0, &args,
+                                    nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("a paged run needs its workspace"),
+            std::string::npos)
+      << fagen_last_error();
+  // The contiguous run of a paged plan is refused.
+  EXPECT_EQ(fagen_run_forward_with_args(&plan, q, k, v, o, lse, &args, nullptr),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+
+  // total_k is seqlen_k: no packed keys.
+  c.problem.total_k = 2000;
+  EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
+            FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("total_k (2000) must equal seqlen_k (1000) in a varlen paged call"),
             std::string::npos)
       << fagen_last_error();
 }

@@ -425,8 +425,14 @@ TEST(BundleTest, DecodeKernelsRoundTripAndAreChecked) {
                                             "a power of two in 16..256 tokens"),
             std::string::npos);
   EXPECT_NE(kernelLineError("page_size=0", "page_size=16")
-                .find("page_size is 16 on a kernel of template 'sm80'; only sm80decode kernels "
-                      "read a paged KV cache"),
+                .find("page_size is 16 on a fwd kernel of template 'sm80' without varlen; only "
+                      "sm80decode kernels and varlen sm80 fwd kernels (chunked prefill) read a "
+                      "paged KV cache"),
+            std::string::npos);
+  // A paged forward (chunked prefill): varlen sm80 fwd kernels, pages as the spec's.
+  EXPECT_EQ(kernelLineError({{"page_size=0", "page_size=16"}, {"varlen=0", "varlen=1"}}), "");
+  EXPECT_NE(kernelLineError({{"page_size=0", "page_size=48"}, {"varlen=0", "varlen=1"}})
+                .find("page_size is 48 on a fwd kernel of template 'sm80'; only"),
             std::string::npos);
   EXPECT_NE(kernelLineError("q_tokens=0", "q_tokens=2")
                 .find("q_tokens is 2 on a kernel of template 'sm80'; only sm80decode kernels"),

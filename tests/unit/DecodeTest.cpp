@@ -1,6 +1,7 @@
 //===- DecodeTest.cpp - the split-KV decode: plans, emitted source, split rule ===//
 
 #include "check/Check.h"
+#include "compiler/bundle/Package.h"
 #include "compiler/emit/Emit.h"
 #include "compiler/plan/Plan.h"
 #include "compiler/spec/Spec.h"
@@ -403,3 +404,95 @@ TEST(PagedCheck, LayoutHoldsEverySequencesKeysAndNothingElse) {
     }
 }
 
+
+// Chunked prefill: a varlen forward over a paged cache is the sm80 forward on every arch (its
+// K/V tiles gathered page by page; sm90ws loads contiguous tiles by TMA), entry point
+// fwd_paged_kernel over a fagen_decode_params.
+TEST(PagedPrefill, PlansTheSm80ForwardOnEveryArch) {
+  const std::string spec = "variants: [{name: p, dtype: bf16, head_dim: 128, mask: causal, "
+                           "varlen: true, kv_cache: paged, page_size: 16}]";
+  std::vector<KernelPlan> plans = plansOf(spec, {"sm_80", "sm_90a", "sm_100a"});
+  ASSERT_EQ(plans.size(), 3u);
+  for (const KernelPlan &p : plans) {
+    EXPECT_EQ(p.templ, "sm80") << p.arch;
+    EXPECT_EQ(p.pass, Pass::Forward);
+    EXPECT_EQ(p.pageSize, 16);
+    EXPECT_NE(p.name.find("_varlen_paged16_sm80_"), std::string::npos) << p.name;
+  }
+  const std::string source = emitKernelSource(plans[1]);
+  EXPECT_NE(source.find("static constexpr int kPageSize = 16;"), std::string::npos);
+  EXPECT_NE(source.find("(const __grid_constant__ fagen_decode_params params)"),
+            std::string::npos);
+  EXPECT_NE(source.find("fagen::sm80::fwd_paged_kernel<Config>(params);"), std::string::npos);
+  // A contiguous forward keeps its entry point and has no page size.
+  std::vector<KernelPlan> contiguous =
+      plansOf("variants: [{name: c, dtype: bf16, head_dim: 128, varlen: true}]", {"sm_80"});
+  ASSERT_EQ(contiguous.size(), 1u);
+  const std::string plain = emitKernelSource(contiguous[0]);
+  EXPECT_EQ(plain.find("kPageSize"), std::string::npos);
+  EXPECT_NE(plain.find("fagen::sm80::fwd_kernel<Config>(params);"), std::string::npos);
+}
+
+TEST(PagedPrefill, ConfigProblemsMirrorTheTemplatesAsserts) {
+  std::vector<KernelPlan> plans =
+      plansOf("variants: [{name: p, dtype: fp16, head_dim: 64, varlen: true, kv_cache: paged, "
+              "page_size: 256}]",
+              {"sm_80"});
+  ASSERT_EQ(plans.size(), 1u);
+  KernelConfig c = configOf(plans[0]);
+  c.blockM = 64;
+  c.blockN = 96;
+  llvm::Expected<KernelPlan> p = applyConfig(plans[0], c);
+  ASSERT_FALSE(bool(p));
+  EXPECT_NE(llvm::toString(p.takeError())
+                .find("block_n 96 and page_size 256: a key tile must lie in one page or span "
+                      "whole pages"),
+            std::string::npos)
+      << llvm::toString(applyConfig(plans[0], c).takeError());
+  // A pinned sm90ws tile is refused, naming why.
+  const std::string error = planError(
+      "variants: [{name: p, dtype: bf16, head_dim: 128, varlen: true, kv_cache: paged, "
+      "page_size: 16, tile: {template: sm90ws}}]",
+      {"sm_90a"});
+  EXPECT_NE(error.find("template sm90ws does not serve a paged KV cache"), std::string::npos)
+      << error;
+}
+
+TEST(PagedCheck, AVarlenLayoutHoldsEachSequencesOwnKeys) {
+  KernelRecord k;
+  k.templ = "sm80";
+  k.varlen = true;
+  k.pageSize = 16;
+  k.dtype = DType::FP16;
+  k.headDimQK = k.headDimV = 64;
+  CaseInputs in = makeCaseInputs(k, CheckShape{2, 4, 2, 40, 50, false}, 3);
+  const PagedLayout l = makePagedLayout(in, 16, 3, /*uniform=*/false);
+  const fagen_fwd_problem &p = in.problem;
+  ASSERT_EQ(p.varlen, 1);
+  ASSERT_EQ(l.seqused.size(), size_t(p.batch));
+  // Lengths of varlenLengths: (50 + 1) / 2, 50, 1, 50 - 29.
+  EXPECT_EQ(l.seqused, (std::vector<int32_t>{25, 50, 1, 21}));
+  // Both of the first two fill a page: sequence 1's first page is sequence 0's.
+  EXPECT_EQ(l.blockTable[0], l.blockTable[l.maxPages]);
+  for (int b = 0; b < p.batch; ++b)
+    for (int key = 0; key < l.seqused[b]; ++key) {
+      const int page = l.blockTable[b * l.maxPages + key / 16];
+      ASSERT_GE(page, 0);
+      for (int h = 0; h < 2; ++h) {
+        const size_t at = ((size_t(page) * 16 + key % 16) * 2 + h) * 64;
+        const size_t src = (in.cuSeqlensK[b] + key) * p.k_strides[2] + h * p.k_strides[1];
+        ASSERT_TRUE(std::equal(&in.k[src], &in.k[src] + 64, &l.kCache[at])) << b << " " << key;
+      }
+    }
+}
+
+TEST(PagedPrefill, InspectSaysCompiledNotRun) {
+  KernelRecord k;
+  k.templ = "sm80";
+  k.pass = Pass::Forward;
+  k.arch = "sm_90";
+  EXPECT_NE(verifiedOn(k), ""); // the contiguous sm80 forward ran on the H200
+  k.varlen = true;
+  k.pageSize = 16;
+  EXPECT_EQ(verifiedOn(k), "");
+}

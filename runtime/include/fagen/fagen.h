@@ -399,8 +399,9 @@ FAGEN_API fagen_status fagen_run_merge_states(const fagen_plan *plan, const void
                                               const float *lse_states, void *o, float *lse,
                                               void *stream);
 
-/** A paged KV cache (spec `kv_cache: paged` with `page_size`, served by decode kernels): the
- *  layout of vLLM and of FlashAttention's flash_attn_with_kvcache. K and V are caches of
+/** A paged KV cache (spec `kv_cache: paged` with `page_size`, served by decode kernels and
+ *  varlen forward kernels, chunked prefill): the layout of vLLM and of FlashAttention's
+ *  flash_attn_with_kvcache. K and V are caches of
  *  [num_pages, page_size, heads_kv, head_dim] (any strides, the head dim contiguous); the
  *  problem's k_strides / v_strides are then their (page, head, row) strides
  *  (fagen_fwd_problem_set_paged_strides fills contiguous ones). Key j of sequence b is row
@@ -440,7 +441,9 @@ FAGEN_API void fagen_fwd_problem_set_paged_strides(fagen_fwd_problem *problem,
 /** Plans a decode call over a paged KV cache: as fagen_plan_forward, among the bundle's paged
  *  decode kernels of the call's variant and page size. plan->workspace_bytes is at least 256
  *  (the status record; the splits' partials too when there is more than one split): a paged
- *  run needs its workspace. */
+ *  run needs its workspace. A varlen call (chunked prefill: packed queries, cu_seqlens_q in the
+ *  run's args, total_k = seqlen_k, cu_seqlens_k not read) plans among the paged varlen forward
+ *  kernels instead (docs/runtime-api.md; compiled, not run). */
 FAGEN_API fagen_status fagen_plan_forward_paged(const fagen_bundle *bundle,
                                                 const fagen_fwd_problem *problem,
                                                 const fagen_paged_kv *paged, fagen_plan *plan);
