@@ -92,9 +92,10 @@ std::string verifiedOn(const std::string &templ, Pass pass, const std::string &a
 }
 
 std::string verifiedOn(const KernelRecord &k) {
-  // Paged forward kernels (chunked prefill, tests/gpu/check-paged.yaml) have not run on a GPU.
+  // The sm80 forward's chunked prefill over a paged KV cache: tests/gpu/check-paged.yaml on an
+  // H100, sm_90 build (docs/perf/sm80-decode.md); other archs compiled, not run.
   if (k.isPaged() && !isDecodeKernel(k))
-    return "";
+    return k.arch == "sm_90" ? "NVIDIA H100 (fagen check, 2026-12-06)" : "";
   return verifiedOn(k.templ, k.pass, k.arch);
 }
 

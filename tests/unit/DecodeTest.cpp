@@ -486,13 +486,15 @@ TEST(PagedCheck, AVarlenLayoutHoldsEachSequencesOwnKeys) {
     }
 }
 
-TEST(PagedPrefill, InspectSaysCompiledNotRun) {
+TEST(PagedPrefill, InspectNamesItsOwnRecord) {
   KernelRecord k;
   k.templ = "sm80";
   k.pass = Pass::Forward;
   k.arch = "sm_90";
-  EXPECT_NE(verifiedOn(k), ""); // the contiguous sm80 forward ran on the H200
+  EXPECT_EQ(verifiedOn(k), "NVIDIA H200 (fagen check, 2026-11-30)"); // the contiguous forward
   k.varlen = true;
   k.pageSize = 16;
-  EXPECT_EQ(verifiedOn(k), "");
+  EXPECT_EQ(verifiedOn(k), "NVIDIA H100 (fagen check, 2026-12-06)"); // check-paged.yaml, sm_90
+  k.arch = "sm_90a";
+  EXPECT_EQ(verifiedOn(k), ""); // compiled, not run
 }
