@@ -107,12 +107,10 @@ fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
                     " bytes): the kernel records bad block-table entries there");
   if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 16}}); s != FAGEN_OK)
     return s;
-  if (workspaceBytes < plan.workspace_bytes)
-    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                std::string(function) + ": workspace_bytes (" + str(int64_t(workspaceBytes)) +
-                    ") is less than plan->workspace_bytes (" +
-                    str(int64_t(plan.workspace_bytes)) +
-                    "): allocate the plan's workspace_bytes for a paged run");
+  if (fagen_status s = checkWorkspaceBytes(function, workspaceBytes, plan,
+                                           "allocate the plan's workspace_bytes for a paged run");
+      s != FAGEN_OK)
+    return s;
   const auto status = reinterpret_cast<CUdeviceptr>(static_cast<uint8_t *>(workspace) +
                                                     plan.workspace_offsets[2]);
   if (CUresult r = api.cuMemsetD32Async(status, 0, FAGEN_KV_STATUS_WORDS,
@@ -253,14 +251,12 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
   }
   if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 16}}); s != FAGEN_OK)
     return s;
-  if (workspaceBytes < plan.workspace_bytes)
-    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                std::string(function) + ": workspace_bytes (" + str(int64_t(workspaceBytes)) +
-                    ") is less than plan->workspace_bytes (" +
-                    str(int64_t(plan.workspace_bytes)) +
-                    "): the decode's " + str(dp.num_splits) +
-                    " splits would write past it; allocate the plan's workspace_bytes, or pass "
-                    "no workspace (one split)");
+  const std::string fix = "the decode's " + str(dp.num_splits) +
+                          " splits would write past it; allocate the plan's workspace_bytes, "
+                          "or pass no workspace (one split)";
+  if (fagen_status s = checkWorkspaceBytes(function, workspaceBytes, plan, fix.c_str());
+      s != FAGEN_OK)
+    return s;
   auto *base = static_cast<uint8_t *>(workspace);
   dp.o_partial = reinterpret_cast<float *>(base + plan.workspace_offsets[0]);
   dp.lse_partial = reinterpret_cast<float *>(base + plan.workspace_offsets[1]);
@@ -362,17 +358,10 @@ void fagen_merge_problem_set_bshd_strides(fagen_merge_problem *p) {
 fagen_status fagen_plan_merge_states(const fagen_bundle *bundle,
                                      const fagen_merge_problem *problem, fagen_plan *plan) {
   const char *function = "fagen_plan_merge_states";
-  if (bundle == nullptr || problem == nullptr || plan == nullptr)
-    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                std::string(function) + ": " +
-                    (bundle == nullptr ? "bundle" : problem == nullptr ? "problem" : "plan") +
-                    " is null");
-  if (fagen_status s = checkAbiHeader(function, "problem", "fagen_merge_problem",
-                                      problem->struct_size, problem->abi_tag,
-                                      sizeof(fagen_merge_problem), "FAGEN_MERGE_PROBLEM_INIT");
+  if (fagen_status s = checkPlanCall(function, bundle, problem, plan, "fagen_merge_problem",
+                                     "FAGEN_MERGE_PROBLEM_INIT");
       s != FAGEN_OK)
     return s;
-  std::memset(plan, 0, sizeof *plan);
   std::string error;
   if (!validateMergeProblem(*problem, error))
     return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + error);

@@ -356,12 +356,11 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
     // The tiles come from the workspace's counter, which starts each launch at 0.
     if (fagen_status s = checkPointers(function, "", {{"workspace", workspace, 4}}); s != FAGEN_OK)
       return s;
-    if (workspaceBytes < plan->workspace_bytes)
-      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                  std::string(function) + ": workspace_bytes (" + str(int64_t(workspaceBytes)) +
-                      ") is less than plan->workspace_bytes (" +
-                      str(int64_t(plan->workspace_bytes)) +
-                      "): allocate the plan's workspace_bytes, or pass no workspace");
+    if (fagen_status s =
+            checkWorkspaceBytes(function, workspaceBytes, *plan,
+                                "allocate the plan's workspace_bytes, or pass no workspace");
+        s != FAGEN_OK)
+      return s;
     params.tile_counter = static_cast<int32_t *>(workspace);
     if (CUresult r = api->cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(workspace), 0, 1,
                                            static_cast<CUstream>(stream));
@@ -429,13 +428,12 @@ fagen_status fagen_run_backward(const fagen_plan *plan, const void *q, const voi
         s != FAGEN_OK)
       return fail(s, fagen_last_error() + std::string(" (it must hold plan->workspace_bytes = ") +
                          str(int64_t(plan->workspace_bytes)) + " bytes of device memory)");
-    if (workspace_bytes < plan->workspace_bytes)
-      return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                  std::string(function) + ": workspace_bytes (" + str(int64_t(workspace_bytes)) +
-                      ") is less than plan->workspace_bytes (" +
-                      str(int64_t(plan->workspace_bytes)) +
-                      "): the backward would write past the workspace; allocate the plan's "
-                      "workspace_bytes (it grows with batch, heads and seqlen_q)");
+    if (fagen_status s = checkWorkspaceBytes(
+            function, workspace_bytes, *plan,
+            "the backward would write past the workspace; allocate the plan's workspace_bytes "
+            "(it grows with batch, heads and seqlen_q)");
+        s != FAGEN_OK)
+      return s;
   }
   fagen_bwd_params params;
   std::memcpy(&params, plan->params, sizeof params);

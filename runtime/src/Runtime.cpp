@@ -30,6 +30,16 @@ bool bundleIsLive(const fagen_bundle *b, uint64_t id) {
   return it != liveBundles.end() && it->second == id;
 }
 
+fagen_status checkWorkspaceBytes(const char *function, size_t given, const fagen_plan &plan,
+                                 const char *fix) {
+  if (given >= plan.workspace_bytes)
+    return FAGEN_OK;
+  return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+              std::string(function) + ": workspace_bytes (" + str(int64_t(given)) +
+                  ") is less than plan->workspace_bytes (" + str(int64_t(plan.workspace_bytes)) +
+                  "): " + fix);
+}
+
 fagen_status checkAbiHeader(const char *function, const char *what, const char *type,
                             uint32_t size, uint32_t tag, size_t expectedSize,
                             const char *initMacro) {

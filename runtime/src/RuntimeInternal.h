@@ -121,6 +121,28 @@ bool bundleIsLive(const fagen_bundle *b, uint64_t id);
 fagen_status checkAbiHeader(const char *function, const char *what, const char *type,
                             uint32_t size, uint32_t tag, size_t expectedSize,
                             const char *initMacro);
+/// The preamble of a fagen_plan_* call: no null argument, then the caller's problem struct of
+/// this fagen.h's size and tag (before anything else is read, and before *plan is written: a
+/// caller built against another fagen.h has structs of other sizes), then *plan zeroed.
+template <class Problem>
+fagen_status checkPlanCall(const char *function, const fagen_bundle *bundle,
+                           const Problem *problem, fagen_plan *plan, const char *type,
+                           const char *initMacro) {
+  if (bundle == nullptr || problem == nullptr || plan == nullptr)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": " +
+                    (bundle == nullptr ? "bundle" : problem == nullptr ? "problem" : "plan") +
+                    " is null");
+  if (fagen_status s = checkAbiHeader(function, "problem", type, problem->struct_size,
+                                      problem->abi_tag, sizeof(Problem), initMacro);
+      s != FAGEN_OK)
+    return s;
+  std::memset(plan, 0, sizeof *plan);
+  return FAGEN_OK;
+}
+/// A run's workspace_bytes against its plan's: FAGEN_OK, or the error naming both and `fix`.
+fagen_status checkWorkspaceBytes(const char *function, size_t given, const fagen_plan &plan,
+                                 const char *fix);
 /// The current context's id (cuCtxGetId; 0 where the driver lacks it).
 uint64_t contextId(const DriverApi &api, CUcontext ctx);
 bool takesTmaMaps(const KernelRecord &k);

@@ -428,19 +428,10 @@ uint32_t runArgsOf(const KernelRecord &k) {
 fagen_status checkPlanArguments(const char *function, const fagen_bundle *bundle,
                                 const fagen_fwd_problem *problem, fagen_plan *plan,
                                 fagen_pass pass, int32_t deterministic) {
-  if (bundle == nullptr || problem == nullptr || plan == nullptr)
-    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
-                std::string(function) + ": " +
-                    (bundle == nullptr ? "bundle" : problem == nullptr ? "problem" : "plan") +
-                    " is null");
-  // Before anything else is read, and before *plan is written: a caller built against another
-  // fagen.h has structs of other sizes.
-  if (fagen_status s = checkAbiHeader(function, "problem", "fagen_fwd_problem",
-                                      problem->struct_size, problem->abi_tag,
-                                      sizeof(fagen_fwd_problem), "FAGEN_FWD_PROBLEM_INIT");
+  if (fagen_status s = checkPlanCall(function, bundle, problem, plan, "fagen_fwd_problem",
+                                     "FAGEN_FWD_PROBLEM_INIT");
       s != FAGEN_OK)
     return s;
-  std::memset(plan, 0, sizeof *plan);
   if (deterministic != 0 && deterministic != 1)
     return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": deterministic (" +
                                                   str(deterministic) + ") must be 0 or 1");
