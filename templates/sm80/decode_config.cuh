@@ -40,9 +40,7 @@ template <class Options> struct DecodeConfig : VariantParts<typename Options::Va
   static constexpr int kStages = Options::kStages;
   static constexpr int kPageSize = Options::kPageSize;
   static constexpr bool kPaged = kPageSize != 0;
-  /// Rows of a key tile that lie one row stride apart: the whole tile in a contiguous cache or
-  /// a page that holds it, else one page's (the tile is kBlockN / kRunRows pages).
-  static constexpr int kRunRows = kPaged && kPageSize < kBlockN ? kPageSize : kBlockN;
+  static constexpr int kRunRows = paged_run_rows(kPageSize, kBlockN);
 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocksPerSm = 1;

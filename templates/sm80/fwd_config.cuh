@@ -56,9 +56,7 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
   static constexpr int kExp2PolyDegree = Options::kExp2PolyDegree;
   static constexpr int kPageSize = Options::kPageSize;
   static constexpr bool kPaged = kPageSize != 0;
-  /// Rows of a key tile that lie one row stride apart in a paged cache: a page that holds the
-  /// tile, else one page's (sm80/fwd_kv_cache.cuh FwdPagedKv, as the decode's PagedKv).
-  static constexpr int kRunRows = kPaged && kPageSize < kBlockN ? kPageSize : kBlockN;
+  static constexpr int kRunRows = paged_run_rows(kPageSize, kBlockN); // FwdPagedKv's runs
 
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kMinBlocksPerSm = 1;

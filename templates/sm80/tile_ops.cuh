@@ -20,6 +20,14 @@
 namespace fagen {
 namespace sm80 {
 
+/// Rows of a key tile of block_n rows that lie one row stride apart in a KV cache of
+/// page_size-token pages (abi/decode_params.h; 0: contiguous): the whole tile where a page holds
+/// it, else one page's rows (the tile is block_n / page_size pages). The decode's and the
+/// paged forward's caches load a tile in such runs.
+constexpr int paged_run_rows(int page_size, int block_n) {
+  return page_size != 0 && page_size < block_n ? page_size : block_n;
+}
+
 /// The shared-memory row of a tile kHeadDim (padded to 16) columns wide. Either way the 8 rows
 /// an ldmatrix phase reads at one logical chunk fall in 8 different 16-byte bank groups:
 ///  - kSwizzled (head dims that are multiples of 64, from kSwizzleFrom on): rows kHeadDim * 2
