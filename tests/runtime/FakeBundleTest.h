@@ -1,22 +1,36 @@
 //===- FakeBundleTest.h - a test fixture over one bundle and the fake libcuda -===//
 //
-// The fixture of the fake-driver tests (FakeDriverTest.cpp, FakeDecodeTest.cpp): the fake's
-// FAKE_CUDA_* variables cleared, a bundle loaded from memory, destroyed after the test.
+// The fixture of the fake-driver tests (FakeDriverTest.cpp, FakeDecodeTest.cpp,
+// FakePagedTest.cpp): the fake's state, its FAKE_CUDA_* variables cleared, a bundle loaded from
+// memory, destroyed after the test.
 //
 //===----------------------------------------------------------------------===//
 #ifndef FAGEN_TESTS_RUNTIME_FAKEBUNDLETEST_H
 #define FAGEN_TESTS_RUNTIME_FAKEBUNDLETEST_H
 
+#include "FakeCuda.h"
 #include "compiler/bundle/Bundle.h"
 #include "fagen/fagen.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <dlfcn.h>
 #include <string>
 #include <vector>
 
 namespace fagen::test {
+
+/// The fake libcuda's state (tests/runtime/FakeCuda.h), from the library the runtime loads
+/// (FAGEN_LIBCUDA).
+inline FakeCudaState &fake() {
+  static FakeCudaState *state = [] {
+    void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
+    auto get = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
+    return get();
+  }();
+  return *state;
+}
 
 /// Loads `initial()` before each test (the fake's device as it starts: no FAKE_CUDA_CC,
 /// FAKE_CUDA_SMEM or FAKE_CUDA_LAUNCH_ERROR); `load` replaces it.

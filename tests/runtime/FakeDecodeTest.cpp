@@ -24,14 +24,7 @@ using fagen::test::testDecodeKernel;
 
 namespace {
 
-FakeCudaState &fake() {
-  static FakeCudaState *state = [] {
-    void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
-    auto get = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
-    return get();
-  }();
-  return *state;
-}
+using fagen::test::fake;
 
 /// A decode call: batch B, 32 query heads over 8 kv heads, T tokens, Sk keys, fp16 hd 128
 /// causal (kernel 4 of makeDecodeBundle serves it for T <= 4).

@@ -29,14 +29,7 @@ using fagen::test::testProblem;
 
 namespace {
 
-FakeCudaState &fake() {
-  static FakeCudaState *state = [] {
-    void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
-    auto get = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
-    return get();
-  }();
-  return *state;
-}
+using fagen::test::fake;
 
 /// The test bundle with its causal fp16 hd 128 forward (kernel 2) made a warp-specialized
 /// sm_90a kernel on 128 x 80 tiles.

@@ -23,14 +23,7 @@ using namespace fagen;
 
 namespace {
 
-FakeCudaState &fake() {
-  static FakeCudaState *state = [] {
-    void *lib = dlopen(std::getenv("FAGEN_LIBCUDA"), RTLD_NOW | RTLD_LOCAL);
-    auto get = reinterpret_cast<FakeCudaState *(*)()>(dlsym(lib, "fake_cuda_state"));
-    return get();
-  }();
-  return *state;
-}
+using fagen::test::fake;
 
 /// A paged decode call: batch B, 32 query heads over 8 kv heads, T tokens, fp16 hd 128 causal,
 /// 16-token pages, a block table of `maxPages` columns, longest cache `seqlenK`.
