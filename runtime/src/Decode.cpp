@@ -270,8 +270,10 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
   mp.lse_states = dp.lse_partial;
   mp.o = params.o;
   mp.lse = params.lse;
+  // The combine waits for the splits' grid itself (FAGEN_DECODE_PARAMS_VERSION 1003), so its
+  // launch and start overlap their end.
   return launch(api, plan, plan.post_function, plan.pre_post_grid, plan.pre_post_block, 0, &mp,
-                stream, "_combine");
+                stream, "_combine", nullptr, LaunchOrder::kProgrammaticDependent);
 }
 
 namespace {

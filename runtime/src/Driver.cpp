@@ -78,6 +78,7 @@ bool bindAll(void *lib, DriverApi &api, std::string &missing) {
   std::string optional;
   bind(lib, "cuTensorMapEncodeTiled", api.cuTensorMapEncodeTiled, optional);
   bind(lib, "cuCtxGetId", api.cuCtxGetId, optional);
+  bind(lib, "cuLaunchKernelEx", api.cuLaunchKernelEx, optional);
   if (!bind(lib, "cuEventElapsedTime_v2", api.cuEventElapsedTime, optional))
     bind(lib, "cuEventElapsedTime", api.cuEventElapsedTime, missing);
   return missing.empty();

@@ -46,6 +46,28 @@ constexpr int CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97;
 // CUevent_flags.
 constexpr unsigned CU_EVENT_DEFAULT = 0;
 
+// cuLaunchKernelEx's configuration (cuda.h: CUlaunchAttribute_st, CUlaunchConfig_st), with the
+// one attribute fagen sets: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (value: an
+// int, nonzero = the kernel may start before the previous one in the stream ends, as its
+// programmatic dependent; sm_90+).
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
+struct CUlaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmaticStreamSerializationAllowed;
+  } value;
+};
+struct CUlaunchConfig {
+  unsigned gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute *attrs;
+  unsigned numAttrs;
+};
+static_assert(sizeof(CUlaunchAttribute) == 72 && sizeof(CUlaunchConfig) == 56,
+              "CUlaunchAttribute / CUlaunchConfig must match cuda.h's layout");
+
 /// The driver entry points fagen uses. Every pointer is non-null in a table getDriver returns,
 /// except those marked optional.
 struct DriverApi {
@@ -91,6 +113,10 @@ struct DriverApi {
                                      const uint64_t *dims, const uint64_t *strides,
                                      const uint32_t *box, const uint32_t *elementStrides,
                                      int interleave, int swizzle, int l2Promotion, int oobFill);
+  /// Optional (CUDA >= 12.0): launches with attributes (programmatic dependent launches); the
+  /// runtime launches with cuLaunchKernel where it is null.
+  CUresult (*cuLaunchKernelEx)(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                               void **extra);
   /// Optional (CUDA >= 12.0): a context's process-unique id, which a context created where a
   /// destroyed one was does not share (the module cache's key).
   CUresult (*cuCtxGetId)(CUcontext ctx, unsigned long long *id);

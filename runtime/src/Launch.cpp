@@ -296,8 +296,24 @@ const std::string &kernelName(const fagen_plan &plan) {
 
 fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function,
                     const int32_t grid[3], const int32_t block[3], int32_t smem, void *params,
-                    void *stream, const char *suffix, void *tmaMaps) {
+                    void *stream, const char *suffix, void *tmaMaps, LaunchOrder order) {
   void *args[] = {params, tmaMaps};
+  if (order == LaunchOrder::kProgrammaticDependent && api.cuLaunchKernelEx != nullptr &&
+      archComputeCapability(plan.bundle->bundle.kernels[plan.kernel_index].arch) >= 90) {
+    CUlaunchAttribute attr{};
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    const CUlaunchConfig config{unsigned(grid[0]),  unsigned(grid[1]),  unsigned(grid[2]),
+                                unsigned(block[0]), unsigned(block[1]), unsigned(block[2]),
+                                unsigned(smem),     static_cast<CUstream>(stream),
+                                &attr,              1};
+    if (CUresult r = api.cuLaunchKernelEx(&config, static_cast<CUfunction>(function), args,
+                                          nullptr);
+        r != CUDA_SUCCESS)
+      return fail(FAGEN_ERROR_CUDA, cudaErrorText(api, r, "cuLaunchKernelEx") + " for kernel " +
+                                        kernelName(plan) + suffix);
+    return FAGEN_OK;
+  }
   CUresult r = api.cuLaunchKernel(static_cast<CUfunction>(function), unsigned(grid[0]),
                                   unsigned(grid[1]), unsigned(grid[2]), unsigned(block[0]),
                                   unsigned(block[1]), unsigned(block[2]), unsigned(smem),

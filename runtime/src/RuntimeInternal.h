@@ -204,9 +204,14 @@ fagen_status runForward(const char *function, const fagen_plan *plan, const void
                         const void *k, const void *v, void *o, float *lse, void *workspace,
                         size_t workspaceBytes, const fagen_run_args *args, bool argsAccepted,
                         void *stream, const PagedKvArrays *paged = nullptr);
+/// How a kernel is launched after the previous work in its stream: after it ends, or (sm_90+
+/// kernels that wait for their grid dependencies, where the driver has cuLaunchKernelEx) as
+/// its programmatic dependent, which may start while it runs.
+enum class LaunchOrder { kAfter, kProgrammaticDependent };
 fagen_status launch(const DriverApi &api, const fagen_plan &plan, void *function,
                     const int32_t grid[3], const int32_t block[3], int32_t smem, void *params,
-                    void *stream, const char *suffix, void *tmaMaps = nullptr);
+                    void *stream, const char *suffix, void *tmaMaps = nullptr,
+                    LaunchOrder order = LaunchOrder::kAfter);
 
 // Validate.cpp
 /// The longest seqlen_q / seqlen_k a call may have: the kernels' masks add a row, the diagonal

@@ -34,7 +34,9 @@
 // Numbered from 1001, apart from the forward's and the backward's versions, so that a decode
 // cubin filed as another kernel (or the reverse) is always refused. Version 1001: the first.
 // Version 1002: the paged KV cache's fields at the end (contiguous kernels ignore them).
-#define FAGEN_DECODE_PARAMS_VERSION 1002
+// Version 1003: NAME_combine waits for its grid dependencies (griddepcontrol.wait on sm_90+),
+// so the runtime may launch it as NAME's programmatic dependent; the fields are 1002's.
+#define FAGEN_DECODE_PARAMS_VERSION 1003
 
 /// The most query tokens per sequence a decode kernel serves (spec decode.q_tokens): the
 /// kernel's mask reads the tokens of a row block as rows of one query tile of at least 16 rows.

@@ -1,6 +1,6 @@
 // fagen: the PTX atoms every arch has (thread and block indices read so that they are
 // recomputed where used, shared-window addresses, 16-byte shared and global accesses, byte
-// permute). Arch-specific instructions live in sm80/mma.cuh, sm90/wgmma.cuh and sm90/tma.cuh.
+// permute, and the grid-dependency controls that are no-ops before sm_90). Arch-specific instructions live in sm80/mma.cuh, sm90/wgmma.cuh and sm90/tma.cuh.
 // Destination first; shared-memory addresses are 32-bit shared-window addresses (smem_addr()).
 #ifndef FAGEN_TEMPLATES_COMMON_PTX_CUH
 #define FAGEN_TEMPLATES_COMMON_PTX_CUH
@@ -73,6 +73,24 @@ template <u32 kSel> __device__ __forceinline__ u32 prmt(u32 a, u32 b) {
   u32 d;
   asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "n"(kSel));
   return d;
+}
+
+// --- programmatic dependent launch (sm_90+; nothing on earlier archs) -----------------------
+/// Lets the grid launched after this one as its programmatic dependent (the runtime's launch
+/// attribute) start before this grid ends: once every CTA of this grid has passed here or exited.
+__device__ __forceinline__ void launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+
+/// Waits until the grids this one depends on have completed and their memory is visible: the
+/// first thing a kernel launched as a programmatic dependent does before reading their output.
+/// Without such a launch it returns at once.
+__device__ __forceinline__ void wait_grid_dependencies() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
 }
 
 } // namespace fagen

@@ -150,6 +150,8 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
   constexpr int kRowTiles = Config::kRowTiles, kKeysPerWarp = Config::kKeysPerWarp;
   const fagen_fwd_params &fwd = params.fwd;
 
+  // NAME_combine may start now (sm_90: it waits for this grid's partial rows before reading).
+  launch_dependents();
   extern __shared__ __align__(128) unsigned char smem[];
   const u32 q_smem = smem_addr(smem);                            // (kBlockM, kDimQK)
   const u32 k_smem = q_smem + Config::kSmemQBytes;               // (kStages, kBlockN, kDimQK)
@@ -240,9 +242,11 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
                             batch);
 }
 
-/// NAME_combine: the splits' float32 partial rows of the workspace merged into O and LSE.
+/// NAME_combine: the splits' float32 partial rows of the workspace merged into O and LSE. The
+/// runtime launches it as NAME's programmatic dependent where the arch has them (sm_90+).
 template <class Config>
 __device__ __forceinline__ void decode_combine(const fagen_merge_params &params) {
+  wait_grid_dependencies(); // launched as NAME's programmatic dependent on sm_90+
   merge_states<MergeConfig<float, typename Config::Element, Config::kHeadDimV,
                            FAGEN_COMBINE_STATE_LANES>>(params);
 }

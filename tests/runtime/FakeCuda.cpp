@@ -158,6 +158,35 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   s->launches++;
   return extra == nullptr ? 0 : 1;
 }
+// cuda.h's CUlaunchAttribute_st and CUlaunchConfig_st.
+struct FakeLaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int value;
+  } value;
+};
+struct FakeLaunchConfig {
+  unsigned gx, gy, gz, bx, by, bz, smem;
+  void *stream;
+  FakeLaunchAttribute *attrs;
+  unsigned numAttrs;
+};
+/// cuLaunchKernel with attributes: also records whether the launch is a programmatic dependent.
+FAKE_API CUresult cuLaunchKernelEx(const FakeLaunchConfig *c, void *f, void **params,
+                                   void **extra) {
+  bool programmatic = false;
+  for (unsigned i = 0; i < c->numAttrs; ++i)
+    if (c->attrs[i].id == 6) // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+      programmatic = c->attrs[i].value.value != 0;
+  const CUresult r = cuLaunchKernel(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, c->smem,
+                                    c->stream, params, extra);
+  FakeCudaState *s = fake_cuda_state();
+  if (r == 0 && !s->launchLog.empty())
+    s->launchLog.back().programmaticDependent = programmatic;
+  return r;
+}
 FAKE_API CUresult cuTensorMapEncodeTiled(void *map, int dataType, unsigned rank, void *address,
                                          const unsigned long long *dims,
                                          const unsigned long long *strides, const unsigned *box,

@@ -11,7 +11,7 @@
 
 extern "C" {
 
-/// One cuLaunchKernel call.
+/// One cuLaunchKernel or cuLaunchKernelEx call.
 struct FakeLaunch {
   std::string function;
   unsigned grid[3], block[3], smem;
@@ -19,6 +19,8 @@ struct FakeLaunch {
   std::vector<unsigned char> params; ///< the parameter block as launched (decode kernels: the
                                      ///< whole fagen_decode_params / fagen_merge_params)
   std::vector<unsigned char> tmaMaps; ///< kernels named *_sm90ws_*: their second argument
+  /// Launched by cuLaunchKernelEx with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION set.
+  bool programmaticDependent = false;
 };
 
 /// One cuMemsetD32Async call; `launchesBefore`: cuLaunchKernel calls made before it.

@@ -133,6 +133,10 @@ TEST_F(FakeDecodeTest, RunLaunchesTheSplitsThenTheirCombine) {
   EXPECT_EQ(dp.fwd.o, o);
   EXPECT_EQ(dp.fwd.lse, lse);
   EXPECT_EQ(combine.function, std::string(kDecode) + "_combine");
+  // An sm_90 kernel: the combine starts as the splits' programmatic dependent (it waits for
+  // their grid itself), the splits after whatever the stream held.
+  EXPECT_FALSE(main.programmaticDependent);
+  EXPECT_TRUE(combine.programmaticDependent);
   EXPECT_EQ(combine.grid[0], 32u); // FAGEN_COMBINE_STATE_LANES threads a chunk
   EXPECT_EQ(combine.block[0], 128u);
   EXPECT_EQ(combine.smem, 0u);

@@ -293,9 +293,9 @@ TEST_F(FakePagedTest, ValidateModeChecksTheTableOnTheHostFirst) {
   EXPECT_EQ(run(), FAGEN_OK) << fagen_last_error(); // the kernel's own check then
 }
 
-TEST_F(FakePagedTest, ADecodeKernelOfTheFirstLayoutIsRefused) {
-  // A bundle of decode parameter layout 1001 (before the paged fields) is never launched with
-  // today's block: the runtime names the versions and the fix.
+TEST_F(FakePagedTest, ADecodeKernelOfAnEarlierLayoutIsRefused) {
+  // A bundle of decode parameter layout 1002 (a combine that does not wait for its grid
+  // dependency) is never launched by today's runtime: it names the versions and the fix.
   Bundle old = fagen::test::makePagedDecodeBundle();
   for (KernelRecord &k : old.kernels)
     if (isDecodeKernel(k))
@@ -306,7 +306,7 @@ TEST_F(FakePagedTest, ADecodeKernelOfTheFirstLayoutIsRefused) {
   EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
             FAGEN_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fagen_last_error())
-                .find("takes parameter layout version 1001 but this runtime fills version 1002"),
+                .find("takes parameter layout version 1002 but this runtime fills version 1003"),
             std::string::npos)
       << fagen_last_error();
 }
