@@ -490,9 +490,10 @@ def _prefill_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Ten
     out, lse = _prefill_outputs(q, v_cache)
     variant = dict(mask=mask, mask_align=mask_align, softmax_scale=softmax_scale,
                    max_seqlen_q=max_seqlen_q)
-    dtype, page, d = _dtype_name(q), k_cache.shape[1], q.shape[-1]
-    align = ", mask_align: top_left" if mask_align == "top_left" else ""
-    entry = (f"  - {{name: prefill_paged_{dtype}_{d}_{page}, dtype: {dtype}, head_dim: {d}, "
+    dtype, page, d, dv = _dtype_name(q), k_cache.shape[1], q.shape[-1], v_cache.shape[-1]
+    dims = f"head_dim: {d}" if d == dv else f"head_dim_qk: {d}, head_dim_v: {dv}"
+    align = ", mask_align: top_left" if mask != "none" and mask_align == "top_left" else ""
+    entry = (f"  - {{name: prefill_paged_{dtype}_{d}_{page}, dtype: {dtype}, {dims}, "
              f"mask: {mask}{align}, varlen: true, kv_cache: paged, page_size: {page}}}")
     _run_paged("fagen.prefill_paged", "paged varlen forward kernel", entry, bundle, q, k_cache,
                v_cache, block_table, seqused_k, out, lse, max_seqlen_k, variant, cu_seqlens_q)
