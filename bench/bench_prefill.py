@@ -156,9 +156,9 @@ def cell(x, fmt="%.2f"):
     return fmt % x if x is not None else "-"
 
 
-def print_table(rows, pages):
-    print("\nchunked prefill, bf16 hd 128 causal GQA 32/8: ms (TFLOP/s); paged/twin: the target "
-          "is <= 1.05")
+def print_table(rows, pages, heads):
+    print(f"\nchunked prefill, bf16 hd 128 causal, heads {heads}: ms (TFLOP/s); paged/twin: the "
+          f"target is <= 1.05")
     head = "%5s %5s %6s %14s" % ("batch", "new", "cached", "twin")
     for p in pages:
         head += " %14s %6s" % (f"paged{p}", "/twin")
@@ -223,7 +223,7 @@ def main():
                 torch.cuda.empty_cache()
                 if args.out:
                     write_json(args.out, meta)
-    print_table(meta["rows"], sorted(kernels[0]))
+    print_table(meta["rows"], sorted(kernels[0]), args.heads)
     sys.exit(1 if failed else 0)
 
 
