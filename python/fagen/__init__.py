@@ -5,6 +5,8 @@
     out = fagen.attention(q, k, v, causal=True)       # q, k, v [batch, seqlen, heads, head_dim]
     out, lse = fagen.merge_states(o_states, lse_states)  # attention states merged by their LSE
     out = fagen.decode_paged(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k=4096)
+    out = fagen.prefill_paged(q, k_cache, v_cache, block_table, seqused_k, cu_seqlens_q=cu_q,
+                              max_seqlen_q=512, max_seqlen_k=4096, causal=True)  # q packed
 
 fagen.attention is the custom op fagen::attention_forward (+ its backward): autograd, FakeTensor,
 torch.compile(fullgraph=True) and torch.library.opcheck work with it. fagen.runtime is the
@@ -26,8 +28,11 @@ except ImportError:  # the runtime binding works without torch; fagen.attention 
 
     def decode_paged(*args, **kwargs):
         raise ImportError("fagen.decode_paged needs PyTorch: pip install torch")
+
+    def prefill_paged(*args, **kwargs):
+        raise ImportError("fagen.prefill_paged needs PyTorch: pip install torch")
 else:
-    from .ops import attention, decode_paged, merge_states
+    from .ops import attention, decode_paged, merge_states, prefill_paged
 
 __all__ = ["Bundle", "FagenError", "KernelNotBuilt", "attention", "decode_paged", "loaded",
-           "merge_states", "runtime", "version"]
+           "merge_states", "prefill_paged", "runtime", "version"]

@@ -1,6 +1,8 @@
 """fagen.attention: the runtime's forward and backward as PyTorch custom ops; fagen.merge_states:
 the merge of attention states by their log-sum-exp (fagen::merge_states, not differentiable);
-fagen.decode_paged: decode over a paged KV cache (fagen::decode_paged, not differentiable).
+fagen.decode_paged: decode over a paged KV cache (fagen::decode_paged, not differentiable);
+fagen.prefill_paged: chunked prefill, packed new tokens over a paged KV cache
+(fagen::prefill_paged, not differentiable).
 
 Two ops, fagen::attention_forward and fagen::attention_backward (torch.library.custom_op), each
 with a fake implementation (shapes only: FakeTensor, meta tensors, torch.compile) and the
@@ -369,37 +371,50 @@ def _decode_outputs(q, v_cache):
             q.new_empty((b, h, t), dtype=torch.float32))
 
 
+def _run_paged(op, what, entry, bundle, q, k_cache, v_cache, block_table, seqused_k, out, lse,
+               max_seqlen_k, variant, cu_seqlens_q=None):
+    """Plans the call on the first loaded bundle (or `bundle`, an id) with a paged kernel for
+    it and runs it into out and lse; else KernelNotBuilt naming the spec entry."""
+    pool = [b for b in _bundle.loaded() if not bundle or b.id == bundle]
+    reasons = []
+    with torch.cuda.device(q.device):
+        for b in pool:
+            try:
+                plan = b.plan_forward_paged(q, k_cache, v_cache, block_table, max_seqlen_k,
+                                            cu_seqlens_q=cu_seqlens_q, **variant)
+            except runtime.FagenError as e:
+                if e.status_name != "FAGEN_ERROR_NOT_SUPPORTED":
+                    raise
+                reasons.append(f"  {b.path}: {e}")
+                continue
+            plan.run_paged(q, k_cache, v_cache, out, lse, block_table, seqused_k,
+                           cu_seqlens_q=cu_seqlens_q)
+            return
+    raise _ondemand.KernelNotBuilt(
+        f"{op}: no loaded bundle has a {what} for this call:\n" +
+        "\n".join(reasons or ["  (no bundle loaded)"]) +
+        f"\nAdd this variant to a spec, build it and load it with fagen.Bundle:\n{entry}", entry)
+
+
+def _dtype_name(q):
+    return "bf16" if q.dtype == torch.bfloat16 else "fp16"
+
+
 @torch.library.custom_op("fagen::decode_paged", mutates_args=(), device_types="cuda")
 def _decode_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor,
                   seqused_k: Tensor, max_seqlen_k: int, mask: str, mask_align: str,
                   window_left: int, window_right: int, softcap: float, softmax_scale: float,
                   bundle: int) -> tuple[Tensor, Tensor]:
     out, lse = _decode_outputs(q, v_cache)
-    pool = [b for b in _bundle.loaded() if not bundle or b.id == bundle]
-    reasons = []
     variant = dict(mask=mask, mask_align=mask_align, window=(window_left, window_right),
                    softcap=softcap, softmax_scale=softmax_scale)
-    with torch.cuda.device(q.device):
-        for b in pool:
-            try:
-                plan = b.plan_forward_paged(q, k_cache, v_cache, block_table, max_seqlen_k,
-                                            **variant)
-            except runtime.FagenError as e:
-                if e.status_name != "FAGEN_ERROR_NOT_SUPPORTED":
-                    raise
-                reasons.append(f"  {b.path}: {e}")
-                continue
-            plan.run_paged(q, k_cache, v_cache, out, lse, block_table, seqused_k)
-            return out, lse
-    dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
-    page = k_cache.shape[1]
+    dtype, page = _dtype_name(q), k_cache.shape[1]
     entry = (f"  - {{name: paged_{dtype}_{q.shape[-1]}_{page}, dtype: {dtype}, head_dim: "
              f"{q.shape[-1]}, mask: {mask}, passes: [decode], decode: {{q_tokens: "
              f"{q.shape[1]}}}, kv_cache: paged, page_size: {page}}}")
-    raise _ondemand.KernelNotBuilt(
-        f"fagen.decode_paged: no loaded bundle has a paged decode kernel for this call:\n" +
-        "\n".join(reasons or ["  (no bundle loaded)"]) +
-        f"\nAdd this variant to a spec, build it and load it with fagen.Bundle:\n{entry}", entry)
+    _run_paged("fagen.decode_paged", "paged decode kernel", entry, bundle, q, k_cache, v_cache,
+               block_table, seqused_k, out, lse, max_seqlen_k, variant)
+    return out, lse
 
 
 @_decode_paged.register_fake
@@ -407,3 +422,85 @@ def _decode_paged_fake(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k
                        mask_align, window_left, window_right, softcap, softmax_scale, bundle):
     return _decode_outputs(q, v_cache)
 
+
+def prefill_paged(q, k_cache, v_cache, block_table, seqused_k, *, cu_seqlens_q, max_seqlen_q,
+                  max_seqlen_k, causal=False, softmax_scale=None, mask_align="bottom_right",
+                  return_lse=False, bundle=None):
+    """Chunked prefill over a paged KV cache, as FlashAttention's flash_attn_varlen_func(q,
+    k_cache, v_cache, cu_seqlens_q=..., max_seqlen_q=..., max_seqlen_k=..., seqused_k=...,
+    block_table=...): each sequence's new query tokens, packed, attend to its whole cache (its
+    earlier tokens and, written into the pages before the call, the new ones). q [total_q,
+    heads_q, head_dim] packed, cu_seqlens_q int32 [batch + 1] (sequence b's tokens are rows
+    cu_seqlens_q[b]:cu_seqlens_q[b + 1]), max_seqlen_q the most new tokens of a sequence;
+    k_cache and v_cache [num_pages, page_size, heads_kv, head_dim(_v)] (vLLM's layout),
+    block_table int32 [batch, max_pages] (page ids; any order, shared pages allowed), seqused_k
+    int32 [batch] (each sequence's cache length, the new tokens included), max_seqlen_k the
+    call's longest cache length (an int the host knows; at most max_pages x page_size). causal
+    aligns per sequence: with mask_align="bottom_right" (default) new token i of T sees keys up
+    to seqused_k[b] - T + i, its own position in the cache. softmax_scale: default
+    1/sqrt(head_dim). Returns out [total_q, heads_q, head_dim_v] (and with return_lse the
+    log-sum-exp, float32 [heads_q, total_q]). A bad page id or length is never loaded through
+    (fagen.runtime's Plan.status names it). Needs a loaded bundle (or `bundle`) with a paged
+    varlen forward kernel of the variant and page size (spec varlen: true, kv_cache: paged,
+    page_size). Not differentiable."""
+    if q.dim() != 3 or k_cache.dim() != 4 or v_cache.dim() != 4:
+        raise ValueError(f"fagen.prefill_paged: q must be [total_q, heads_q, head_dim] (packed) "
+                         f"and the caches [num_pages, page_size, heads_kv, head_dim], got shapes "
+                         f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    if q.dtype not in (torch.float16, torch.bfloat16) or not q.dtype == k_cache.dtype == \
+            v_cache.dtype:
+        raise TypeError(f"fagen.prefill_paged: q, k_cache and v_cache must be float16 or "
+                        f"bfloat16 alike, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("block_table", block_table),
+                    ("seqused_k", seqused_k)):
+        if t.dtype != torch.int32:
+            raise TypeError(f"fagen.prefill_paged: {name} must be int32, got {t.dtype}")
+    batch = cu_seqlens_q.shape[0] - 1 if cu_seqlens_q.dim() == 1 else -1
+    if (batch < 1 or block_table.dim() != 2 or block_table.shape[0] != batch or
+            tuple(seqused_k.shape) != (batch,)):
+        raise ValueError(f"fagen.prefill_paged: cu_seqlens_q must be [batch + 1], block_table "
+                         f"[batch, max_pages] and seqused_k [batch], got shapes "
+                         f"{tuple(cu_seqlens_q.shape)}, {tuple(block_table.shape)} and "
+                         f"{tuple(seqused_k.shape)}")
+    if mask_align not in _ALIGNS:
+        raise ValueError(f"fagen.prefill_paged: mask_align must be one of {_ALIGNS}, got "
+                         f"{mask_align!r}")
+    q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous()
+                           for t in (q, k_cache, v_cache))
+    block_table = block_table if block_table.stride(-1) == 1 else block_table.contiguous()
+    cu_seqlens_q, seqused_k = cu_seqlens_q.contiguous(), seqused_k.contiguous()
+    out, lse = torch.ops.fagen.prefill_paged(
+        q, k_cache, v_cache, block_table, seqused_k, cu_seqlens_q, int(max_seqlen_q),
+        int(max_seqlen_k), "causal" if causal else "none", mask_align,
+        float(softmax_scale or 0.0), 0 if bundle is None else bundle.id)
+    return (out, lse) if return_lse else out
+
+
+def _prefill_outputs(q, v_cache):
+    total, h, _ = q.shape
+    return (q.new_empty((total, h, v_cache.shape[-1])),
+            q.new_empty((h, total), dtype=torch.float32))
+
+
+@torch.library.custom_op("fagen::prefill_paged", mutates_args=(), device_types="cuda")
+def _prefill_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor,
+                   seqused_k: Tensor, cu_seqlens_q: Tensor, max_seqlen_q: int,
+                   max_seqlen_k: int, mask: str, mask_align: str, softmax_scale: float,
+                   bundle: int) -> tuple[Tensor, Tensor]:
+    out, lse = _prefill_outputs(q, v_cache)
+    variant = dict(mask=mask, mask_align=mask_align, softmax_scale=softmax_scale,
+                   max_seqlen_q=max_seqlen_q)
+    dtype, page, d, dv = _dtype_name(q), k_cache.shape[1], q.shape[-1], v_cache.shape[-1]
+    dims = f"head_dim: {d}" if d == dv else f"head_dim_qk: {d}, head_dim_v: {dv}"
+    align = ", mask_align: top_left" if mask != "none" and mask_align == "top_left" else ""
+    entry = (f"  - {{name: prefill_paged_{dtype}_{d}_{page}, dtype: {dtype}, {dims}, "
+             f"mask: {mask}{align}, varlen: true, kv_cache: paged, page_size: {page}}}")
+    _run_paged("fagen.prefill_paged", "paged varlen forward kernel", entry, bundle, q, k_cache,
+               v_cache, block_table, seqused_k, out, lse, max_seqlen_k, variant, cu_seqlens_q)
+    return out, lse
+
+
+@_prefill_paged.register_fake
+def _prefill_paged_fake(q, k_cache, v_cache, block_table, seqused_k, cu_seqlens_q,
+                        max_seqlen_q, max_seqlen_k, mask, mask_align, softmax_scale, bundle):
+    return _prefill_outputs(q, v_cache)

@@ -11,8 +11,12 @@ fagen.attention, and what benchmarks and GPU tests call directly.
     # k_cache, v_cache [num_pages, 16, heads_kv, d], block_table int32 [batch, max_pages],
     # seqused_k int32 [batch]; seqlen_k: the longest cache length of the call
     plan = bundle.plan_forward_paged(q, k_cache, v_cache, block_table, seqlen_k, causal=True)
-    plan.run(q, k_cache, v_cache, o, lse, block_table, seqused_k)
+    plan.run_paged(q, k_cache, v_cache, o, lse, block_table, seqused_k)
     plan.status()                                            # FagenError naming a bad entry
+    # chunked prefill over the pages (varlen: true, kv_cache: paged): q packed [total_q, Hq, d]
+    plan = bundle.plan_forward_paged(q, k_cache, v_cache, block_table, seqlen_k, causal=True,
+                                     cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q)
+    plan.run_paged(q, k_cache, v_cache, o, lse, block_table, seqused_k, cu_seqlens_q=cu_seqlens_q)
 
     # variants: mask="window", window=(256, -1), mask_align="top_left", softcap=50.0,
     # alibi=True, dropout_p=0.1, cu_seqlens_q=..., block_sparse=("runtime", 128), ...
@@ -305,12 +309,21 @@ class Plan:
         return cache[key]
 
     def run_paged(self, q, k_cache, v_cache, o, lse, block_table, seqused_k, stream=None,
-                  args=None, workspace=True):
-        """Launches a paged plan (Bundle.plan_forward_paged): q [B, T, Hq, D], the caches
-        [num_pages, page_size, Hkv, D], block_table int32 [B, max_pages], seqused_k int32 [B].
-        workspace: True (this plan's own, allocated once per device and stream: a paged run
-        always needs one, the kernel reports bad entries there) or a device tensor of
-        workspace_bytes bytes."""
+                  args=None, workspace=True, cu_seqlens_q=None):
+        """Launches a paged plan (Bundle.plan_forward_paged) on the tensors it was planned for:
+        the caches [num_pages, page_size, Hkv, D], block_table int32 [B, max_pages], seqused_k
+        int32 [B] (each sequence's cache length); decode: q and o [B, T, Hq, D], lse [B, Hq, T];
+        chunked prefill: q and o packed [total_q, Hq, D], lse [Hq, total_q] and cu_seqlens_q
+        int32 [B + 1] (alone, or in args). workspace: True (this plan's own, allocated once per
+        device and stream: a paged run always needs one, the kernel reports bad entries there)
+        or a device tensor of workspace_bytes bytes."""
+        if cu_seqlens_q is not None:
+            if args is not None:
+                raise ValueError("run_paged: pass cu_seqlens_q alone or inside args, not both")
+            args = run_args(cu_seqlens_q=cu_seqlens_q)
+        elif args is None and self.run_args & RUN_ARG_CU_SEQLENS:
+            raise ValueError("run_paged: the plan is a varlen paged forward (chunked prefill): "
+                             "pass cu_seqlens_q, the packed queries' int32 [batch + 1] offsets")
         if stream is None:
             stream = _current_stream()
         if workspace is True:
@@ -364,11 +377,13 @@ class Bundle:
     def _problem(q, k, v, causal=False, softmax_scale=0.0, head_dim_v=None, mask=None,
                  mask_align="bottom_right", window=(-1, -1), softcap=0.0, alibi=False,
                  dropout_p=0.0, cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None,
-                 max_seqlen_k=None, block_sparse=None, sparse_hash=0, out_layout="bshd"):
+                 max_seqlen_k=None, block_sparse=None, sparse_hash=0, out_layout="bshd",
+                 paged=False):
         """fagen_fwd_problem for q [B, Sq, Hq, D], k [B, Sk, Hkv, D], v [B, Sk, Hkv, Dv] (varlen:
         [total, H, D] with cu_seqlens_*, max_seqlen_*); O, dO, dQ, dK, dV contiguous like
         forward() and backward() allocate them. block_sparse: ("runtime", block) or
-        ("static", block or 0)."""
+        ("static", block or 0). paged: k and v are caches [num_pages, page_size, Hkv, D] (their
+        page, head and row strides; seqlen_k and, varlen, total_k are the caller's to set)."""
         dtype = _DTYPES.get(str(q.dtype))
         if dtype is None:
             raise ValueError(f"q.dtype is {q.dtype}; fagen kernels take float16 or bfloat16")
@@ -378,16 +393,22 @@ class Bundle:
         varlen = cu_seqlens_q is not None
         p = _Problem()
         if varlen:
-            if cu_seqlens_k is None or max_seqlen_q is None or max_seqlen_k is None:
+            if max_seqlen_q is None or (not paged and (cu_seqlens_k is None or
+                                                       max_seqlen_k is None)):
                 raise ValueError("varlen needs cu_seqlens_q, cu_seqlens_k, max_seqlen_q and "
                                  "max_seqlen_k")
             p.varlen, p.batch = 1, cu_seqlens_q.shape[0] - 1
             p.total_q, p.heads_q, p.head_dim_qk = q.shape
-            p.total_k, p.heads_kv, _ = k.shape
-            p.seqlen_q, p.seqlen_k = max_seqlen_q, max_seqlen_k
+            p.seqlen_q = max_seqlen_q
+            if not paged:
+                p.total_k, p.heads_kv, _ = k.shape
+                p.seqlen_k = max_seqlen_k
         else:
             p.batch, p.seqlen_q, p.heads_q, p.head_dim_qk = q.shape
-            _, p.seqlen_k, p.heads_kv, _ = k.shape
+            if not paged:
+                _, p.seqlen_k, p.heads_kv, _ = k.shape
+        if paged:
+            p.heads_kv = k.shape[2]
         p.head_dim_v = head_dim_v if head_dim_v is not None else v.shape[-1]
         p.dtype, p.softmax_scale = dtype, float(softmax_scale)
         p.mask = _MASKS[mask or ("causal" if causal else "none")]
@@ -400,8 +421,8 @@ class Bundle:
             p.sparsity, p.sparse_block = _SPARSITY[block_sparse[0]], block_sparse[1]
         p.sparse_hash = sparse_hash
         p.q_strides[:] = _strides("q", q, varlen)
-        p.k_strides[:] = _strides("k", k, varlen)
-        p.v_strides[:] = _strides("v", v, varlen)
+        p.k_strides[:] = _strides("k_cache" if paged else "k", k, varlen and not paged)
+        p.v_strides[:] = _strides("v_cache" if paged else "v", v, varlen and not paged)
         # O, dO, dQ, dK, dV: contiguous BSHD (varlen: packed), as forward()/backward() allocate,
         # or (out_layout="bhsd", not varlen) contiguous [batch, heads, seq, dim].
         if out_layout not in ("bshd", "bhsd") or (varlen and out_layout != "bshd"):
@@ -433,19 +454,47 @@ class Bundle:
         return Plan(self, plan)
 
     def plan_forward_paged(self, q, k_cache, v_cache, block_table, seqlen_k=None,
-                           kernel_index=None, **variant):
-        """Plans a decode call over a paged KV cache (fagen_plan_forward_paged): q [B, T, Hq,
-        D] (T at most the kernel's q_tokens), k_cache / v_cache [num_pages, page_size, Hkv, D]
-        (the head dim contiguous), block_table int32 [B, max_pages] (rows contiguous);
-        seqlen_k: the longest cache length of the call (default: max_pages x page_size). The
-        keywords of plan_forward (mask, softcap, ...). Run it with Plan.run_paged."""
-        num_pages, page_size, _, _ = k_cache.shape
+                           kernel_index=None, cu_seqlens_q=None, max_seqlen_q=None, **variant):
+        """Plans a call over a paged KV cache (fagen_plan_forward_paged): k_cache / v_cache
+        [num_pages, page_size, Hkv, D] (the head dim contiguous), block_table int32 [B,
+        max_pages] (rows contiguous); seqlen_k: the longest cache length of the call (default:
+        max_pages x page_size). Decode: q [B, T, Hq, D] (T at most the kernel's q_tokens).
+        Chunked prefill (a varlen paged forward kernel): q packed [total_q, Hq, D], cu_seqlens_q
+        int32 [B + 1] and max_seqlen_q, the most new tokens of a sequence. The keywords of
+        plan_forward (mask, softcap, ...; no cu_seqlens_k / max_seqlen_k: the keys are the
+        pages). Run it with Plan.run_paged."""
+        varlen = cu_seqlens_q is not None
+        if q.dim() != (3 if varlen else 4):
+            layout = ("[total_q, heads_q, head_dim] (cu_seqlens_q given)" if varlen
+                      else "[batch, tokens, heads_q, head_dim]")
+            raise ValueError(f"q must be {layout}, got shape {tuple(q.shape)}")
+        for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+            if t.dim() != 4:
+                raise ValueError(f"{name} must be [num_pages, page_size, heads_kv, head_dim], got "
+                                 f"shape {tuple(t.shape)}")
         if block_table.dim() != 2 or block_table.stride()[1] != 1:
             raise ValueError(f"block_table must be [batch, max_pages] with contiguous rows, got "
                              f"shape {tuple(block_table.shape)}")
-        p = self._problem(q, k_cache, v_cache, **variant)
+        for name in ("cu_seqlens_k", "max_seqlen_k"):
+            if variant.get(name) is not None:
+                raise ValueError(f"{name} is not read by a paged call (its keys are the block "
+                                 f"table's pages): pass seqlen_k, the longest cache length, "
+                                 f"and seqused_k to run_paged")
+        if varlen and max_seqlen_q is None:
+            raise ValueError("a varlen paged call (cu_seqlens_q given) needs max_seqlen_q, the "
+                             "most query tokens of a sequence")
+        batch = cu_seqlens_q.shape[0] - 1 if varlen else q.shape[0]
+        if block_table.shape[0] != batch:
+            source = "cu_seqlens_q's entries - 1" if varlen else "q.shape[0]"
+            raise ValueError(f"block_table has {block_table.shape[0]} rows but the call has "
+                             f"batch {batch} ({source}): one row of page ids per sequence")
+        num_pages, page_size, _, _ = k_cache.shape
+        p = self._problem(q, k_cache, v_cache, cu_seqlens_q=cu_seqlens_q,
+                          max_seqlen_q=max_seqlen_q, paged=True, **variant)
         max_pages = block_table.shape[1]
         p.seqlen_k = max_pages * page_size if seqlen_k is None else int(seqlen_k)
+        if varlen:
+            p.total_k = p.seqlen_k  # no packed keys: the runtime checks total_k == seqlen_k
         g = _PagedKv()
         g.page_size, g.num_pages, g.max_pages_per_seq = page_size, num_pages, max_pages
         g.block_table_stride = block_table.stride()[0]
@@ -459,15 +508,25 @@ class Bundle:
         return Plan(self, plan)
 
     def forward_paged(self, q, k_cache, v_cache, block_table, seqused_k, seqlen_k=None,
-                      stream=None, args=None, **variant):
-        """Plans, allocates O (contiguous BSHD) and LSE, runs over the paged cache; returns
-        (o, lse). Bad entries are reported by Plan.status, which this does not call."""
+                      stream=None, args=None, cu_seqlens_q=None, max_seqlen_q=None, **variant):
+        """Plans, allocates O (contiguous: [B, T, Hq, Dv], varlen [total_q, Hq, Dv]) and LSE
+        ([B, Hq, T], varlen [Hq, total_q]), runs over the paged cache; returns (o, lse). Bad
+        entries are reported by Plan.status, which this does not call."""
         import torch
-        plan = self.plan_forward_paged(q, k_cache, v_cache, block_table, seqlen_k, **variant)
-        b, t, hq, _ = q.shape
-        o = torch.empty((b, t, hq, v_cache.shape[-1]), dtype=q.dtype, device=q.device)
-        lse = torch.empty((b, hq, t), dtype=torch.float32, device=q.device)
-        plan.run_paged(q, k_cache, v_cache, o, lse, block_table, seqused_k, stream, args)
+        plan = self.plan_forward_paged(q, k_cache, v_cache, block_table, seqlen_k,
+                                       cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
+                                       **variant)
+        dv = v_cache.shape[-1]
+        if cu_seqlens_q is not None:
+            total, hq, _ = q.shape
+            o = torch.empty((total, hq, dv), dtype=q.dtype, device=q.device)
+            lse = torch.empty((hq, total), dtype=torch.float32, device=q.device)
+        else:
+            b, t, hq, _ = q.shape
+            o = torch.empty((b, t, hq, dv), dtype=q.dtype, device=q.device)
+            lse = torch.empty((b, hq, t), dtype=torch.float32, device=q.device)
+        plan.run_paged(q, k_cache, v_cache, o, lse, block_table, seqused_k, stream, args,
+                       cu_seqlens_q=cu_seqlens_q)
         return o, lse
 
     def plan_backward(self, q, k, v, deterministic=False, kernel_index=None, **variant):

@@ -163,6 +163,64 @@ class DecodePagedTest(unittest.TestCase):
             fagen.decode_paged(q, k, v, table, used[:2], max_seqlen_k=90)
 
 
+class PrefillPagedTest(unittest.TestCase):
+    """fagen.prefill_paged: chunked prefill (packed new tokens) over a paged KV cache."""
+
+    def paged_args(self, total=70, batch=3, pages=40, page=16, heads=(8, 2), d=128):
+        return (meta(total, heads[0], d), meta(pages, page, heads[1], d),
+                meta(pages, page, heads[1], d),
+                torch.empty(batch, 6, dtype=torch.int32, device="meta"),
+                torch.empty(batch, dtype=torch.int32, device="meta"),
+                torch.empty(batch + 1, dtype=torch.int32, device="meta"))
+
+    def call(self, q, k, v, table, used, cu, **kw):
+        kw = dict(dict(cu_seqlens_q=cu, max_seqlen_q=40, max_seqlen_k=90, causal=True), **kw)
+        return fagen.prefill_paged(q, k, v, table, used, **kw)
+
+    def test_schema_and_fake_shapes(self):
+        schema = str(torch.ops.fagen.prefill_paged.default._schema)
+        self.assertEqual(schema, "fagen::prefill_paged(Tensor q, Tensor k_cache, Tensor v_cache, "
+                                 "Tensor block_table, Tensor seqused_k, Tensor cu_seqlens_q, "
+                                 "SymInt max_seqlen_q, SymInt max_seqlen_k, str mask, "
+                                 "str mask_align, float softmax_scale, SymInt bundle) -> "
+                                 "(Tensor, Tensor)")
+        out, lse = self.call(*self.paged_args(), return_lse=True)
+        self.assertEqual((tuple(out.shape), out.dtype), ((70, 8, 128), BF16))
+        self.assertEqual((tuple(lse.shape), lse.dtype), ((8, 70), torch.float32))
+        q, k, v, table, used, cu = self.paged_args()
+        out = self.call(q, k, v[..., :64], table, used, cu)  # head_dim_v 64
+        self.assertEqual(tuple(out.shape), (70, 8, 64))
+
+    def test_fake_tensor_mode(self):
+        with FakeTensorMode():
+            q, k = torch.empty(33, 4, 64, dtype=FP16), torch.empty(9, 32, 1, 64, dtype=FP16)
+            table = torch.empty(2, 4, dtype=torch.int32)
+            used, cu = torch.empty(2, dtype=torch.int32), torch.empty(3, dtype=torch.int32)
+            out = fagen.prefill_paged(q, k, k, table, used, cu_seqlens_q=cu, max_seqlen_q=20,
+                                      max_seqlen_k=128)
+            self.assertEqual((tuple(out.shape), out.dtype), ((33, 4, 64), FP16))
+
+    def test_opcheck(self):
+        args = self.paged_args() + (40, 90, "causal", "bottom_right", 0.0, 0)
+        result = torch.library.opcheck(torch.ops.fagen.prefill_paged.default, args)
+        self.assertEqual(set(result.values()), {"SUCCESS"}, result)
+
+    def test_errors(self):
+        q, k, v, table, used, cu = self.paged_args()
+        with self.assertRaisesRegex(ValueError, r"q must be \[total_q, heads_q, head_dim\]"):
+            self.call(q.unsqueeze(0), k, v, table, used, cu)
+        with self.assertRaisesRegex(TypeError, "cu_seqlens_q must be int32"):
+            self.call(q, k, v, table, used, cu.long())
+        with self.assertRaisesRegex(TypeError, "float16 or bfloat16 alike"):
+            self.call(q, k.half(), v, table, used, cu)
+        with self.assertRaisesRegex(ValueError, r"cu_seqlens_q must be \[batch \+ 1\]"):
+            self.call(q, k, v, table, used, cu[:3])
+        with self.assertRaisesRegex(ValueError, "mask_align must be one of"):
+            self.call(q, k, v, table, used, cu, mask_align="left")
+        with self.assertRaisesRegex(TypeError, "cu_seqlens_q"):
+            fagen.prefill_paged(q, k, v, table, used, max_seqlen_q=40, max_seqlen_k=90)
+
+
 class OpcheckTest(unittest.TestCase):
     """torch.library.opcheck on meta tensors: schema, autograd registration, fake tensors and
     AOT dispatch (the real kernels need a GPU: tests/gpu/python_check.py)."""

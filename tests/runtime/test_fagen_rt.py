@@ -139,6 +139,93 @@ def paged(bundle_dir):
                  "block_table[2][5] = 9999 is not a page id in [0, 512)")
     expect_error(lambda: plan.run(q, cache, cache, o, lse, stream=0, workspace=workspace),
                  "FAGEN_ERROR_INVALID_ARGUMENT", "run it with fagen_run_forward_paged")
+    prefill(bundle, cache, workspace)
+
+
+def expect_value_error(fn, *parts):
+    try:
+        fn()
+    except ValueError as e:
+        for part in parts:
+            assert part in str(e), f"{part!r} not in {str(e)!r}"
+        return
+    raise AssertionError("expected ValueError")
+
+
+def prefill(bundle, cache, workspace):
+    """Chunked prefill over the pages: a varlen call (packed q, cu_seqlens_q, max_seqlen_q)
+    through Bundle.plan_forward_paged and Plan.run_paged plans and launches the paged varlen
+    forward once over (query tiles, heads_q, batch), with its arguments checked in Python."""
+    import fagen_rt
+    fake = fake_driver()
+    q = FakeTensor((450, 32, 128))  # 3 sequences' new tokens, packed; the longest 200
+    table = FakeTensor((3, 64), "torch.int32", ptr=0x40000)
+    used = FakeTensor((3,), "torch.int32", ptr=0x40400)
+    cu_q = FakeTensor((4,), "torch.int32", ptr=0x40800)
+    varlen = dict(causal=True, cu_seqlens_q=cu_q, max_seqlen_q=200)
+    plan = bundle.plan_forward_paged(q, cache, cache, table, 1000, **varlen)
+    name = "fagen_fwd_fp16_hd128_causal_varlen_paged16_sm80_m128n64w4s2"
+    assert plan.kernel.startswith(name + " "), plan.kernel
+    assert plan.grid == (2, 32, 3), plan.grid  # ceil(200 / 128) query tiles
+    assert plan.run_args == fagen_rt.RUN_ARG_CU_SEQLENS, plan.run_args
+    assert plan.workspace_bytes == 256  # the status record alone
+    pinned = bundle.plan_forward_paged(q, cache, cache, table, 1000, kernel_index=8, **varlen)
+    assert pinned.kernel == plan.kernel
+    # The C runtime's own checks come through: seqlen_k within the block table.
+    expect_error(lambda: bundle.plan_forward_paged(q, cache, cache, table, 64 * 16 + 1,
+                                                   **varlen),
+                 "FAGEN_ERROR_INVALID_ARGUMENT", "seqlen_k (1025) exceeds the block table's 1024")
+    # A decode-shaped q, or no max_seqlen_q, or packed keys' arguments: refused in Python.
+    expect_value_error(lambda: bundle.plan_forward_paged(FakeTensor((3, 150, 32, 128)), cache,
+                                                         cache, table, 1000, **varlen),
+                       "q must be [total_q, heads_q, head_dim] (cu_seqlens_q given)",
+                       "(3, 150, 32, 128)")
+    expect_value_error(lambda: bundle.plan_forward_paged(q, cache, cache, table, 1000,
+                                                         causal=True, cu_seqlens_q=cu_q),
+                       "needs max_seqlen_q")
+    expect_value_error(lambda: bundle.plan_forward_paged(q, cache, cache, table, 1000,
+                                                         cu_seqlens_k=cu_q, **varlen),
+                       "cu_seqlens_k is not read by a paged call")
+    expect_value_error(lambda: bundle.plan_forward_paged(
+        q, cache, cache, table, 1000, causal=True, cu_seqlens_q=FakeTensor((5,), "torch.int32"),
+        max_seqlen_q=200), "block_table has 3 rows but the call has batch 4")
+    expect_value_error(lambda: bundle.plan_forward_paged(q, FakeTensor((512, 16, 1024)), cache,
+                                                         table, 1000, **varlen),
+                       "k_cache must be [num_pages, page_size, heads_kv, head_dim]")
+    # No paged varlen kernel for 32-token pages: the runtime names the spec keys.
+    expect_error(lambda: bundle.plan_forward_paged(q, FakeTensor((512, 32, 8, 128)),
+                                                   FakeTensor((512, 32, 8, 128)), table, 1000,
+                                                   **varlen),
+                 "FAGEN_ERROR_NOT_SUPPORTED", "page_size 32")
+
+    o = FakeTensor((450, 32, 128), ptr=0x20000)
+    lse = FakeTensor((32, 450), "torch.float32", ptr=0x30000)
+    expect_value_error(lambda: plan.run_paged(q, cache, cache, o, lse, table, used, stream=0,
+                                              workspace=workspace),
+                       "pass cu_seqlens_q")
+    expect_value_error(lambda: plan.run_paged(q, cache, cache, o, lse, table, used, stream=0,
+                                              workspace=workspace, cu_seqlens_q=cu_q,
+                                              args=fagen_rt.run_args()),
+                       "not both")
+    start = fake.fake_cuda_launch_count()
+    plan.run_paged(q, cache, cache, o, lse, table, used, stream=0, workspace=workspace,
+                   cu_seqlens_q=cu_q)
+    assert launches_since(fake, start) == [(name, (2, 32, 3), (128, 1, 1))]
+    plan.status(workspace, stream=0)
+    # The same through args (what the torch op passes).
+    plan.run_paged(q, cache, cache, o, lse, table, used, stream=0, workspace=workspace,
+                   args=fagen_rt.run_args(cu_seqlens_q=cu_q))
+    assert len(launches_since(fake, start)) == 2
+
+
+def fake_driver():
+    """The fake libcuda the runtime opened (FAGEN_LIBCUDA), its launch log readable."""
+    import ctypes
+    fake = ctypes.CDLL(os.environ["FAGEN_LIBCUDA"])
+    u3 = ctypes.c_uint * 3
+    fake.fake_cuda_launch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, u3, u3,
+                                      ctypes.c_void_p, ctypes.c_size_t]
+    return fake
 
 
 def launches_since(fake, start):
@@ -162,10 +249,7 @@ def variants(bundle_dir):
     assert ctypes.sizeof(fagen_rt.RunArgs) == 88
     assert ctypes.sizeof(fagen_rt._Plan) == 1192 and fagen_rt._Plan.params.offset == 168
     assert fagen_rt.library().fagen_abi_version() == fagen_rt.ABI_VERSION
-    fake = ctypes.CDLL(os.environ["FAGEN_LIBCUDA"])  # the instance the runtime opened
-    u3 = ctypes.c_uint * 3
-    fake.fake_cuda_launch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, u3, u3,
-                                      ctypes.c_void_p, ctypes.c_size_t]
+    fake = fake_driver()
     bundle = fagen_rt.Bundle(os.path.join(bundle_dir, "variants.fab"))
 
     # Packed varlen bf16 hd64, top-left window, softcap, dropout: batch 3, longest 700 / 900.

@@ -443,7 +443,7 @@ FAGEN_API void fagen_fwd_problem_set_paged_strides(fagen_fwd_problem *problem,
  *  (the status record; the splits' partials too when there is more than one split): a paged
  *  run needs its workspace. A varlen call (chunked prefill: packed queries, cu_seqlens_q in the
  *  run's args, total_k = seqlen_k, cu_seqlens_k not read) plans among the paged varlen forward
- *  kernels instead (docs/runtime-api.md; compiled, not run). */
+ *  kernels instead (docs/runtime-api.md; run on an H100, 2026-12-06). */
 FAGEN_API fagen_status fagen_plan_forward_paged(const fagen_bundle *bundle,
                                                 const fagen_fwd_problem *problem,
                                                 const fagen_paged_kv *paged, fagen_plan *plan);
