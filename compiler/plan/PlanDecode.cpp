@@ -87,10 +87,11 @@ int archSmemPerSm(const std::string &arch) {
   return 228 * 1024; // sm_90, sm_90a, sm_100, sm_100a
 }
 
-/// The most K/V stages (2..8) for which kDecodeCtasPerSm CTAs share an SM (each also costs 1 KB
-/// of reserved shared memory), else 2: the deepest ring that keeps two CTAs per SM, so that
-/// each SM has 2 x (stages - 1) tiles in flight. Occupancy arithmetic, not measured: on sm_90 hd
-/// 64 gets 6 stages, hd 128 3, hd 256 2 (one CTA per SM).
+/// The most K/V stages (2..8) for which two CTAs share an SM (each also costs 1 KB of reserved
+/// shared memory), else 2: the deepest ring that keeps two CTAs per SM, so that grids of
+/// several waves (large batches, no splits) have 2 x (stages - 1) tiles in flight an SM; split
+/// grids take one CTA per SM (kDecodeCtasPerSm). Occupancy arithmetic, not measured: on sm_90
+/// hd 64 gets 6 stages, hd 128 3, hd 256 2 (one CTA per SM).
 int decodeStages(const KernelPlan &p) {
   const int budget = archSmemPerSm(p.arch) / 2 - 1024;
   int stages = 2;

@@ -26,13 +26,17 @@ FAGEN_DECODE_SPLIT_HD void decode_split_range(int n_begin, int n_end, int num_sp
   *end = first + per_split < n_end ? first + per_split : n_end;
 }
 
-/// CTAs per SM the split count aims at: a decode kernel's tiles are planned so that two fit an
-/// SM's shared memory on sm_90 (compiler/plan: decodeStages), and a second CTA's loads cover the
-/// first one's start and end (not measured yet).
-constexpr int kDecodeCtasPerSm = 2;
-/// The fewest key tiles a split takes: fewer make the combine's reads and each CTA's start (Q,
-/// the pipeline's first loads) weigh more than the keys it streams (not measured yet).
-constexpr int kDecodeMinTilesPerSplit = 2;
+/// CTAs per SM the split count aims at, and the fewest key tiles a split takes. Measured on an
+/// H100 (132 SMs; bf16, hd 128, one query token, GQA 32/8 and MHA, batch 1-16, 2k-128k keys;
+/// every cell run with the planned split count and fewer, the combine a programmatic dependent;
+/// docs/perf/sm80-decode.md): one CTA per SM and splits of at least 4 tiles give the fastest
+/// count of each cell or one within 1 %. Two CTAs per SM and splits of 2 tiles, the first rule,
+/// took up to 1.07x longer: the more splits, the more partial rows to write and combine, while
+/// one CTA per SM, its 3-stage ring of 64-key tiles (96 KB in flight), already keeps the memory
+/// system busy (batch 16 at 2k: one split 62.1 us, two 65.1 us; batch 1 at 2k: 8 splits 13.4 us,
+/// 16 splits 14.4 us).
+constexpr int kDecodeCtasPerSm = 1;
+constexpr int kDecodeMinTilesPerSplit = 4;
 /// The most splits: bounds the workspace (num_splits partial rows per query row).
 constexpr int kDecodeMaxSplits = 128;
 

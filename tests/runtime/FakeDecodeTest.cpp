@@ -63,13 +63,13 @@ const char *kDecode = "fagen_fwd_fp16_hd128_causal_sm80decode_m16n64w4s3";
 
 TEST_F(FakeDecodeTest, PlansSplitsFromTheShapeAndTheSms) {
   // 1 x 8 kv heads, 4 packed rows (one row block), 128k keys: 2048 key tiles; 8 CTAs without
-  // splits, so 33 splits fill two CTAs per SM of the fake's 132 (common/decode_split.h).
+  // splits, so 16 splits fill one CTA per SM of the fake's 132 (common/decode_split.h).
   fagen_fwd_problem p = decodeProblem(1, 1, 131072);
   fagen_plan plan;
   ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), kDecode); // over the sm_90a forward of the same variant
   EXPECT_EQ(plan.pass, FAGEN_PASS_FORWARD);
-  EXPECT_EQ(plan.grid[0], 33);
+  EXPECT_EQ(plan.grid[0], 16);
   EXPECT_EQ(plan.grid[1], 8);
   EXPECT_EQ(plan.grid[2], 1);
   EXPECT_EQ(plan.block[0], 128);
@@ -78,13 +78,13 @@ TEST_F(FakeDecodeTest, PlansSplitsFromTheShapeAndTheSms) {
   EXPECT_EQ(plan.pre_function, nullptr);
   EXPECT_EQ(plan.pre_post_grid[0], 32); // 32 rows x 16 chunks x 8 state lanes / 128 threads
   EXPECT_EQ(plan.pre_post_block[0], 128);
-  const fagen_decode_workspace w = fagen_decode_workspace_layout(33, 1, 32, 1, 128, 0);
+  const fagen_decode_workspace w = fagen_decode_workspace_layout(16, 1, 32, 1, 128, 0);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_EQ(plan.workspace_offsets[0], w.o_offset);
   EXPECT_EQ(plan.workspace_offsets[1], w.lse_offset);
   fagen_decode_params dp;
   std::memcpy(&dp, plan.params, sizeof dp);
-  EXPECT_EQ(dp.num_splits, 33);
+  EXPECT_EQ(dp.num_splits, 16);
   EXPECT_EQ(dp.m_blocks, 1);
   EXPECT_EQ(dp.fwd.group_size, 4);
   EXPECT_EQ(dp.fwd.seqlen_q, 1);
@@ -101,9 +101,10 @@ TEST_F(FakeDecodeTest, PlansSplitsFromTheShapeAndTheSms) {
   ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
   std::memcpy(&dp, plan.params, sizeof dp);
   EXPECT_EQ(dp.m_blocks, 16);
-  // 32 CTAs without splits, 16 key tiles: 8 splits of 2 tiles (the shortest a split takes).
-  EXPECT_EQ(dp.num_splits, 8);
-  EXPECT_EQ(plan.grid[0], 16 * 8);
+  // 32 CTAs without splits, 16 key tiles: 4 splits of 4 tiles (one CTA per SM; the shortest
+  // a split takes).
+  EXPECT_EQ(dp.num_splits, 4);
+  EXPECT_EQ(plan.grid[0], 16 * 4);
   EXPECT_EQ(plan.grid[1], 1);
 }
 
@@ -121,12 +122,12 @@ TEST_F(FakeDecodeTest, RunLaunchesTheSplitsThenTheirCombine) {
   ASSERT_EQ(fake().launchLog.size(), 2u);
   const FakeLaunch &main = fake().launchLog[0], &combine = fake().launchLog[1];
   EXPECT_EQ(main.function, kDecode);
-  EXPECT_EQ(main.grid[0], 33u);
+  EXPECT_EQ(main.grid[0], 16u);
   EXPECT_EQ(main.grid[1], 8u);
   EXPECT_EQ(main.smem, 108800u);
   EXPECT_EQ(main.stream, stream);
   const auto dp = paramsOf<fagen_decode_params>(main);
-  EXPECT_EQ(dp.num_splits, 33);
+  EXPECT_EQ(dp.num_splits, 16);
   EXPECT_EQ(dp.o_partial, reinterpret_cast<float *>(workspace + plan.workspace_offsets[0]));
   EXPECT_EQ(dp.lse_partial, reinterpret_cast<float *>(workspace + plan.workspace_offsets[1]));
   EXPECT_EQ(dp.fwd.q, q);
@@ -146,7 +147,7 @@ TEST_F(FakeDecodeTest, RunLaunchesTheSplitsThenTheirCombine) {
   EXPECT_EQ(mp.lse_states, dp.lse_partial);
   EXPECT_EQ(mp.o, static_cast<void *>(o));
   EXPECT_EQ(mp.lse, lse);
-  EXPECT_EQ(mp.num_states, 33);
+  EXPECT_EQ(mp.num_states, 16);
   EXPECT_EQ(mp.batch, 1);
   EXPECT_EQ(mp.heads, 32);
   EXPECT_EQ(mp.seqlen, 1);
@@ -206,7 +207,7 @@ TEST_F(FakeDecodeTest, ASmallOrMisalignedWorkspaceLaunchesNothing) {
             "fagen_run_forward_with_workspace: workspace_bytes (" +
                 std::to_string(plan.workspace_bytes - 1) + ") is less than plan->workspace_bytes (" +
                 std::to_string(plan.workspace_bytes) +
-                "): the decode's 33 splits would write past it; allocate the plan's "
+                "): the decode's 16 splits would write past it; allocate the plan's "
                 "workspace_bytes, or pass no workspace (one split)");
   EXPECT_EQ(fagen_run_forward_with_workspace(&plan, q, k, v, o, lse, workspace + 4,
                                              plan.workspace_bytes, nullptr, nullptr),
@@ -298,11 +299,11 @@ TEST_F(FakeDecodeTest, WindowSplitsOnlyTheVisibleKeys) {
   ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
   fagen_decode_params dp;
   std::memcpy(&dp, plan.params, sizeof dp);
-  // Keys 98999..99999: tiles 1546..1562, 17 tiles; 8 splits of at least 2 tiles wanted, 6 of
-  // 3 tiles without an empty one (not 33 splits of all 1563 tiles).
-  EXPECT_EQ(dp.num_splits, 6);
+  // Keys 98999..99999: tiles 1546..1562, 17 tiles; 4 splits of at least 4 tiles wanted, 4 of
+  // 5 tiles without an empty one (not 16 splits of all 1563 tiles).
+  EXPECT_EQ(dp.num_splits, 4);
   EXPECT_EQ(dp.fwd.window_left, 1000);
-  EXPECT_EQ(plan.grid[0], 6);
+  EXPECT_EQ(plan.grid[0], 4);
 }
 
 TEST_F(FakeDecodeTest, MergeStatesPlansAndRunsADecodeCubinsMerge) {

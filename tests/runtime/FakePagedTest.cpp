@@ -84,16 +84,16 @@ TEST_F(FakePagedTest, APagedCallPlansThePagedKernelOfItsPageSize) {
   ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
       << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), kPaged);
-  // The split rule of the contiguous decode over seqlen_k (the longest cache): 33 splits.
-  EXPECT_EQ(plan.grid[0], 33);
+  // The split rule of the contiguous decode over seqlen_k (the longest cache): 16 splits.
+  EXPECT_EQ(plan.grid[0], 16);
   fagen_decode_params dp;
   std::memcpy(&dp, plan.params, sizeof dp);
-  EXPECT_EQ(dp.num_splits, 33);
+  EXPECT_EQ(dp.num_splits, 16);
   EXPECT_EQ(dp.num_pages, 8192);
   EXPECT_EQ(dp.max_pages_per_seq, 8192);
   EXPECT_EQ(dp.block_table_batch_stride, 8192);
   EXPECT_EQ(dp.fwd.k_batch_stride, 16 * 8 * 128); // the page stride
-  const fagen_decode_workspace w = fagen_decode_workspace_layout(33, 1, 32, 1, 128, 1);
+  const fagen_decode_workspace w = fagen_decode_workspace_layout(16, 1, 32, 1, 128, 1);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_EQ(plan.workspace_offsets[2], w.status_offset);
 

@@ -274,13 +274,13 @@ TEST(DecodeSplit, RangesCoverTheTilesOnce) {
 }
 
 TEST(DecodeSplit, TheRuleFillsTheGpuWithoutEmptySplits) {
-  // 132 SMs (H100 SXM): the grid aims at one wave of two CTAs per SM.
-  EXPECT_EQ(decode_num_splits(8, 2048, 132), 33);    // 1 x 8 kv heads, 128k keys (64-key tiles)
+  // 132 SMs (H100 SXM): the grid aims at one wave of one CTA per SM.
+  EXPECT_EQ(decode_num_splits(8, 2048, 132), 16);     // 1 x 8 kv heads, 128k keys (64-key tiles)
   EXPECT_EQ(decode_num_splits(8 * 64, 2048, 132), 1); // batch 64 fills the GPU alone
-  EXPECT_EQ(decode_num_splits(128, 2048, 132), 2);    // batch 16: 256 CTAs, one wave of 264
-  EXPECT_EQ(decode_num_splits(200, 2048, 132), 1);    // a second split would make two waves
-  EXPECT_EQ(decode_num_splits(8, 32, 132), 16);       // 2k keys: splits of 2 tiles at least
-  EXPECT_EQ(decode_num_splits(8, 3, 132), 1);         // too few tiles to split
+  EXPECT_EQ(decode_num_splits(32, 2048, 132), 4);     // batch 4: 128 CTAs, one wave of 132
+  EXPECT_EQ(decode_num_splits(128, 2048, 132), 1);    // batch 16: a second split, two waves
+  EXPECT_EQ(decode_num_splits(8, 32, 132), 8);        // 2k keys: splits of 4 tiles at least
+  EXPECT_EQ(decode_num_splits(8, 7, 132), 1);         // too few tiles to split
   EXPECT_EQ(decode_num_splits(1, 1 << 20, 132), kDecodeMaxSplits);
   EXPECT_EQ(decode_num_splits(8, 0, 132), 1);
   // Every answer leaves no split empty and none shorter than the minimum (but the last).
