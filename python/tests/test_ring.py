@@ -193,6 +193,24 @@ class ReferenceBackendTest(unittest.TestCase):
                 torch.testing.assert_close(a, b)
 
 
+class FagenBackendTest(unittest.TestCase):
+    def test_calls_on_meta_tensors(self):
+        """The fagen backend's calls fit the ops' schemas and shapes (fake implementations on
+        meta tensors; no kernel runs): a zig-zag half step, sliced as the ring slices."""
+        q, dout = (torch.empty(2, 12, 4, 64, dtype=torch.bfloat16, device="meta")
+                   for _ in range(2))
+        k, v = (torch.empty(2, 12, 2, 64, dtype=torch.bfloat16, device="meta") for _ in range(2))
+        backend = ring.FagenBackend(deterministic=True)
+        out, lse = backend.forward(q[:, 6:], k, v, False, 0.125)
+        self.assertEqual((out.shape, lse.shape, lse.dtype),
+                         ((2, 6, 4, 64), (2, 4, 6), torch.float32))
+        lse_full = torch.empty(2, 4, 12, dtype=torch.float32, device="meta")
+        dq, dk, dv = backend.backward(dout[:, 6:], q[:, 6:], k, v, out, lse_full[:, :, 6:], False,
+                                      0.125)
+        self.assertEqual((dq.shape, dk.shape, dv.shape), ((2, 6, 4, 64), (2, 12, 2, 64),
+                                                          (2, 12, 2, 64)))
+
+
 class MergeTest(unittest.TestCase):
     def test_exact_and_empty_rows(self):
         gen = torch.Generator().manual_seed(2)
