@@ -36,8 +36,9 @@ thin ring loop the fagen ops need instead, over the same torch.distributed proce
 
 Backends (the per-step attention): FagenBackend (fagen.attention's kernels, CUDA; the default)
 and ReferenceBackend (plain torch in float32/float64 on any device; what the CPU tests run).
-Tested on CPUs with gloo (python/tests/test_ring.py); the fagen backend on GPUs: compiled, not
-run (no multi-GPU machine was lent yet).
+Tested on CPUs with gloo (python/tests/test_ring.py); the fagen backend on GPUs
+(tests/gpu/ring_check.py, bench/bench_ring.py): compiled, not run (no multi-GPU machine was lent
+yet).
 """
 import math
 
