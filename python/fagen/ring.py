@@ -17,11 +17,14 @@ float64 inputs): out = sum_i w_i out_i / sum_i w_i with w_i = exp(lse_i - lse), 
 Causal attention balances the work by the zig-zag order (ring_flash_attn's zigzag ring and
 PyTorch's context_parallel head-tail load balancer use the same one): the sequence is cut into
 2W chunks and rank r holds chunks r and 2W-1-r (zigzag_shard). Step 0 is causal over the rank's
-own two chunks; at step s the K/V come from rank r - s, and
-  - s <= r: only the first received chunk (r - s < r) is visible, to all local queries;
-  - s > r:  only the second local chunk (2W-1-r, the latest) sees the received chunks, both;
+own two chunks; at step s the K/V come from rank r - s (mod W), and
+  - s <= r: the received chunks are r - s, before both local ones, and 2W-1-r+s, after both:
+    every local query sees the first received chunk and none the second;
+  - s > r:  the received chunks W+r-s and W-1-r+s both lie between the local chunks: the
+    second local chunk sees both, the first neither;
 both non-causal over 2c x c (c tokens a chunk), as much work as step 0's causal 2c x 2c, so
-every rank does the same work at every step.
+every rank does the same work at every step. The only causal call is square (2c x 2c), where
+the bottom-right and top-left alignments of a causal mask agree: no step needs an offset mask.
 Without causal the shards may be in any order (e.g. contiguous) and every step is a full
 non-causal attention of the local queries over the received keys.
 
