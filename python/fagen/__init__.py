@@ -7,6 +7,7 @@
     out = fagen.decode_paged(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k=4096)
     out = fagen.prefill_paged(q, k_cache, v_cache, block_table, seqused_k, cu_seqlens_q=cu_q,
                               max_seqlen_q=512, max_seqlen_k=4096, causal=True)  # q packed
+    out = fagen.ring_attention(q, k, v, causal=True)  # this rank's shard (fagen.ring: zig-zag)
 
 fagen.attention is the custom op fagen::attention_forward (+ its backward): autograd, FakeTensor,
 torch.compile(fullgraph=True) and torch.library.opcheck work with it. fagen.runtime is the
@@ -31,8 +32,12 @@ except ImportError:  # the runtime binding works without torch; fagen.attention 
 
     def prefill_paged(*args, **kwargs):
         raise ImportError("fagen.prefill_paged needs PyTorch: pip install torch")
+
+    def ring_attention(*args, **kwargs):
+        raise ImportError("fagen.ring_attention needs PyTorch: pip install torch")
 else:
     from .ops import attention, decode_paged, merge_states, prefill_paged
+    from .ring import ring_attention
 
 __all__ = ["Bundle", "FagenError", "KernelNotBuilt", "attention", "decode_paged", "loaded",
-           "merge_states", "prefill_paged", "runtime", "version"]
+           "merge_states", "prefill_paged", "ring_attention", "runtime", "version"]
