@@ -23,6 +23,11 @@ shuffled order, every sequence its full context; its output should equal the con
 kernel's bit for bit (the notes say where not; WRONG past the tolerance), and the table adds its TB/s and its ratio to the contiguous kernel
 (the target: within 5 %).
 
+--splits 1,2,4,8,16,32: fagen's kernel also with each of these split counts (Plan.
+set_decode_splits; counts above the cell's key tiles skipped), each output checked against the
+reference, and a table of the times per count beside the planned count (* marks it) and cuDNN:
+how the split rule (templates/common/decode_split.h) was measured.
+
 --kernel-times: each timed call also runs 20 times under torch.profiler, and the rows get the
 device time of each kernel it launched (fagen: the split kernel and its combine; SDPA's
 kernels) per call, printed after the table for the cells of batch <= 16, and fagen's time with
@@ -157,8 +162,31 @@ def run_paged(bundle, q, k, v, o_contiguous, page_size, row):
     return not is_wrong(row["paged_max_abs_diff"])
 
 
+def run_splits(bundle, q, k, v, reference, counts, row):
+    """fagen's decode with each split count of `counts` (at most one split per key tile): its
+    time per count in row["split_ms"]; False if an output is WRONG against the reference."""
+    ok = True
+    row["split_ms"] = {}
+    tiles = -(-k.shape[1] // 64)
+    for n in counts:
+        if n > tiles:
+            continue
+        plan = bundle.plan_forward(q, k, v, causal=True)
+        plan.set_decode_splits(n)
+        o = torch.empty_like(q)
+        lse = torch.empty(q.shape[0], q.shape[2], q.shape[1], device=q.device,
+                          dtype=torch.float32)
+        plan.run(q, k, v, o, lse)
+        torch.cuda.synchronize()
+        if reference is not None and is_wrong((o.float() - reference.float()).abs().max().item()):
+            row.setdefault("split_wrong", []).append(n)
+            ok = False
+        row["split_ms"][n] = bench_ms(lambda: plan.run(q, k, v, o, lse))
+    return ok
+
+
 def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, page_size=0,
-             profile=False):
+             profile=False, splits=()):
     """Times fagen and the SDPA backends on one cell; fills `row`. False if fagen is WRONG."""
     q = torch.randn(batch, tokens, heads_q, d, device=dev, dtype=torch.bfloat16)
     k, v = (torch.randn(batch, context, heads_kv, d, device=dev, dtype=torch.bfloat16)
@@ -167,6 +195,7 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, pag
     plan = bundle.plan_forward(q, k, v, causal=True)
     row["fagen_kernel"] = plan.kernel.split(" ")[0]
     row["fagen_ctas"] = plan.grid[0] * plan.grid[1] * plan.grid[2]
+    row["fagen_splits"] = plan.decode_splits
     row["fagen_workspace_bytes"] = plan.workspace_bytes
     o = torch.empty(batch, tokens, heads_q, d, device=dev, dtype=torch.bfloat16)
     lse = torch.empty(batch, heads_q, tokens, device=dev, dtype=torch.float32)
@@ -201,6 +230,8 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, pag
         row["fagen_1split_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse, workspace=False))
     if page_size:
         ok = run_paged(bundle, q, k, v, o_planned, page_size, row) and ok
+    if splits:
+        ok = run_splits(bundle, q, k, v, reference, splits, row) and ok
     for name in ("fagen", "paged") + tuple(n for n, _ in BACKENDS):
         if name + "_ms" in row:
             row[name + "_tbps"] = kv_bytes / (row[name + "_ms"] * 1e-3) / 1e12
@@ -231,6 +262,20 @@ def print_kernel_times(rows):
             parts.append("fagen one split %.1f" % (r["fagen_1split_ms"] * 1e3))
         print("%d/%d b%d s%d: %s" % (r["heads_q"], r["heads_kv"], r["batch"], r["context"],
                                      "; ".join(parts)))
+
+
+def print_splits(rows):
+    """Per cell: fagen's time (us) at each split count (* the planned one), and cuDNN's."""
+    print("\nsplit counts, us (--splits; * the plan's count)")
+    for r in rows:
+        if "split_ms" not in r:
+            continue
+        times = ", ".join("%d%s: %.1f" % (n, "*" if n == r.get("fagen_splits") else "", ms * 1e3)
+                          for n, ms in sorted(r["split_ms"].items(), reverse=True))
+        wrong = " WRONG at %s" % r["split_wrong"] if r.get("split_wrong") else ""
+        print("%d/%d b%d s%d: %s | cudnn %s%s" % (
+            r["heads_q"], r["heads_kv"], r["batch"], r["context"], times,
+            cell(r["cudnn_ms"] * 1e3 if "cudnn_ms" in r else None, "%.1f"), wrong))
 
 
 def print_table(rows, copy_tbps, paged=False):
@@ -269,6 +314,8 @@ def main():
     ap.add_argument("--paged", action="store_true",
                     help="time the bundle's paged decode kernel too (--page-size)")
     ap.add_argument("--page-size", type=int, default=16)
+    ap.add_argument("--splits", default="",
+                    help="comma-separated split counts to time fagen's kernel with as well")
     ap.add_argument("--kernel-times", action="store_true",
                     help="profile each call's kernels (torch.profiler) and print their times")
     ap.add_argument("--max-kv-gb", type=float, default=16.0,
@@ -285,6 +332,9 @@ def main():
             "page_size": args.page_size if args.paged else 0, "rows": []}
     print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
     torch.manual_seed(0)
+    splits = [int(x) for x in args.splits.split(",") if x]
+    if any(not 1 <= n <= 128 for n in splits):
+        ap.error(f"--splits {args.splits}: each count must be in 1..128")
     failed = False
     for heads in args.heads.split(","):
         hq, hkv = (int(x) for x in heads.split("/"))
@@ -300,7 +350,7 @@ def main():
                     row["ok"] = run_cell(bundle, dev, hq, hkv, b, s, args.q_tokens,
                                          args.head_dim, row,
                                          args.page_size if args.paged else 0,
-                                         args.kernel_times)
+                                         args.kernel_times, splits)
                 except (RuntimeError, fagen_rt.FagenError) as e:
                     row["ok"], row["error"] = False, str(e).splitlines()[0][:300]
                 failed |= not row["ok"]
@@ -312,6 +362,8 @@ def main():
     print_table(meta["rows"], copy_tbps, args.paged)
     if args.kernel_times:
         print_kernel_times(meta["rows"])
+    if splits:
+        print_splits(meta["rows"])
     sys.exit(1 if failed else 0)
 
 

@@ -170,6 +170,8 @@ def library(path=None):
         "fagen_plan_forward_paged_kernel": (c.c_int, [P, Pr, c.POINTER(_PagedKv), c.c_int, Pl]),
         "fagen_run_forward_paged": (c.c_int, [Pl, P, P, P, P, P, P, P, P, c.c_size_t, A, P]),
         "fagen_paged_kv_status": (c.c_int, [Pl, P, P]),
+        "fagen_plan_set_decode_splits": (c.c_int, [Pl, c.c_int32]),
+        "fagen_plan_decode_splits": (c.c_int32, [Pl]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -260,6 +262,18 @@ class Plan:
     @property
     def pre_post_grid(self):
         return tuple(self._plan.pre_post_grid)
+
+    @property
+    def decode_splits(self):
+        """A decode plan's split count (planned, or set by set_decode_splits); 0 otherwise."""
+        return library().fagen_plan_decode_splits(ctypes.byref(self._plan))
+
+    def set_decode_splits(self, num_splits):
+        """Sets a decode plan's split count (1..128) instead of the planned one
+        (fagen_plan_set_decode_splits): the grid, the combine and workspace_bytes follow; the
+        plan's own workspaces are allocated anew at the next run."""
+        _check(library().fagen_plan_set_decode_splits(ctypes.byref(self._plan), int(num_splits)))
+        self.__dict__.pop("_workspaces", None)
 
     @property
     def workspace_bytes(self):

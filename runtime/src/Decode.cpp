@@ -155,23 +155,37 @@ void fillDecodePlan(const fagen_fwd_problem &p, const fagen_paged_kv *paged,
   // The packed rows of a kv head (its group of query heads x the tokens), in row blocks.
   const int64_t rows = int64_t(p.heads_q / p.heads_kv) * p.seqlen_q;
   const int32_t mBlocks = int32_t(ceilDiv(rows, k.blockM));
-  const int splits = decode_num_splits(int64_t(p.batch) * p.heads_kv * mBlocks,
-                                       visibleKeyTiles(k, dp.fwd), sms);
-  dp.num_splits = splits;
   dp.m_blocks = mBlocks;
-  const fagen_merge_params mp = combineParams(p, splits);
+  const fagen_merge_params mp = combineParams(p, 1);
   std::memcpy(plan.params, &dp, sizeof dp);
   std::memcpy(plan.params + kDecodeMergeParamsOffset, &mp, sizeof mp);
-  setGrid(plan.grid, int64_t(mBlocks) * splits, p.heads_kv, p.batch);
+  setGrid(plan.grid, mBlocks, p.heads_kv, p.batch);
   setGrid(plan.pre_post_grid,
           fagen_merge_blocks(int64_t(p.batch) * p.heads_q * p.seqlen_q, p.head_dim_v,
                              FAGEN_COMBINE_STATE_LANES),
           1, 1);
   setGrid(plan.pre_post_block, k.prePostThreads, 1, 1);
-  if (splits == 1 && paged == nullptr)
-    return; // the kernel writes O and LSE itself: no workspace
-  const fagen_decode_workspace w = fagen_decode_workspace_layout(
-      splits, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v, paged != nullptr);
+  setDecodeSplits(plan, k,
+                  decode_num_splits(int64_t(p.batch) * p.heads_kv * mBlocks,
+                                    visibleKeyTiles(k, dp.fwd), sms));
+}
+
+void setDecodeSplits(fagen_plan &plan, const KernelRecord &k, int splits) {
+  fagen_decode_params dp;
+  fagen_merge_params mp;
+  std::memcpy(&dp, plan.params, sizeof dp);
+  std::memcpy(&mp, plan.params + kDecodeMergeParamsOffset, sizeof mp);
+  dp.num_splits = mp.num_states = splits;
+  std::memcpy(plan.params, &dp, sizeof dp);
+  std::memcpy(plan.params + kDecodeMergeParamsOffset, &mp, sizeof mp);
+  plan.grid[0] = dp.m_blocks * splits;
+  const bool paged = k.isPaged();
+  // One split of a contiguous cache: the kernel writes O and LSE itself, no workspace.
+  const fagen_decode_workspace w =
+      splits == 1 && !paged
+          ? fagen_decode_workspace{0, 0, 0, 0}
+          : fagen_decode_workspace_layout(splits, dp.fwd.batch, dp.fwd.heads_q, dp.fwd.seqlen_q,
+                                          k.headDimV, paged);
   plan.workspace_bytes = size_t(w.total_bytes);
   plan.workspace_offsets[0] = w.o_offset;
   plan.workspace_offsets[1] = w.lse_offset;
@@ -472,6 +486,33 @@ void fagen_fwd_problem_set_paged_strides(fagen_fwd_problem *p, const fagen_paged
     p->k_strides[i] = k[i];
     p->v_strides[i] = v[i];
   }
+}
+
+fagen_status fagen_plan_set_decode_splits(fagen_plan *plan, int32_t num_splits) {
+  const char *function = "fagen_plan_set_decode_splits";
+  if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
+    return s;
+  const KernelRecord &k = plan->bundle->bundle.kernels[plan->kernel_index];
+  if (!isDecodeKernel(k))
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": the plan's kernel " + k.name +
+                    " is not a split-KV decode kernel (template sm80decode): only a decode "
+                    "plan has a split count");
+  if (num_splits < 1 || num_splits > kDecodeMaxSplits)
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": num_splits (" + str(num_splits) + ") must be in 1.." +
+                    str(kDecodeMaxSplits));
+  setDecodeSplits(*plan, k, num_splits);
+  return FAGEN_OK;
+}
+
+int32_t fagen_plan_decode_splits(const fagen_plan *plan) {
+  if (plan == nullptr || checkPlan("fagen_plan_decode_splits", plan, FAGEN_PASS_FORWARD) != FAGEN_OK ||
+      !isDecodeKernel(plan->bundle->bundle.kernels[plan->kernel_index]))
+    return 0;
+  fagen_decode_params dp;
+  std::memcpy(&dp, plan->params, sizeof dp);
+  return dp.num_splits;
 }
 
 fagen_status fagen_plan_forward_paged(const fagen_bundle *bundle,

@@ -166,6 +166,8 @@ void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &page
 /// (`paged`: the paged KV cache of a paged kernel's call, else null).
 void fillDecodePlan(const fagen_fwd_problem &p, const fagen_paged_kv *paged,
                     const KernelRecord &k, int sms, fagen_plan &plan);
+/// Sets a decode plan's split count (>= 1): NAME's grid, the combine's states, the workspace.
+void setDecodeSplits(fagen_plan &plan, const KernelRecord &k, int splits);
 /// The paged KV cache of a call (host only): its struct, page size, table and lengths against
 /// the problem, or why not.
 fagen_status checkPagedKv(const char *function, const fagen_fwd_problem &p,

@@ -108,6 +108,50 @@ TEST_F(FakeDecodeTest, PlansSplitsFromTheShapeAndTheSms) {
   EXPECT_EQ(plan.grid[1], 1);
 }
 
+TEST_F(FakeDecodeTest, TheSplitCountCanBeSet) {
+  fagen_fwd_problem p = decodeProblem(1, 1, 131072); // planned: 16 splits
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fagen_plan_decode_splits(&plan), 16);
+  ASSERT_EQ(fagen_plan_set_decode_splits(&plan, 5), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fagen_plan_decode_splits(&plan), 5);
+  EXPECT_EQ(plan.grid[0], 5);
+  const fagen_decode_workspace w = fagen_decode_workspace_layout(5, 1, 32, 1, 128, 0);
+  EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
+  EXPECT_EQ(plan.workspace_offsets[1], w.lse_offset);
+  fake().launchLog.clear();
+  ASSERT_EQ(fagen_run_forward_with_workspace(&plan, q, k, v, o, lse, workspace,
+                                             plan.workspace_bytes, nullptr, nullptr),
+            FAGEN_OK)
+      << fagen_last_error();
+  ASSERT_EQ(fake().launchLog.size(), 2u);
+  EXPECT_EQ(paramsOf<fagen_decode_params>(fake().launchLog[0]).num_splits, 5);
+  EXPECT_EQ(paramsOf<fagen_merge_params>(fake().launchLog[1]).num_states, 5);
+  // One split: no workspace, no combine.
+  ASSERT_EQ(fagen_plan_set_decode_splits(&plan, 1), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(plan.workspace_bytes, 0u);
+  EXPECT_EQ(plan.grid[0], 1);
+  fake().launchLog.clear();
+  ASSERT_EQ(fagen_run_forward(&plan, q, k, v, o, lse, nullptr), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fake().launchLog.size(), 1u);
+  // Out of range, and a plan of another kernel: refused, named.
+  EXPECT_EQ(fagen_plan_set_decode_splits(&plan, 0), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("num_splits (0) must be in 1..128"),
+            std::string::npos)
+      << fagen_last_error();
+  EXPECT_EQ(fagen_plan_set_decode_splits(&plan, 129), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fagen_plan_set_decode_splits(nullptr, 4), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(fagen_plan_decode_splits(nullptr), 0);
+  p = decodeProblem(1, 1, 131072);
+  p.seqlen_q = 2048; // past the decode kernels' q_tokens: the forward kernel serves it
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fagen_plan_decode_splits(&plan), 0);
+  EXPECT_EQ(fagen_plan_set_decode_splits(&plan, 4), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error()).find("is not a split-KV decode kernel"),
+            std::string::npos)
+      << fagen_last_error();
+}
+
 TEST_F(FakeDecodeTest, RunLaunchesTheSplitsThenTheirCombine) {
   fagen_fwd_problem p = decodeProblem(1, 1, 131072);
   fagen_plan plan;

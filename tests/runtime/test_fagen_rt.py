@@ -119,6 +119,16 @@ def paged(bundle_dir):
     plan = bundle.plan_forward_paged(q, cache, cache, table, 1000, causal=True)
     assert plan.kernel.startswith("fagen_fwd_fp16_hd128_causal_paged16_sm80decode"), plan.kernel
     assert plan.workspace_bytes >= 256
+    # The split count: planned, then set (the workspace follows; one split keeps the status).
+    planned, planned_bytes = plan.decode_splits, plan.workspace_bytes
+    assert planned >= 1, planned
+    plan.set_decode_splits(1)
+    assert (plan.decode_splits, plan.grid[0], plan.workspace_bytes) == (1, 1, 256), \
+        (plan.decode_splits, plan.grid, plan.workspace_bytes)
+    plan.set_decode_splits(planned)
+    assert plan.workspace_bytes == planned_bytes
+    expect_error(lambda: plan.set_decode_splits(200), "FAGEN_ERROR_INVALID_ARGUMENT",
+                 "num_splits (200) must be in 1..128")
     expect_error(lambda: bundle.plan_forward_paged(q, cache, cache, table, 64 * 16 + 1,
                                                    causal=True),
                  "FAGEN_ERROR_INVALID_ARGUMENT", "seqlen_k (1025) exceeds the block table's 1024")

@@ -16,7 +16,8 @@
  * with FAGEN_FWD_PROBLEM_INIT / FAGEN_RUN_ARGS_INIT (or fagen_fwd_problem_init,
  * fagen_run_args_init). Workspaces are passed with their size. ABI 2 callers recompile.
  * The paged KV cache (fagen_paged_kv, fagen_plan_forward_paged, fagen_run_forward_paged,
- * fagen_paged_kv_status) came within ABI 3: new functions and a new struct, none changed.
+ * fagen_paged_kv_status) and the decode split count (fagen_plan_set_decode_splits,
+ * fagen_plan_decode_splits) came within ABI 3: new functions and a new struct, none changed.
  * ABI 2: every attention variant (masks, score mods, dropout, varlen, block sparsity) and the
  * backward pass.
  */
@@ -282,6 +283,16 @@ FAGEN_API int fagen_abi_version(void);
  *  fagen_run_forward_with_workspace; a call without it runs one split (correct, slower). */
 FAGEN_API fagen_status fagen_plan_forward(const fagen_bundle *bundle,
                                           const fagen_fwd_problem *problem, fagen_plan *plan);
+
+/** Sets the split count of a decode plan (fagen_plan_forward or fagen_plan_forward_paged of a
+ *  split-KV decode kernel) instead of the planned one: num_splits in 1..128; the key tiles are
+ *  divided as evenly as before (a split past the last tile holds no key and the combine skips
+ *  it). Updates the grid, the combine and plan->workspace_bytes (allocate the new size). For
+ *  tuning the split rule and for callers that know their GPU's share (e.g. other work running
+ *  beside the decode); FAGEN_ERROR_INVALID_ARGUMENT for a plan of another kernel. */
+FAGEN_API fagen_status fagen_plan_set_decode_splits(fagen_plan *plan, int32_t num_splits);
+/** The split count of a decode plan (planned or set); 0 for a plan of another kernel or null. */
+FAGEN_API int32_t fagen_plan_decode_splits(const fagen_plan *plan);
 
 /** Like fagen_plan_forward, but plans kernel `kernel_index` of the bundle instead of choosing
  *  one (for tools that test every kernel, such as `fagen check`). Fails with

@@ -93,6 +93,11 @@ public:
     check(fagen_run_forward_paged(&plan_, q, kCache, vCache, o, lse, blockTable, sequsedK,
                                   workspace, workspaceBytes, args, stream));
   }
+  /// A decode plan's split count instead of the planned one (1..128; fagen.h
+  /// fagen_plan_set_decode_splits): then allocate workspaceBytes() anew.
+  void setDecodeSplits(int numSplits) { check(fagen_plan_set_decode_splits(&plan_, numSplits)); }
+  /// A decode plan's split count; 0 for another plan.
+  int decodeSplits() const { return fagen_plan_decode_splits(&plan_); }
   /// After runPaged on `workspace`: synchronizes `stream`; throws fagen::Error naming the
   /// first bad block-table entry or cache length the kernel met.
   void checkPagedStatus(const void *workspace, void *stream = nullptr) const {
