@@ -507,7 +507,8 @@ fagen_status fagen_plan_set_decode_splits(fagen_plan *plan, int32_t num_splits) 
 }
 
 int32_t fagen_plan_decode_splits(const fagen_plan *plan) {
-  if (plan == nullptr || checkPlan("fagen_plan_decode_splits", plan, FAGEN_PASS_FORWARD) != FAGEN_OK ||
+  if (plan == nullptr ||
+      checkPlan("fagen_plan_decode_splits", plan, FAGEN_PASS_FORWARD) != FAGEN_OK ||
       !isDecodeKernel(plan->bundle->bundle.kernels[plan->kernel_index]))
     return 0;
   fagen_decode_params dp;

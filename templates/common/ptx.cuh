@@ -1,6 +1,7 @@
 // fagen: the PTX atoms every arch has (thread and block indices read so that they are
 // recomputed where used, shared-window addresses, 16-byte shared and global accesses, byte
-// permute, and the grid-dependency controls that are no-ops before sm_90). Arch-specific instructions live in sm80/mma.cuh, sm90/wgmma.cuh and sm90/tma.cuh.
+// permute, and the grid-dependency controls that are no-ops before sm_90). Arch-specific
+// instructions live in sm80/mma.cuh, sm90/wgmma.cuh and sm90/tma.cuh.
 // Destination first; shared-memory addresses are 32-bit shared-window addresses (smem_addr()).
 #ifndef FAGEN_TEMPLATES_COMMON_PTX_CUH
 #define FAGEN_TEMPLATES_COMMON_PTX_CUH
