@@ -105,7 +105,10 @@ constexpr uint32_t kSemaphorePollsPerClockRead = 1u << 16;
 }
 
 /// Polls *sem until it equals value (acquire), from the calling thread alone; traps after
-/// kSemaphoreWaitLimitNs.
+/// kSemaphoreWaitLimitNs, with the message of semaphore_wait_timed_out when kMessage. Without
+/// it the kernel makes no call: a kernel with wgmma and a call anywhere in it has every wgmma
+/// serialized by ptxas (nvcc 13.0, C7510: "wgmma pipeline crossing function boundary").
+template <bool kMessage = true>
 __device__ __forceinline__ void semaphore_poll(const int32_t *sem, int value) {
   uint32_t polls = 0;
   uint64_t start = 0;
@@ -115,8 +118,12 @@ __device__ __forceinline__ void semaphore_poll(const int32_t *sem, int value) {
     const uint64_t now = global_timer_ns();
     if (start == 0)
       start = now;
-    else if (now - start > kSemaphoreWaitLimitNs)
-      semaphore_wait_timed_out(sem, value, seen);
+    else if (now - start > kSemaphoreWaitLimitNs) {
+      if constexpr (kMessage)
+        semaphore_wait_timed_out(sem, value, seen);
+      else
+        __trap();
+    }
   }
 }
 

@@ -69,12 +69,41 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// fagen_bwd_dq_tile_row0 (abi/bwd_params.h), which the runtime sizes for.
   static constexpr bool kDqWholeTiles = true;
 
-  /// Head dim 64 only (H100, bf16, 2k-16k, one process, two rounds each; docs/perf/sm90-bwd.md):
+  /// A warp of the producer warpgroup adds the consumers' staged dQ blocks to dq_accum (bulk
+  /// reductions; bwd_ws_write_dq), so that a consumer only stages its block: in deterministic
+  /// kernels (which order the additions), and at hd 96 / 128 with no mask or a causal one and
+  /// no score mod, varlen or block sparsity. H100, bf16, 2k-16k, harness A/B of three rounds
+  /// in one call, time against the consumers adding their own blocks: hd 128 0.88-0.94x,
+  /// causal 0.94-1.00x, causal dropout 0.91-0.96x; hd 64 0.96-1.02x (not kept: its dropout
+  /// kernel spilled 36 bytes). With softcap 16 bytes spilled; varlen causal, window and
+  /// static block-sparse causal kernels had their wgmma serialized by ptxas for want of
+  /// registers (C7512, nvcc 13.0): there the consumers add their own.
+  static constexpr bool kDqWriter =
+      kDeterministic ||
+      (kDim == 128 && VariantParts<Variant>::ScoreMod::kIdentity && !Variant::kVarlen &&
+       (std::is_same<typename Variant::Mask, NoMask>::value || Variant::Mask::kCausal) &&
+       !Variant::Sparsity::kSparse);
+  /// Deterministic kernels at hd 96 / 128: dK += dS^T Q issued after the dQ block, so that the
+  /// tensor cores compute it while the block is staged (FlashAttention-3's order), with
+  /// kOverlapP. H100, bf16, 2k-16k, harness A/B of three rounds in one call: causal
+  /// 0.81-0.85x the time (the other order's causal kernel had its wgmma serialized by ptxas
+  /// for want of registers, C7512), non-causal 0.88-0.94x (the other order: 0.82-0.95x).
+  /// Not in the default kernels: hd 128 causal took 1.06-1.09x the time, hd 64 0.98-1.03x,
+  /// and hd 64 dropout spilled. (The fp16 causal dropout + block-sparse deterministic kernel
+  /// spills 56 bytes with it, 120 without; nvcc 13.0.)
+  static constexpr bool kDqBeforeDk = kDqWriter && kDim == 128;
+  /// Head dim 64, and deterministic kernels at hd 128 (kDqBeforeDk), only (H100, bf16, 2k-16k,
+  /// one process, two rounds each; docs/perf/sm90-bwd.md):
   /// P^T computed while dP^T is still in the tensor cores (kOverlapP), and each key tile's walk
   /// over the query tiles started at a different tile (kRotateQueryWalk, bwd_ws_kernel.cuh's
   /// WsQueryWalk), together: hd 64 +1-4 % at every length, causal or not; hd 128 -1-6 %. The
   /// walk is the plan's (common/ws_bwd_layout.h has its default), so that the tuner tries both.
-  static constexpr bool kOverlapP = kDim == 64;
+  static constexpr bool kOverlapP = kDim == 64 || kDqBeforeDk;
+  /// Head dim 256 (kSplitS) under a mask: both dQ blocks issued with dV and dK (the second
+  /// computed while the first is staged and added). H100, same A/B: causal 0.95-0.96x the
+  /// time, deterministic 0.94-0.98x; without a mask 1.02-1.07x (not kept there).
+  static constexpr bool kIssueDqAtOnce =
+      !std::is_same<typename Variant::Mask, NoMask>::value;
   static constexpr bool kRotateQueryWalk = Options::kRotateQueryWalk;
   static_assert(!(kRotateQueryWalk && kDeterministic),
                 "kRotateQueryWalk: the deterministic mode's dQ order needs every key tile to walk "
@@ -88,7 +117,7 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr int kKvCols = kSplitS ? kDim / 2 : kDim;
   static constexpr int kConsumers = ws_bwd_consumers(kDim, kBlockN);
   static constexpr int kThreads = 128 * (kConsumers + 1);
-  /// Deterministic kernels: named barriers between consumer warpgroup c and the dQ writer warp
+  /// kDqWriter kernels: named barriers between consumer warpgroup c and the dQ writer warp
   /// (128 + 32 threads): its staging block full (kDqFullBarrier + c) and free again
   /// (kDqEmptyBarrier + c). (1 is the consumers' dS^T barrier, 2 + c a consumer's own.)
   static constexpr int kDqFullBarrier = 2 + kConsumers;
@@ -97,8 +126,8 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr int kPrePostThreads = 256;
   // Registers a thread after setmaxnreg (common/ws_registers.h): the forward's split, or one
   // with room for the dQ writer warp.
-  static constexpr int kProducerRegs = ws_bwd_producer_registers(kDeterministic);
-  static constexpr int kConsumerRegs = ws_bwd_consumer_registers(kDeterministic);
+  static constexpr int kProducerRegs = ws_bwd_producer_registers(kDqWriter);
+  static constexpr int kConsumerRegs = ws_bwd_consumer_registers(kDqWriter);
   static_assert(kConsumers == 2 && ws_split_fits(kConsumers, kProducerRegs, kConsumerRegs),
                 "the warpgroups' registers after setmaxnreg exceed what the CTA was launched "
                 "with (common/ws_registers.h)");

@@ -353,7 +353,7 @@ __device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
                                               const fagen_bwd_params &params,
                                               const float (&dq)[8][4], int64_t dq_seq, int head,
                                               int m_block, int sub, int consumer, int tid) {
-  if constexpr (Config::kDeterministic) {
+  if constexpr (Config::kDqWriter) {
     // The dQ writer warp adds it (as sub-block `consumer`) in its turn (bwd_ws_write_dq):
     // staged once it has read the previous block, then handed over.
     named_barrier_sync<160>(Config::kDqEmptyBarrier + consumer);
@@ -414,22 +414,24 @@ __device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
       params.dv_row_stride, rows, dv);
 }
 
-/// The dQ writer warp of a deterministic kernel (Config::kDeterministic): per visible (query
-/// head, query tile) of the key tile, in the consumers' order, it waits until the key tiles
-/// before this one in the tile's order have added their dQ (dq_semaphore reaches this key
-/// tile's rank, sm80::dq_rank), adds both consumers' staged blocks as they come (the first
-/// key tile of a dq_accum copy stores them, Config::kDqStoreFirst), hands the staging blocks
-/// back once read, and releases the next key tile once the additions are complete.
+/// The dQ writer warp (Config::kDqWriter): per visible (query head, query tile) of the key
+/// tile, in the consumers' order, it adds both consumers' staged blocks as they come and hands
+/// the staging blocks back once read. In a deterministic kernel it first waits until the key
+/// tiles before this one in the tile's order have added their dQ (dq_semaphore reaches this
+/// key tile's rank, sm80::dq_rank; the first key tile of a dq_accum copy stores its blocks,
+/// Config::kDqStoreFirst), and releases the next key tile once the additions are complete.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_write_dq(const WsBwdSmem<Config> &sm,
                                                 const fagen_bwd_params &params, int n_block,
                                                 int kv_head, int batch, const SequenceSpan &span) {
   const int lane = threadIdx.x % 32;
+  constexpr bool kDet = Config::kDeterministic;
   const int slot = n_block % Config::kDqSlots;
   float *accum = params.dq_accum + slot * sm80::dq_slot_stride<Config>(params) +
                  ws_dq_accum_seq<Config>(params, batch, span);
-  int32_t *sems = params.dq_semaphore + slot * sm80::semaphore_slot_stride(params) +
-                  batch * params.semaphore_batch_stride;
+  int32_t *sems = kDet ? params.dq_semaphore + slot * sm80::semaphore_slot_stride(params) +
+                             batch * params.semaphore_batch_stride
+                       : nullptr;
   const auto hand_back = [] { // the staging blocks are free for the consumers' next tile
 #pragma unroll
     for (int c = 0; c < Config::kConsumers; ++c)
@@ -440,11 +442,12 @@ __device__ __forceinline__ void bwd_ws_write_dq(const WsBwdSmem<Config> &sm,
     hand_back();
   while (tile.valid()) {
     const int head = tile.head, m_block = tile.m_block;
-    int32_t *sem = sems + head * params.semaphore_head_stride + m_block;
-    const int rank = sm80::dq_rank<Config>(
-        params, {batch, head, m_block, n_block, span.q_row0, span.shape});
-    if (lane == 0) {
-      sm80::semaphore_poll(sem, rank);
+    int32_t *sem = kDet ? sems + head * params.semaphore_head_stride + m_block : nullptr;
+    const int rank = kDet ? sm80::dq_rank<Config>(
+                                params, {batch, head, m_block, n_block, span.q_row0, span.shape})
+                          : 0;
+    if (kDet && lane == 0) {
+      sm80::semaphore_poll</*kMessage=*/false>(sem, rank);
       fence_proxy_async_global(); // the additions after the acquire
     }
     __syncwarp();
@@ -474,17 +477,19 @@ __device__ __forceinline__ void bwd_ws_write_dq(const WsBwdSmem<Config> &sm,
     tile.advance();
     if (tile.valid())
       hand_back();
-    if (lane == 0) {
+    if (kDet && lane == 0) {
       bulk_wait_group<0>();
       fence_proxy_async_global(); // the completed additions before the release
       sm80::semaphore_release(sem);
     }
     __syncwarp();
   }
+  if (!kDet && lane == 0)
+    bulk_wait_group<0>();
 }
 
 /// One consumer warpgroup: its 64 keys' dK and dV over every visible query tile, and its dQ
-/// sub-block of each tile added to dq_accum (deterministic kernels: handed to the dQ writer).
+/// sub-block of each tile added to dq_accum (Config::kDqWriter: handed to the dQ writer).
 template <class Config>
 __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
                                                const fagen_bwd_params &params, int n_block,
@@ -526,13 +531,15 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
                         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
     bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
                              masked, shape);
-    // dV += P^T dO, dK += dS^T Q.
+    // dV += P^T dO, dK += dS^T Q (with kDqBeforeDk dK after the dQ block, computed while the
+    // block is staged and added).
     u32 pt[kBlockM / 16][4], dst[kBlockM / 16][4];
     convert_p<Element, kBlockM / 8>(pt, st);
     convert_p<Element, kBlockM / 8>(dst, dpt);
     wgmma_fence();
     gemm_pv_issue<Element, kDim, kBlockM>(dv, pt, sm.dout(s));
-    gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
+    if constexpr (!Config::kDqBeforeDk)
+      gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
     wgmma_commit();
     // dS^T to shared memory for dQ = dS K of every consumer warpgroup, then all of them past
     // the barrier; this warpgroup's dQ block.
@@ -544,16 +551,30 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     wgmma_fence();
     gemm_dq_issue<Element, kBlockN>(dq, ds + sub_row * kBlockN * 128, k_cols);
     wgmma_commit();
-    wgmma_wait<1>(); // dV and dK have read Q and dO: the slot goes back
-    fence_operands(dv);
-    fence_operands(dk);
-    // Every thread arrives: each read the slot's LSE and D itself (racecheck does not see a
-    // warp's reads ordered before lane 0's arrive).
-    mbarrier_arrive(sm.q_empty(s));
-    wgmma_wait<0>();
-    fence_operands(dq);
-    bwd_ws_add_dq<Config>(sm, params, dq, ws_dq_accum_seq<Config>(params, batch, span), tile.head,
-                          tile.m_block, consumer, consumer, tid);
+    const int64_t dq_seq = ws_dq_accum_seq<Config>(params, batch, span);
+    // Every thread arrives on q_empty: each read the slot's LSE and D itself (racecheck does
+    // not see a warp's reads ordered before lane 0's arrive).
+    if constexpr (Config::kDqBeforeDk) {
+      gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
+      wgmma_commit();
+      wgmma_wait<1>(); // dV and the dQ block
+      fence_operands(dv);
+      fence_operands(dq);
+      bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
+                            tid);
+      wgmma_wait<0>(); // dV and dK have read Q and dO: the slot goes back
+      fence_operands(dk);
+      mbarrier_arrive(sm.q_empty(s));
+    } else {
+      wgmma_wait<1>(); // dV and dK have read Q and dO: the slot goes back
+      fence_operands(dv);
+      fence_operands(dk);
+      mbarrier_arrive(sm.q_empty(s));
+      wgmma_wait<0>();
+      fence_operands(dq);
+      bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
+                            tid);
+    }
   }
   bwd_ws_store_dkv<Config>(params, dk, dv, batch, kv_head, span, key0 + 16 * warp, 0);
   if (tid == 0)
@@ -616,11 +637,35 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     bwd_ws_store_ds<Config>(sm, ds, dst, 0, col0, warp, lane);
     fence_proxy_async_smem();
     named_barrier_sync<128 * Config::kConsumers>(1);
-    // dV += P^T dO, dK += dS^T Q (the warpgroup's columns); then its dQ blocks = dS K.
+    // dV += P^T dO, dK += dS^T Q (the warpgroup's columns); then its dQ blocks = dS K: with
+    // kIssueDqAtOnce both issued with dV and dK, the second computed while the first is staged
+    // and added; else each issued once the previous one is added.
     wgmma_fence();
     gemm_kv_split_issue<Element, kBlockN, kBlockM>(dv, pts, sm.dout(s) + block0 * kBlockM * 128);
     gemm_kv_split_issue<Element, kBlockN, kBlockM>(dk, ds, sm.q(s) + block0 * kBlockM * 128);
     wgmma_commit();
+    if constexpr (Config::kIssueDqAtOnce) {
+      static_assert(Config::kDqBlocks == 2, "two dQ blocks a warpgroup");
+      float dq0[8][4], dq1[8][4];
+      wgmma_fence();
+      gemm_dq_issue<Element, kBlockN>(dq0, ds, sm.k() + block0 * kBlockN * 128);
+      wgmma_commit();
+      gemm_dq_issue<Element, kBlockN>(dq1, ds, sm.k() + (block0 + 1) * kBlockN * 128);
+      wgmma_commit();
+      wgmma_wait<2>(); // dV and dK have read Q and dO: the slot goes back
+      fence_operands(dv);
+      fence_operands(dk);
+      mbarrier_arrive(sm.q_empty(s));
+      wgmma_wait<1>();
+      fence_operands(dq0);
+      bwd_ws_add_dq<Config>(sm, params, dq0, dq_seq, tile.head, tile.m_block, block0, consumer,
+                            tid);
+      wgmma_wait<0>();
+      fence_operands(dq1);
+      bwd_ws_add_dq<Config>(sm, params, dq1, dq_seq, tile.head, tile.m_block, block0 + 1,
+                            consumer, tid);
+      continue;
+    }
 #pragma unroll
     for (int b = 0; b < Config::kDqBlocks; ++b) {
       float dq[8][4];
@@ -677,7 +722,7 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
     setmaxnreg_dec<Config::kProducerRegs>();
     if (threadIdx.x < 32)
       bwd_ws_produce<Config>(sm, params, maps, n_block, kv_head, batch, span);
-    else if (Config::kDeterministic && threadIdx.x < 64)
+    else if (Config::kDqWriter && threadIdx.x < 64)
       bwd_ws_write_dq<Config>(sm, params, n_block, kv_head, batch, span);
     return;
   }
