@@ -83,17 +83,18 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
       (kDim == 128 && VariantParts<Variant>::ScoreMod::kIdentity && !Variant::kVarlen &&
        (std::is_same<typename Variant::Mask, NoMask>::value || Variant::Mask::kCausal) &&
        !Variant::Sparsity::kSparse);
-  /// Deterministic kernels at hd 96 / 128: dK += dS^T Q issued after the dQ block, so that the
+  /// kDqWriter kernels at hd 96 / 128: dK += dS^T Q issued after the dQ block, so that the
   /// tensor cores compute it while the block is staged (FlashAttention-3's order), with
-  /// kOverlapP. H100, bf16, 2k-16k, harness A/B of three rounds in one call: causal
-  /// 0.81-0.85x the time (the other order's causal kernel had its wgmma serialized by ptxas
-  /// for want of registers, C7512), non-causal 0.88-0.94x (the other order: 0.82-0.95x).
-  /// Not in the default kernels: hd 128 causal took 1.06-1.09x the time, hd 64 0.98-1.03x,
-  /// and hd 64 dropout spilled. (The fp16 causal dropout + block-sparse deterministic kernel
-  /// spills 56 bytes with it, 120 without; nvcc 13.0.)
+  /// kOverlapP (the writer's figures above are with it). H100, bf16, 2k-16k, harness A/B of
+  /// three rounds in one call, deterministic: causal 0.81-0.85x the time (the other order's
+  /// causal kernel had its wgmma serialized by ptxas for want of registers, C7512),
+  /// non-causal 0.88-0.94x (the other order: 0.82-0.95x). With the consumers adding their own
+  /// dQ blocks it was slower: hd 128 causal 1.06-1.09x the time, hd 64 0.98-1.03x, and hd 64
+  /// dropout spilled. (The fp16 causal dropout + block-sparse deterministic kernel spills 56
+  /// bytes with it, 120 without; nvcc 13.0.)
   static constexpr bool kDqBeforeDk = kDqWriter && kDim == 128;
-  /// Head dim 64, and deterministic kernels at hd 128 (kDqBeforeDk), only (H100, bf16, 2k-16k,
-  /// one process, two rounds each; docs/perf/sm90-bwd.md):
+  /// Head dim 64, and kDqBeforeDk kernels, only (H100, bf16, 2k-16k, one process, two rounds
+  /// each; docs/perf/sm90-bwd.md):
   /// P^T computed while dP^T is still in the tensor cores (kOverlapP), and each key tile's walk
   /// over the query tiles started at a different tile (kRotateQueryWalk, bwd_ws_kernel.cuh's
   /// WsQueryWalk), together: hd 64 +1-4 % at every length, causal or not; hd 128 -1-6 %. The
