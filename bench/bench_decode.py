@@ -51,7 +51,7 @@ from triton.testing import do_bench
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from fagen import runtime as fagen_rt  # noqa: E402
-from tables import is_wrong, write_json  # noqa: E402
+from tables import is_wrong, run_row  # noqa: E402
 
 BACKENDS = (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))
 
@@ -343,19 +343,12 @@ def main():
                           f"(--max-kv-gb {args.max_kv_gb})", flush=True)
                     continue
                 row = dict(heads_q=hq, heads_kv=hkv, batch=b, context=s, q_tokens=args.q_tokens)
-                try:
-                    row["ok"] = run_cell(bundle, dev, hq, hkv, b, s, args.q_tokens,
-                                         args.head_dim, row,
-                                         args.page_size if args.paged else 0,
-                                         args.kernel_times, splits)
-                except (RuntimeError, fagen_rt.FagenError) as e:
-                    row["ok"], row["error"] = False, str(e).splitlines()[0][:300]
-                failed |= not row["ok"]
-                meta["rows"].append(row)
-                print(json.dumps(row), flush=True)
-                torch.cuda.empty_cache()
-                if args.out:
-                    write_json(args.out, meta)
+                failed |= not run_row(
+                    meta, row,
+                    lambda: run_cell(bundle, dev, hq, hkv, b, s, args.q_tokens, args.head_dim,
+                                     row, args.page_size if args.paged else 0,
+                                     args.kernel_times, splits),
+                    (RuntimeError, fagen_rt.FagenError), args.out, torch.cuda.empty_cache)
     print_table(meta["rows"], copy_tbps, args.paged)
     if args.kernel_times:
         print_kernel_times(meta["rows"])

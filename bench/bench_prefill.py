@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from bench_decode import BACKENDS, bench_ms, sdpa_call  # noqa: E402
 from fagen import runtime as fagen_rt  # noqa: E402
-from tables import is_wrong, write_json  # noqa: E402
+from tables import is_wrong, run_row  # noqa: E402
 
 
 def paged_cache(ks, vs, page, gen, spare=2):
@@ -213,16 +213,11 @@ def main():
         for new in (int(x) for x in args.new_tokens.split(",")):
             for cached in (int(x) for x in args.cached.split(",")):
                 row = dict(batch=b, new=new, cached=cached, heads_q=hq, heads_kv=hkv)
-                try:
-                    row["ok"] = run_cell(bundle, kernels, dev, hq, hkv, 128, b, new, cached, row)
-                except (RuntimeError, ValueError, fagen_rt.FagenError) as e:
-                    row["ok"], row["error"] = False, str(e).splitlines()[0][:300]
-                failed |= not row["ok"]
-                meta["rows"].append(row)
-                print(json.dumps(row), flush=True)
-                torch.cuda.empty_cache()
-                if args.out:
-                    write_json(args.out, meta)
+                failed |= not run_row(
+                    meta, row,
+                    lambda: run_cell(bundle, kernels, dev, hq, hkv, 128, b, new, cached, row),
+                    (RuntimeError, ValueError, fagen_rt.FagenError), args.out,
+                    torch.cuda.empty_cache)
     print_table(meta["rows"], sorted(kernels[0]), args.heads)
     sys.exit(1 if failed else 0)
 

@@ -414,6 +414,19 @@ __device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
       params.dv_row_stride, rows, dv);
 }
 
+/// Hands slot `s` (its Q, dO, LSE and D) back to the producer once dV += P^T dO and
+/// dK += dS^T Q have read it: waits until at most kPending wgmma groups, all issued after
+/// theirs, are in flight, pins dV and dK, and arrives with every thread (each read the slot's
+/// LSE and D itself; racecheck does not see a warp's reads ordered before lane 0's arrive).
+template <int kPending, class Config, int kN>
+__device__ __forceinline__ void bwd_ws_release_slot(const WsBwdSmem<Config> &sm, int s,
+                                                    float (&dv)[kN][4], float (&dk)[kN][4]) {
+  wgmma_wait<kPending>();
+  fence_operands(dv);
+  fence_operands(dk);
+  mbarrier_arrive(sm.q_empty(s));
+}
+
 /// The dQ writer warp (Config::kDqWriter): per visible (query head, query tile) of the key
 /// tile, in the consumers' order, it adds both consumers' staged blocks as they come and hands
 /// the staging blocks back once read. In a deterministic kernel it first waits until the key
@@ -552,8 +565,6 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     gemm_dq_issue<Element, kBlockN>(dq, ds + sub_row * kBlockN * 128, k_cols);
     wgmma_commit();
     const int64_t dq_seq = ws_dq_accum_seq<Config>(params, batch, span);
-    // Every thread arrives on q_empty: each read the slot's LSE and D itself (racecheck does
-    // not see a warp's reads ordered before lane 0's arrive).
     if constexpr (Config::kDqBeforeDk) {
       gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
       wgmma_commit();
@@ -562,14 +573,9 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
       fence_operands(dq);
       bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
                             tid);
-      wgmma_wait<0>(); // dV and dK have read Q and dO: the slot goes back
-      fence_operands(dk);
-      mbarrier_arrive(sm.q_empty(s));
+      bwd_ws_release_slot<0>(sm, s, dv, dk);
     } else {
-      wgmma_wait<1>(); // dV and dK have read Q and dO: the slot goes back
-      fence_operands(dv);
-      fence_operands(dk);
-      mbarrier_arrive(sm.q_empty(s));
+      bwd_ws_release_slot<1>(sm, s, dv, dk); // dV and dK, the dQ block in flight
       wgmma_wait<0>();
       fence_operands(dq);
       bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
@@ -652,10 +658,7 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
       wgmma_commit();
       gemm_dq_issue<Element, kBlockN>(dq1, ds, sm.k() + (block0 + 1) * kBlockN * 128);
       wgmma_commit();
-      wgmma_wait<2>(); // dV and dK have read Q and dO: the slot goes back
-      fence_operands(dv);
-      fence_operands(dk);
-      mbarrier_arrive(sm.q_empty(s));
+      bwd_ws_release_slot<2>(sm, s, dv, dk); // both dQ blocks in flight
       wgmma_wait<1>();
       fence_operands(dq0);
       bwd_ws_add_dq<Config>(sm, params, dq0, dq_seq, tile.head, tile.m_block, block0, consumer,
@@ -672,12 +675,8 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
       wgmma_fence();
       gemm_dq_issue<Element, kBlockN>(dq, ds, sm.k() + (block0 + b) * kBlockN * 128);
       wgmma_commit();
-      if (b == 0) {
-        wgmma_wait<1>(); // dV and dK have read Q and dO: the slot goes back
-        fence_operands(dv);
-        fence_operands(dk);
-        mbarrier_arrive(sm.q_empty(s));
-      }
+      if (b == 0)
+        bwd_ws_release_slot<1>(sm, s, dv, dk); // the first dQ block in flight
       wgmma_wait<0>();
       fence_operands(dq);
       bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, block0 + b,

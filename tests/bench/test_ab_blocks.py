@@ -41,6 +41,34 @@ def main():
     assert not tables.is_wrong(0.0) and not tables.is_wrong(0.05)
     assert tables.is_wrong(0.0501)
     assert tables.is_wrong(float("nan")) and tables.is_wrong(float("inf"))
+    # run_row (bench_decode.py, bench_prefill.py): a cell's result or its error's first line,
+    # the row kept, printed and written, free() after each cell.
+    import json, os, tempfile
+    freed = []
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "rows.json")
+        meta = {"gpu": "x", "rows": []}
+        assert tables.run_row(meta, {"n": 1}, lambda: True, (RuntimeError,), out,
+                              lambda: freed.append(1))
+
+        def fails():
+            raise RuntimeError("first line " + "y" * 400 + "\nsecond line")
+        assert not tables.run_row(meta, {"n": 2}, fails, (RuntimeError,), out,
+                                  lambda: freed.append(2))
+        assert freed == [1, 2]
+        with open(out) as fh:
+            rows = json.load(fh)["rows"]
+        assert rows[0] == {"n": 1, "ok": True}
+        assert rows[1]["ok"] is False and rows[1]["error"].startswith("first line y")
+        assert len(rows[1]["error"]) == 300 and "second" not in rows[1]["error"]
+        # An exception not in `errors` goes through; nothing written without `out`.
+        try:
+            tables.run_row(meta, {"n": 3}, lambda: 1 // 0, (RuntimeError,))
+            raise AssertionError("ZeroDivisionError swallowed")
+        except ZeroDivisionError:
+            pass
+        assert tables.run_row(meta, {"n": 4}, lambda: True, (RuntimeError,))
+        assert len(meta["rows"]) == 3 and len(rows) == 2
     # Median, spread and ratio to the first label's median.
     med, spread, ratio = ab_blocks.summarize([1.0, 1.02, 0.98, 1.01], 0.5)
     assert abs(med - 1.005) < 1e-12
