@@ -7,6 +7,7 @@ Backward FLOPs = 2.5 x forward = 10 * batch * heads * seqlen^2 * head_dim (halve
 both sides are timed whole (fagen: _pre + main + _post; SDPA: autograd.grad of the output,
 which runs FA2's own dot(dO, O) preprocess, main kernel and dQ conversion)."""
 import csv
+import statistics
 import sys
 
 import torch
@@ -34,7 +35,7 @@ def main():
     with open(sys.argv[1]) as f:
         for row in csv.DictReader(f):
             key = (int(row["head_dim"]), int(row["causal"]), int(row["seqlen"]))
-            fagen.setdefault(key, []).append((float(row["tflops"]), row["kernel"]))
+            fagen.setdefault(key, {}).setdefault(row["kernel"], []).append(float(row["tflops"]))
     rows = []
     for hd, causal, seqlen in sorted(fagen):
         batch, heads = 16384 // seqlen, 2048 // hd
@@ -57,7 +58,9 @@ def main():
                 print(f"{name} hd={hd} seqlen={seqlen}: {str(e).splitlines()[0]}")
                 base[name] = float("nan")
         del q, k, v, dout
-        for tflops, kernel in sorted(fagen[(hd, causal, seqlen)], reverse=True):
+        # A kernel timed in several rounds (run_bwd.sh ab with ROUNDS): its median.
+        runs = [(statistics.median(t), kernel) for kernel, t in fagen[(hd, causal, seqlen)].items()]
+        for tflops, kernel in sorted(runs, reverse=True):
             rows.append((hd, causal, seqlen, kernel, tflops, base["flash"], base["cudnn"]))
     header = (f"{'hd':>3} {'causal':>6} {'seqlen':>6}  {'fagen kernel':<48} {'fagen':>6} "
               f"{'flash':>6} {'cudnn':>6} {'x flash':>7} {'x cudnn':>7}")

@@ -18,7 +18,10 @@
 #                                     b, time the defaults of each in turn (DET: with the
 #                                     deterministic ones), sanitize DET, SDPA beside them
 #                                     (SANITIZE=0: no sanitizers, SANITIZE_LABELS="a b": these
-#                                     instead of DET; SEQLEN=N: time only N)
+#                                     instead of DET; SEQLEN=N: time only N; FILTER=a,b: these
+#                                     kernels instead of the portable defaults, e.g. the sm90ws
+#                                     ones of build90 binaries; ROUNDS=N: the labels timed in
+#                                     turn N times, each kernel's median TFLOP/s reported)
 #   tests/gpu/run_bwd.sh prof [HD SEQLEN CAUSAL]
 #                                     ncu (full set, clocks left alone) on one main-kernel launch of
 #                                     build-bwd/bwd_harness_${PROF:-base} (default tiles) and on
@@ -87,12 +90,15 @@ ab)
     echo "$label: rc $(cat "$OUT/check_$label.rc"), $(grep -c FAIL "$OUT/check_$label.log") FAIL, $(grep SUMMARY "$OUT/check_$label.log")"
   done
   echo "head_dim,causal,seqlen,kernel,ms,tflops,main_ms" >"$OUT/ab.csv"
-  for label in "$@"; do
-    f="$defaults"
-    [ "$label" = "${DET:-}" ] && f="$f,_det_"
-    timeout 60 build-bwd/bwd_harness_$label --bench --filter "$f" --csv "$OUT/b_$label.csv" \
-      ${SEQLEN:+--seqlen $SEQLEN} >"$OUT/bench_$label.log" 2>&1 || status=1
-    [ -f "$OUT/b_$label.csv" ] && tail -n +2 "$OUT/b_$label.csv" | sed "s/,fagen_bwd_/,$label:/" >>"$OUT/ab.csv"
+  for round in $(seq "${ROUNDS:-1}"); do
+    for label in "$@"; do
+      f="${FILTER:-$defaults}"
+      [ "$label" = "${DET:-}" ] && f="$f,_det_"
+      rm -f "$OUT/b_$label.csv"
+      timeout 90 build-bwd/bwd_harness_$label --bench --filter "$f" --csv "$OUT/b_$label.csv" \
+        ${SEQLEN:+--seqlen $SEQLEN} >"$OUT/bench_${label}_$round.log" 2>&1 || status=1
+      [ -f "$OUT/b_$label.csv" ] && tail -n +2 "$OUT/b_$label.csv" | sed "s/,fagen_bwd_/,$label:/" >>"$OUT/ab.csv"
+    done
   done
   if [ "${SANITIZE:-1}" = 1 ]; then
     for label in ${SANITIZE_LABELS:-${DET:-v4}}; do
