@@ -194,6 +194,8 @@ std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
   // other combination none; docs/perf/sm90-bwd.md).
   const bool causal = p.mask == Mask::Causal, softcap = p.scoreMod == ScoreMod::Softcap;
   const bool hd64 = p.headDimQK == 64;
+  if (softcap && causal && hd64) // 164-236 (bf16 and fp16, both alignments)
+    return "softcap under a causal mask at head dim 64";
   if (softcap && p.dropout && causal) // 8-284
     return "softcap with dropout under a causal mask";
   if (softcap && p.deterministic) // 4-140 (causal, and hd 64 without a mask)

@@ -71,16 +71,17 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
 
   /// A warp of the producer warpgroup adds the consumers' staged dQ blocks to dq_accum (bulk
   /// reductions; bwd_ws_write_dq), so that a consumer only stages its block: in deterministic
-  /// kernels (which order the additions), and at hd 96 / 128 with no mask or a causal one and
-  /// no score mod, varlen or block sparsity. H100, bf16, 2k-16k, harness A/B of three rounds
-  /// in one call, time against the consumers adding their own blocks: hd 128 0.88-0.94x,
-  /// causal 0.94-1.00x, causal dropout 0.91-0.96x; hd 64 0.96-1.02x (not kept: its dropout
-  /// kernel spilled 36 bytes). With softcap 16 bytes spilled; varlen causal, window and
-  /// static block-sparse causal kernels had their wgmma serialized by ptxas for want of
-  /// registers (C7512, nvcc 13.0): there the consumers add their own.
+  /// kernels (which order the additions), and at hd 96 / 128 / 256 with no mask or a causal
+  /// one and no score mod, varlen or block sparsity. H100, bf16, 2k-16k, harness A/B of three
+  /// rounds in one call, time against the consumers adding their own blocks: hd 128
+  /// 0.88-0.94x, causal 0.94-1.00x, causal dropout 0.91-0.96x; hd 256 0.94-0.98x, causal
+  /// 0.99-1.01x; hd 64 0.95-1.00x, causal 0.99-1.01x (within the rounds' spread; not kept:
+  /// its dropout kernel spilled 36 bytes). With softcap 16 bytes spilled; varlen causal,
+  /// window and static block-sparse causal kernels had their wgmma serialized by ptxas for
+  /// want of registers (C7512, nvcc 13.0): there the consumers add their own.
   static constexpr bool kDqWriter =
       kDeterministic ||
-      (kDim == 128 && VariantParts<Variant>::ScoreMod::kIdentity && !Variant::kVarlen &&
+      (kDim >= 128 && VariantParts<Variant>::ScoreMod::kIdentity && !Variant::kVarlen &&
        (std::is_same<typename Variant::Mask, NoMask>::value || Variant::Mask::kCausal) &&
        !Variant::Sparsity::kSparse);
   /// kDqWriter kernels at hd 96 / 128: dK += dS^T Q issued after the dQ block, so that the
@@ -106,6 +107,19 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr bool kIssueDqAtOnce =
       !std::is_same<typename Variant::Mask, NoMask>::value;
   static constexpr bool kRotateQueryWalk = Options::kRotateQueryWalk;
+  /// Under a mask, a query tile's work in two copies, with the mask (the tiles that need it,
+  /// or lie past seqlen_k) and without it (bwd_ws_consume; bwd_ws_consume_split: P^T and dS^T
+  /// only): with one copy ptxas predicates the test of the mask inside the loop, so every tile
+  /// ran its comparisons (ncu, H100, hd 64 causal 16k: 1.55x the instructions a tile of the
+  /// unmasked kernel ran). H100, bf16, 2k-16k, harness A/B of three rounds in one call, time
+  /// against one copy: hd 64 causal 0.83-0.85x, hd 128 causal 0.73-0.89x, hd 128 causal
+  /// dropout 0.93-1.09x, hd 256 causal 0.97-1.02x; without a mask (only the last key tile
+  /// needs one) hd 64 1.01-1.04x, so not there. Not with a score mod, nor with dropout at hd
+  /// 64 or in the deterministic mode: there the two copies spilled 12-80 bytes (nvcc 13.0).
+  static constexpr bool kMaskedTileCopy =
+      !std::is_same<typename Variant::Mask, NoMask>::value &&
+      VariantParts<Variant>::ScoreMod::kIdentity &&
+      !(Variant::Dropout::kEnabled && (kDim == 64 || kDeterministic));
   static_assert(!(kRotateQueryWalk && kDeterministic),
                 "kRotateQueryWalk: the deterministic mode's dQ order needs every key tile to walk "
                 "its query tiles from the first");

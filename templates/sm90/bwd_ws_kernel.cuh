@@ -526,60 +526,70 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
   mbarrier_wait(sm.kv_full(), 0);
   WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
   for (int it = 0; tile.valid(); tile.advance(), ++it) {
-    const int s = it % Config::kStages, round = it / Config::kStages;
-    mbarrier_wait(sm.q_full(s), round & 1);
-    // S^T = K Q^T, dP^T = V dO^T; then P^T and dS^T.
-    float st[kBlockM / 8][4], dpt[kBlockM / 8][4];
-    wgmma_fence();
-    gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(st, k_rows, sm.q(s));
-    wgmma_commit();
-    gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(dpt, v_rows, sm.dout(s));
-    wgmma_commit();
-    // Dropout's keep flags of the tile, the forward's, drawn while S^T and dP^T are in flight.
-    WsKeepBits<Config> keep;
-    if constexpr (Config::Dropout::kEnabled)
-      dropout_keep_bits_transposed<kBlockM / 8>(keep, typename Config::Dropout(f, batch, tile.head),
-                                                key0 + 16 * warp, tile.m_block * kBlockM);
-    const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
-                        Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
-    bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
-                             masked, shape);
-    // dV += P^T dO, dK += dS^T Q (with kDqBeforeDk dK after the dQ block, computed while the
-    // block is staged and added).
-    u32 pt[kBlockM / 16][4], dst[kBlockM / 16][4];
-    convert_p<Element, kBlockM / 8>(pt, st);
-    convert_p<Element, kBlockM / 8>(dst, dpt);
-    wgmma_fence();
-    gemm_pv_issue<Element, kDim, kBlockM>(dv, pt, sm.dout(s));
-    if constexpr (!Config::kDqBeforeDk)
-      gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
-    wgmma_commit();
-    // dS^T to shared memory for dQ = dS K of every consumer warpgroup, then all of them past
-    // the barrier; this warpgroup's dQ block.
-    const u32 ds = sm.ds(it);
-    bwd_ws_store_ds<Config>(sm, ds, dst, 64 * consumer, 0, warp, lane);
-    fence_proxy_async_smem();
-    named_barrier_sync<128 * Config::kConsumers>(1);
-    float dq[8][4];
-    wgmma_fence();
-    gemm_dq_issue<Element, kBlockN>(dq, ds + sub_row * kBlockN * 128, k_cols);
-    wgmma_commit();
-    const int64_t dq_seq = ws_dq_accum_seq<Config>(params, batch, span);
-    if constexpr (Config::kDqBeforeDk) {
-      gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
+    const bool tile_masked =
+        (n_block + 1) * kBlockN > shape.seqlen_k ||
+        Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
+    // With Config::kMaskedTileCopy (which says why) the tile's work in two copies, with the
+    // mask (copy 1) and without (copy 0), of which the tile runs one.
+#pragma unroll
+    for (int copy = 0; copy < (Config::kMaskedTileCopy ? 2 : 1); ++copy) {
+      if (Config::kMaskedTileCopy && tile_masked != (copy == 1))
+        continue;
+      const bool masked = Config::kMaskedTileCopy ? copy == 1 : tile_masked;
+      const int s = it % Config::kStages, round = it / Config::kStages;
+      mbarrier_wait(sm.q_full(s), round & 1);
+      // S^T = K Q^T, dP^T = V dO^T; then P^T and dS^T.
+      float st[kBlockM / 8][4], dpt[kBlockM / 8][4];
+      wgmma_fence();
+      gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(st, k_rows, sm.q(s));
       wgmma_commit();
-      wgmma_wait<1>(); // dV and the dQ block
-      fence_operands(dv);
-      fence_operands(dq);
-      bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
-                            tid);
-      bwd_ws_release_slot<0>(sm, s, dv, dk);
-    } else {
-      bwd_ws_release_slot<1>(sm, s, dv, dk); // dV and dK, the dQ block in flight
-      wgmma_wait<0>();
-      fence_operands(dq);
-      bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
-                            tid);
+      gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(dpt, v_rows, sm.dout(s));
+      wgmma_commit();
+      // Dropout's keep flags of the tile, the forward's, drawn while S^T and dP^T are in flight.
+      WsKeepBits<Config> keep;
+      if constexpr (Config::Dropout::kEnabled)
+        dropout_keep_bits_transposed<kBlockM / 8>(
+            keep, typename Config::Dropout(f, batch, tile.head), key0 + 16 * warp,
+            tile.m_block * kBlockM);
+      bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
+                               masked, shape);
+      // dV += P^T dO, dK += dS^T Q (with kDqBeforeDk dK after the dQ block, computed while the
+      // block is staged and added).
+      u32 pt[kBlockM / 16][4], dst[kBlockM / 16][4];
+      convert_p<Element, kBlockM / 8>(pt, st);
+      convert_p<Element, kBlockM / 8>(dst, dpt);
+      wgmma_fence();
+      gemm_pv_issue<Element, kDim, kBlockM>(dv, pt, sm.dout(s));
+      if constexpr (!Config::kDqBeforeDk)
+        gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
+      wgmma_commit();
+      // dS^T to shared memory for dQ = dS K of every consumer warpgroup, then all of them past
+      // the barrier; this warpgroup's dQ block.
+      const u32 ds = sm.ds(it);
+      bwd_ws_store_ds<Config>(sm, ds, dst, 64 * consumer, 0, warp, lane);
+      fence_proxy_async_smem();
+      named_barrier_sync<128 * Config::kConsumers>(1);
+      float dq[8][4];
+      wgmma_fence();
+      gemm_dq_issue<Element, kBlockN>(dq, ds + sub_row * kBlockN * 128, k_cols);
+      wgmma_commit();
+      const int64_t dq_seq = ws_dq_accum_seq<Config>(params, batch, span);
+      if constexpr (Config::kDqBeforeDk) {
+        gemm_pv_issue<Element, kDim, kBlockM>(dk, dst, sm.q(s));
+        wgmma_commit();
+        wgmma_wait<1>(); // dV and the dQ block
+        fence_operands(dv);
+        fence_operands(dq);
+        bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
+                              tid);
+        bwd_ws_release_slot<0>(sm, s, dv, dk);
+      } else {
+        bwd_ws_release_slot<1>(sm, s, dv, dk); // dV and dK, the dQ block in flight
+        wgmma_wait<0>();
+        fence_operands(dq);
+        bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
+                              tid);
+      }
     }
   }
   bwd_ws_store_dkv<Config>(params, dk, dv, batch, kv_head, span, key0 + 16 * warp, 0);
@@ -631,8 +641,13 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
                                                key0 + 16 * warp, tile.m_block * kBlockM + col0);
     const bool masked = (n_block + 1) * kBlockN > shape.seqlen_k ||
                         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
-    bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
-                             masked, shape, col0);
+    // With Config::kMaskedTileCopy P^T and dS^T in two copies, with the mask and without.
+    if (Config::kMaskedTileCopy && !masked)
+      bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
+                               false, shape, col0);
+    else
+      bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
+                               Config::kMaskedTileCopy || masked, shape, col0);
     // Both warpgroups' halves of P^T and dS^T to shared memory, then all of them past the
     // barrier.
     u32 pt[kSCols / 16][4], dst[kSCols / 16][4];
