@@ -4,7 +4,8 @@
 // (bwd_ws_config.cuh: 64 keys each) run, per query tile,
 //   S^T = K Q^T, dP^T = V dO^T            wgmma from shared memory
 //   P^T = exp2(S^T scale - LSE), dS^T = P^T (dP^T - D)    in registers (masks, score mods;
-//                                         dropout: the forward's keep flags, transposed)
+//                                         dropout: the forward's keep flags, transposed;
+//                                         bwd_ws_elementwise.cuh)
 //   dV += P^T dO, dK += dS^T Q            wgmma, A from registers
 //   dQ_sub = dS K                         wgmma from dS^T in shared memory, bulk-added to dq_accum
 // and store dK, dV at the end. Three kernels per plan, as abi/bwd_params.h describes:
@@ -26,6 +27,7 @@
 #include "common/ptx.cuh"
 #include "sm80/bwd_kernel.cuh"
 #include "sm90/bwd_ws_config.cuh"
+#include "sm90/bwd_ws_elementwise.cuh"
 #include "sm90/tile_ops.cuh"
 #include "sm90/tma.cuh"
 
@@ -188,103 +190,6 @@ __device__ __forceinline__ void gemm_kv_split_issue(float (&acc)[16][4], u32 a_s
   for (int k = 0; k < kBlockM / 16; ++k)
     Wgmma<128, Element>::ss_tb(acc, a.at((k / 4) * kBlockN * 128 + (k % 4) * 32),
                                b.at(k * 16 * 128), 1);
-}
-
-/// Dropout's keep flags of a consumer thread's P^T elements (dropout_keep_bits_transposed).
-template <class Config> using WsKeepBits = u32[ceil_div(Config::kSCols / 8, 8)];
-
-/// P^T and dS^T of one consumer warpgroup's 64 keys against a query tile, from S^T (st) and
-/// dP^T (dpt) in place: st becomes P^T (with dropout: P^T o keep / (1 - p), which dV reads),
-/// dpt dS^T = P^T o (dP^T [o keep / (1 - p)] - D). key0: the warpgroup's first key (in the
-/// sequence), q0: the tile's first query row.
-template <class Config>
-__device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kSCols / 8][4],
-                                            float (&dpt)[Config::kSCols / 8][4],
-                                            const fagen_bwd_params &params, const float *lse2,
-                                            const float *d, const WsKeepBits<Config> &keep,
-                                            int key0, int q0, int head, int batch, bool masked,
-                                            AttentionShape shape) {
-  using Mask = typename Config::Mask;
-  using ScoreMod = typename Config::ScoreMod;
-  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const ScoreMod mod(params.fwd, batch, head, shape);
-  const float scale_log2 = params.fwd.scale_log2;
-#pragma unroll
-  for (int j = 0; j < Config::kSCols / 8; ++j) {
-    const int c = 8 * j + 2 * (lane % 4);
-    const float2 l = *reinterpret_cast<const float2 *>(lse2 + c);
-    const float2 dd = *reinterpret_cast<const float2 *>(d + c);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = key0 + 16 * warp + lane / 4 + 8 * (e / 2), q = q0 + c + e % 2;
-      const float s = st[j][e];
-      float p;
-      if constexpr (ScoreMod::kIdentity)
-        p = exp2_approx(fmaf(s, scale_log2, -(e % 2 ? l.y : l.x)));
-      else
-        p = exp2_approx(fmaf(mod.logit(s, q, key), sm80::kLog2e, -(e % 2 ? l.y : l.x)));
-      if (masked && !(key < shape.seqlen_k && Mask::is_visible(q, key, shape)))
-        p = 0.f;
-      float ds;
-      if constexpr (Config::Dropout::kEnabled) {
-        const float ks = keep_scale_transposed(keep, j, e, params.fwd.dropout_rescale);
-        ds = p * fmaf(dpt[j][e], ks, -(e % 2 ? dd.y : dd.x));
-        st[j][e] = p * ks;
-      } else {
-        ds = p * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
-        st[j][e] = p;
-      }
-      if constexpr (!ScoreMod::kIdentity)
-        ds *= mod.dlogit(s, q, key);
-      dpt[j][e] = ds;
-    }
-  }
-}
-
-/// bwd_ws_p_ds's P^T alone, for the identity score mod: st (S^T) becomes P^T.
-template <class Config>
-__device__ __forceinline__ void bwd_ws_p(float (&st)[Config::kSCols / 8][4],
-                                         const fagen_bwd_params &params, const float *lse2,
-                                         int key0, int q0, bool masked, AttentionShape shape) {
-  using Mask = typename Config::Mask;
-  const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const float scale_log2 = params.fwd.scale_log2;
-#pragma unroll
-  for (int j = 0; j < Config::kSCols / 8; ++j) {
-    const int c = 8 * j + 2 * (lane % 4);
-    const float2 l = *reinterpret_cast<const float2 *>(lse2 + c);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int key = key0 + 16 * warp + lane / 4 + 8 * (e / 2), q = q0 + c + e % 2;
-      float p = exp2_approx(fmaf(st[j][e], scale_log2, -(e % 2 ? l.y : l.x)));
-      if (masked && !(key < shape.seqlen_k && Mask::is_visible(q, key, shape)))
-        p = 0.f;
-      st[j][e] = p;
-    }
-  }
-}
-
-/// bwd_ws_p_ds's dS^T from P^T (pt), for the identity score mod: dpt (dP^T) becomes dS^T (and
-/// with dropout pt the dropped P^T o keep / (1 - p)).
-template <class Config>
-__device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kSCols / 8][4],
-                                          float (&pt)[Config::kSCols / 8][4], const float *d,
-                                          const WsKeepBits<Config> &keep, float rescale) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int j = 0; j < Config::kSCols / 8; ++j) {
-    const float2 dd = *reinterpret_cast<const float2 *>(d + 8 * j + 2 * (lane % 4));
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      if constexpr (Config::Dropout::kEnabled) {
-        const float ks = keep_scale_transposed(keep, j, e, rescale);
-        dpt[j][e] = pt[j][e] * fmaf(dpt[j][e], ks, -(e % 2 ? dd.y : dd.x));
-        pt[j][e] *= ks;
-      } else {
-        dpt[j][e] = pt[j][e] * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
-      }
-    }
-  }
 }
 
 /// P^T (in st, from S^T) and dS^T (in dpt, from dP^T) of one query tile's columns col0 ..
