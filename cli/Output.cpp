@@ -90,6 +90,7 @@ llvm::json::Value plansJson(const std::string &specPath, const std::vector<Kerne
     k["page_size"] = p.pageSize;
     k["staged_epilogue"] = p.stagedEpilogue;
     k["rotate_query_walk"] = p.rotateQueryWalk;
+    k["dq_writer"] = p.dqWriter;
     k["seqlen_min"] = p.seqlenMin;
     k["seqlen_max"] = seqlenBound(p.seqlenMax);
     k["tuning"] = p.tuning;

@@ -51,8 +51,10 @@ SearchSpace searchSpaceFor(const KernelPlan &base) {
     space.rescaleTau = {0};
     space.exp2EmuPercent = {0};
     space.stagedEpilogue = {false};
-    if (base.templ == "sm90ws")
+    if (base.templ == "sm90ws") {
       space.rotateQueryWalk = {false, true};
+      space.dqWriter = {false, true};
+    }
     return space;
   }
   if (base.templ != "sm90ws")
@@ -78,15 +80,18 @@ std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace 
     for (int n : space.blockN)
       for (int w : space.warps)
         for (int s : space.stages)
-          for (bool rotate : space.rotateQueryWalk) {
-            TuneConfig c = exact;
-            c.blockM = m;
-            c.blockN = n;
-            c.warps = w;
-            c.stages = s;
-            c.rotateQueryWalk = rotate;
-            addCandidate(base, c, "tile", out, refused);
-          }
+          for (bool rotate : space.rotateQueryWalk)
+            for (size_t d = 0; d < std::max<size_t>(space.dqWriter.size(), 1); ++d) {
+              TuneConfig c = exact;
+              c.blockM = m;
+              c.blockN = n;
+              c.warps = w;
+              c.stages = s;
+              c.rotateQueryWalk = rotate;
+              if (!space.dqWriter.empty())
+                c.dqWriter = space.dqWriter[d];
+              addCandidate(base, c, "tile", out, refused);
+            }
   if (pruned)
     *pruned = refused;
   return out;

@@ -40,6 +40,9 @@ struct SearchSpace {
   int exp2PolyDegree = 3;
   std::vector<bool> stagedEpilogue = {false}; ///< sm90ws: also {true} (stage 2)
   std::vector<bool> rotateQueryWalk = {false}; ///< sm90ws backward: also {true} (stage 1)
+  /// sm90ws backward: the dQ writer or the consumers adding dQ, {false, true} (stage 1; the
+  /// deterministic mode only the writer); empty: the plan's.
+  std::vector<bool> dqWriter;
   unsigned softmaxTiles = 2; ///< stage 2 runs on this many best tiles per bucket
 };
 
@@ -55,9 +58,10 @@ struct SearchSpace {
 /// 64: 128 x 128, hd 128: 64 x 128, hd 256: 64 x 64; bwd_ws_config.cuh's static_asserts) and
 /// the stages that fit shared memory (hd 64: 1-2, hd 128: 1-3, hd 256: 1), each with the query
 /// walk rotated or not (not in the deterministic mode; measured default: rotated at hd 64 only,
-/// common/ws_bwd_layout.h). The dQ strategy is
-/// not searched: it follows the variant (fp32 atomics, or a deterministic kernel's semaphore
-/// order, which is another workload).
+/// common/ws_bwd_layout.h), and with its dQ added by a producer warp (the dQ writer) or by the
+/// consumer warpgroups (the deterministic mode: the writer only; measured default:
+/// ws_bwd_dq_writer). The portable backward's dQ strategy follows the variant (fp32 atomics, or
+/// a deterministic kernel's semaphore order, which is another workload).
 SearchSpace searchSpaceFor(const KernelPlan &base);
 
 /// A config made into a plan, or why the planner's checks refuse it.

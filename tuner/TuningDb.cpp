@@ -60,7 +60,11 @@ const char *statusName(RecordStatus status) {
 // JSON
 //===----------------------------------------------------------------------===//
 
-int recordFormat(const TuningRecord &r) { return r.numerics && r.numerics->backward ? 2 : 1; }
+int recordFormat(const TuningRecord &r) {
+  if (r.config.dqWriter)
+    return 3;
+  return r.numerics && r.numerics->backward ? 2 : 1;
+}
 
 llvm::json::Value toJson(const TuningRecord &r) {
   using llvm::json::Object;
@@ -85,6 +89,8 @@ llvm::json::Value toJson(const TuningRecord &r) {
                 {"staged_epilogue", c.stagedEpilogue},
                 {"rotate_query_walk", c.rotateQueryWalk},
                 {"kernel", r.kernel}};
+  if (c.dqWriter)
+    config["dq_writer"] = *c.dqWriter;
   const Validators &v = r.validators;
   Object validators{{"gpu", v.gpu},       {"sms", v.sms},
                     {"cc", v.cc},         {"driver", v.driver},
@@ -239,6 +245,10 @@ llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
     // Absent in records made before the field existed: forward kernels, which never rotate.
     r.config.rotateQueryWalk =
         c->get("rotate_query_walk") ? f.boolean("rotate_query_walk") : false;
+    // Only the sm90ws backward's records have it (absent in those made before it existed:
+    // the plan's default dQ strategy then).
+    if (c->get("dq_writer"))
+      r.config.dqWriter = f.boolean("dq_writer");
     r.kernel = f.string("kernel");
   }
   if (const llvm::json::Object *v = top.object("validators")) {

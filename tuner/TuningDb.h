@@ -36,7 +36,7 @@ namespace fagen {
 /// load. 1: forward numerics (O, LSE); 2: also the backward's (dQ, dK, dV). A record is
 /// written in the oldest layout that holds it (recordFormat), so a database of forward records
 /// stays readable by a fagen that knows only layout 1.
-constexpr int kTuningDbFormat = 2;
+constexpr int kTuningDbFormat = 3;
 
 /// One point of a template's parameter space: the planner's KernelConfig.
 using TuneConfig = KernelConfig;

@@ -195,9 +195,11 @@ std::string backwardConfig(const KernelPlan &p) {
         llvm::formatv("  static constexpr int kHeadDimQK = {0}, kHeadDimV = {1};\n"
                       "  static constexpr int kBlockM = {2}, kBlockN = {3}, kStages = {4};\n"
                       "  static constexpr bool kDeterministic = {5};\n"
-                      "  static constexpr bool kRotateQueryWalk = {6};\n",
+                      "  static constexpr bool kRotateQueryWalk = {6};\n"
+                      "  static constexpr bool kDqWriter = {7};\n",
                       p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages,
-                      boolText(p.deterministic), boolText(p.rotateQueryWalk))
+                      boolText(p.deterministic), boolText(p.rotateQueryWalk),
+                      boolText(p.dqWriter))
             .str(),
         "fagen::sm90::WsBwdConfig");
   return optionsDecl(

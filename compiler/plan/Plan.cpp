@@ -272,6 +272,10 @@ std::string kernelName(const KernelPlan &p) {
   if (p.pass == Pass::Backward && p.templ == "sm90ws" &&
       p.rotateQueryWalk != ws_bwd_rotates_query_walk(p.headDimQK, p.deterministic))
     name += p.rotateQueryWalk ? "_qr" : "_qf";
+  // Its dQ strategy where it is not the default: the dQ writer warp (_dw) or the consumers
+  // adding their own blocks (_dc).
+  if (p.pass == Pass::Backward && p.templ == "sm90ws" && p.dqWriter != sm90WsBwdDqWriter(p))
+    name += p.dqWriter ? "_dw" : "_dc";
   return name;
 }
 
@@ -297,6 +301,8 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
     problem = "staged_epilogue is an option of the sm90ws template: use template: sm90ws";
   if (problem.empty() && p.rotateQueryWalk && !(p.templ == "sm90ws" && p.pass == Pass::Backward))
     problem = "the rotated query walk is an option of the sm90ws backward template";
+  if (problem.empty() && p.dqWriter && !(p.templ == "sm90ws" && p.pass == Pass::Backward))
+    problem = "the dQ writer is an option of the sm90ws backward template";
   if (problem.empty())
     problem = sparseBlockProblem(p);
   if (problem.empty() && p.isPaged() && !isDecodePlan(p))
@@ -317,12 +323,14 @@ std::string KernelConfig::text() const {
     s += " staged";
   if (rotateQueryWalk)
     s += " rotq";
+  if (dqWriter.value_or(false))
+    s += " dqw";
   return s;
 }
 
 static auto configTie(const KernelConfig &c) {
   return std::tie(c.blockM, c.blockN, c.warps, c.stages, c.rescaleTau, c.exp2EmuPercent,
-                  c.exp2PolyDegree, c.stagedEpilogue, c.rotateQueryWalk);
+                  c.exp2PolyDegree, c.stagedEpilogue, c.rotateQueryWalk, c.dqWriter);
 }
 
 bool KernelConfig::operator==(const KernelConfig &o) const {
@@ -341,6 +349,8 @@ KernelConfig configOf(const KernelPlan &p) {
   c.exp2PolyDegree = p.exp2PolyDegree;
   c.stagedEpilogue = p.stagedEpilogue;
   c.rotateQueryWalk = p.rotateQueryWalk;
+  if (p.pass == Pass::Backward && p.templ == "sm90ws")
+    c.dqWriter = p.dqWriter;
   return c;
 }
 
@@ -356,6 +366,7 @@ llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const KernelConfi
   p.exp2PolyDegree = c.exp2PolyDegree;
   p.stagedEpilogue = c.stagedEpilogue;
   p.rotateQueryWalk = c.rotateQueryWalk;
+  p.dqWriter = c.dqWriter.value_or(base.dqWriter);
   finalizePlan(p);
   if (llvm::Error err = checkKernelPlan(p))
     return err;
@@ -699,7 +710,8 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
     if (p.pass == Pass::Backward)
       out += llvm::formatv("  deterministic={0} pre_post_threads={1}{2}\n",
                            p.deterministic ? "true" : "false", p.prePostThreads,
-                           p.rotateQueryWalk ? " rotate_query_walk=true" : "")
+                           std::string(p.rotateQueryWalk ? " rotate_query_walk=true" : "") +
+                               (p.dqWriter ? " dq_writer=true" : ""))
                  .str();
     out += llvm::formatv("  block_m={0} block_n={1} warps={2} stages={3} threads={4} smem={5} "
                          "tuning={6}{7}{8}{9}\n",

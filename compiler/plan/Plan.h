@@ -28,8 +28,12 @@ struct KernelConfig {
   int exp2PolyDegree = 3;
   bool stagedEpilogue = false; ///< sm90ws: O out through shared memory (KernelPlan)
   bool rotateQueryWalk = false; ///< sm90ws backward: rotated query walks (KernelPlan)
+  /// sm90ws backward: the dQ writer warp or not (KernelPlan::dqWriter); unset for other
+  /// templates, and in a tuning record made before the field existed (the plan's default).
+  std::optional<bool> dqWriter;
 
-  /// "m128n64w4s2" plus " tau8" / " emu25d3" / " staged" / " rotq" where not the default.
+  /// "m128n64w4s2" plus " tau8" / " emu25d3" / " staged" / " rotq" / " dqw" (the dQ writer)
+  /// where not the default.
   std::string text() const;
   bool operator==(const KernelConfig &o) const;
   bool operator!=(const KernelConfig &o) const { return !(*this == o); }
@@ -81,6 +85,11 @@ struct KernelPlan : Variant {
   /// kRotateQueryWalk); default ws_bwd_rotates_query_walk (common/ws_bwd_layout.h: head dim 64,
   /// not deterministic), a tuning choice. Kernel names spell it where it is not the default.
   bool rotateQueryWalk = false;
+  /// sm90ws backward: a warp of the producer warpgroup adds the consumers' dQ blocks (the
+  /// template's kDqWriter) or each consumer warpgroup adds its own; default ws_bwd_dq_writer
+  /// (common/ws_bwd_layout.h; always in the deterministic mode), a tuning choice. Kernel names
+  /// spell it where it is not the default.
+  bool dqWriter = false;
   /// sm90ws launch: one CTA per SM, each walking its share of the work tiles (else one CTA per
   /// work tile); derived by finalizePlan.
   bool persistent = false;

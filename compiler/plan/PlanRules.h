@@ -46,6 +46,9 @@ std::string sm90WsBwdVariantProblem(const KernelPlan &p);
 std::string sm90WsBwdConfigProblem(const KernelPlan &p);
 /// The sm90ws backward's defaults for backward plan `p`.
 KernelPlan sm90WsBwdPlan(KernelPlan p);
+/// The sm90ws backward's default dQ strategy for `p`'s variant: ws_bwd_dq_writer
+/// (templates/common/ws_bwd_layout.h).
+bool sm90WsBwdDqWriter(const KernelPlan &p);
 
 // PlanDecode.cpp
 /// What the decode template serves, for error messages.

@@ -242,6 +242,8 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
   if (p.rotateQueryWalk && p.deterministic)
     return "the rotated query walk does not serve the deterministic mode (its dQ order needs "
            "every key tile to walk its query tiles from the first)";
+  if (!p.dqWriter && p.deterministic)
+    return "the deterministic mode's dQ order is the dQ writer's (dq_writer must be true)";
   int smem = sm90WsBwdSmemBytes(p.headDimQK, p.blockM, p.blockN, p.stages);
   if (smem > archSmemLimit(p.arch))
     return llvm::formatv("needs {0} bytes of shared memory; sm_90a allows {1}", smem,
@@ -263,8 +265,15 @@ KernelPlan sm90WsBwdPlan(KernelPlan p) {
   p.stages = split ? 1 : 2;
   p.rescaleTau = 0;
   p.rotateQueryWalk = ws_bwd_rotates_query_walk(p.headDimQK, p.deterministic);
+  p.dqWriter = sm90WsBwdDqWriter(p);
   finalizePlan(p);
   return p;
+}
+
+bool sm90WsBwdDqWriter(const KernelPlan &p) {
+  return ws_bwd_dq_writer(p.headDimQK, p.deterministic, p.scoreMod == ScoreMod::None, p.varlen,
+                          p.mask == Mask::None || p.mask == Mask::Causal,
+                          p.sparsity != Sparsity::None);
 }
 
 } // namespace planner

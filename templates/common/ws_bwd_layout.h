@@ -37,6 +37,24 @@ FAGEN_WS_BWD_LAYOUT_HD constexpr bool ws_bwd_rotates_query_walk(int dim, bool de
   return dim == 64 && !deterministic;
 }
 
+/// Whether a warp of the producer warpgroup (the dQ writer) adds the consumers' staged dQ
+/// blocks to dq_accum, by default: always in the deterministic mode (which orders the
+/// additions; the writer is its order), else at hd 96 / 128 / 256 with no mask or a causal one
+/// and no score mod, varlen or block sparsity. H100, bf16, 2k-16k, harness A/B of three rounds
+/// in one call, time against the consumers adding their own blocks: hd 128 0.88-0.94x, causal
+/// 0.94-1.00x, causal dropout 0.91-0.96x; hd 256 0.94-0.98x, causal 0.99-1.01x; hd 64
+/// 0.95-1.00x, causal 0.99-1.01x (within the rounds' spread; not kept: its dropout kernel
+/// spilled 36 bytes). With softcap 16 bytes spilled; varlen causal, window and static
+/// block-sparse causal kernels had their wgmma serialized by ptxas for want of registers
+/// (C7512, nvcc 13.0). The planner's default (a plan's dqWriter, which `fagen tune` searches)
+/// and the harness's. `none_or_causal`: no mask or a causal one (either alignment).
+FAGEN_WS_BWD_LAYOUT_HD constexpr bool ws_bwd_dq_writer(int head_dim, bool deterministic,
+                                                       bool identity_score_mod, bool varlen,
+                                                       bool none_or_causal, bool sparse) {
+  return deterministic || (ws_bwd_dim(head_dim) >= 128 && identity_score_mod && !varlen &&
+                           none_or_causal && !sparse);
+}
+
 /// Byte offsets from the 1024-byte-aligned base, tiles in 128-byte-swizzled 64-column blocks:
 /// K, V (block_n rows), stages x (Q, dO) (block_m rows), two dS^T tiles (block_n rows of block_m
 /// 16-bit columns), with ws_bwd_split_s two P^T tiles of the same shape, a 64 x 64 fp32 dQ

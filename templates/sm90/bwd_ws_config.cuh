@@ -22,8 +22,9 @@ namespace fagen {
 namespace sm90 {
 
 /// Options: a struct (the generated kernel's KernelOptions) that derives from WsBwdOptions and
-/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kStages and
-/// kRotateQueryWalk (the plan's; ws_bwd_rotates_query_walk is the default).
+/// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN, kStages, kRotateQueryWalk
+/// and kDqWriter (the plan's; ws_bwd_rotates_query_walk and ws_bwd_dq_writer are the
+/// defaults).
 struct WsBwdOptions {
   static constexpr bool kDeterministic = false;
 };
@@ -70,20 +71,12 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr bool kDqWholeTiles = true;
 
   /// A warp of the producer warpgroup adds the consumers' staged dQ blocks to dq_accum (bulk
-  /// reductions; bwd_ws_write_dq), so that a consumer only stages its block: in deterministic
-  /// kernels (which order the additions), and at hd 96 / 128 / 256 with no mask or a causal
-  /// one and no score mod, varlen or block sparsity. H100, bf16, 2k-16k, harness A/B of three
-  /// rounds in one call, time against the consumers adding their own blocks: hd 128
-  /// 0.88-0.94x, causal 0.94-1.00x, causal dropout 0.91-0.96x; hd 256 0.94-0.98x, causal
-  /// 0.99-1.01x; hd 64 0.95-1.00x, causal 0.99-1.01x (within the rounds' spread; not kept:
-  /// its dropout kernel spilled 36 bytes). With softcap 16 bytes spilled; varlen causal,
-  /// window and static block-sparse causal kernels had their wgmma serialized by ptxas for
-  /// want of registers (C7512, nvcc 13.0): there the consumers add their own.
-  static constexpr bool kDqWriter =
-      kDeterministic ||
-      (kDim >= 128 && VariantParts<Variant>::ScoreMod::kIdentity && !Variant::kVarlen &&
-       (std::is_same<typename Variant::Mask, NoMask>::value || Variant::Mask::kCausal) &&
-       !Variant::Sparsity::kSparse);
+  /// reductions; bwd_ws_write_dq), so that a consumer only stages its block; else each
+  /// consumer adds its own (the plan's dQ strategy; ws_bwd_dq_writer, the default, says where
+  /// each measured faster).
+  static constexpr bool kDqWriter = Options::kDqWriter;
+  static_assert(kDqWriter || !kDeterministic,
+                "the deterministic mode's dQ order is the dQ writer's: kDqWriter must be true");
   /// kDqWriter kernels at hd 96 / 128: dK += dS^T Q issued after the dQ block, so that the
   /// tensor cores compute it while the block is staged (FlashAttention-3's order), with
   /// kOverlapP (the writer's figures above are with it). H100, bf16, 2k-16k, harness A/B of

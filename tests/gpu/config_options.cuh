@@ -38,6 +38,10 @@ struct Sm90WsBwd : fagen::sm90::WsBwdOptions {
   static constexpr int kHeadDimQK = HD, kHeadDimV = HD, kBlockM = BM, kBlockN = BN, kStages = S;
   static constexpr bool kDeterministic = Det;
   static constexpr bool kRotateQueryWalk = fagen::ws_bwd_rotates_query_walk(HD, Det);
+  static constexpr bool kDqWriter = fagen::ws_bwd_dq_writer(
+      HD, Det, fagen::VariantParts<V>::ScoreMod::kIdentity, V::kVarlen,
+      std::is_same<typename V::Mask, fagen::NoMask>::value || V::Mask::kCausal,
+      V::Sparsity::kSparse);
 };
 #endif
 

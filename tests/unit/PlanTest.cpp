@@ -769,9 +769,17 @@ TEST(Plan, Sm90WsBackwardServes) {
     EXPECT_EQ(k.threads, 384) << k.name;
     EXPECT_EQ(k.smemBytes, sm90WsBwdSmemBytes(k.headDimQK, k.blockM, k.blockN, k.stages));
     EXPECT_LE(k.smemBytes, archSmemLimit("sm_90a")) << k.name;
+    // The dQ writer where ws_bwd_dq_writer puts it: no score mod, varlen or block sparsity,
+    // no mask or a causal one, hd 96 and up; always in the deterministic mode.
+    EXPECT_EQ(k.dqWriter,
+              k.deterministic ||
+                  (k.headDimQK >= 96 && k.scoreMod == ScoreMod::None && !k.varlen &&
+                   k.sparsity == Sparsity::None &&
+                   (k.mask == Mask::None || k.mask == Mask::Causal)))
+        << k.name;
     if (k.headDimQK == 256) {
       // Two consumer warpgroups over 64 keys that split S^T by query columns, one stage.
-      EXPECT_EQ(configOf(k).text(), "m64n64w8s1") << k.name;
+      EXPECT_EQ(configOf(k).text(), k.dqWriter ? "m64n64w8s1 dqw" : "m64n64w8s1") << k.name;
       continue;
     }
     // One 64 x 64 dQ block per consumer warpgroup, two warpgroups of 64 keys (hd 96 in the

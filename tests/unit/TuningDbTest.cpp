@@ -186,16 +186,33 @@ TEST(TuningDb, BackwardRecordsRoundTripInFormat2) {
   llvm::Expected<TuningRecord> legacyBack = parseRecordLine(legacy);
   ASSERT_TRUE(bool(legacyBack)) << llvm::toString(legacyBack.takeError()) << legacy;
   EXPECT_FALSE(legacyBack->config.rotateQueryWalk);
+  // The dQ strategy round-trips in format 3 (a fagen that reads format 2 refuses the line
+  // instead of building its own strategy); a record without it reads as unset.
+  EXPECT_EQ(line.find("dq_writer"), std::string::npos) << line;
+  EXPECT_FALSE(back->config.dqWriter.has_value());
+  for (bool value : {false, true}) {
+    TuningRecord strategy = r;
+    strategy.config.dqWriter = value;
+    std::string strategyLine = formatRecordLine(strategy);
+    EXPECT_NE(strategyLine.find(value ? "\"dq_writer\":true" : "\"dq_writer\":false"),
+              std::string::npos)
+        << strategyLine;
+    EXPECT_NE(strategyLine.find("\"format\":3"), std::string::npos) << strategyLine;
+    llvm::Expected<TuningRecord> strategyBack = parseRecordLine(strategyLine);
+    ASSERT_TRUE(bool(strategyBack)) << llvm::toString(strategyBack.takeError());
+    EXPECT_EQ(strategyBack->config.dqWriter, std::optional<bool>(value));
+    EXPECT_EQ(formatRecordLine(*strategyBack), strategyLine);
+  }
   // Forward records keep format 1 (a fagen that reads only format 1 still reads them), and a
   // record of a layout newer than this fagen's is refused with the fix.
   std::string forward = formatRecordLine(okRecord("s2048", tile(128, 64, 4, 2), 1.0));
   EXPECT_NE(forward.find("\"format\":1"), std::string::npos) << forward;
   std::string newer = line;
-  newer.replace(newer.find("\"format\":2"), 10, "\"format\":3");
+  newer.replace(newer.find("\"format\":2"), 10, "\"format\":4");
   llvm::Expected<TuningRecord> refused = parseRecordLine(newer);
   ASSERT_FALSE(bool(refused));
-  EXPECT_NE(llvm::toString(refused.takeError()).find("record format 3, this fagen reads formats "
-                                                     "1 to 2: re-tune"),
+  EXPECT_NE(llvm::toString(refused.takeError()).find("record format 4, this fagen reads formats "
+                                                     "1 to 3: re-tune"),
             std::string::npos);
   // A gradient error missing is named.
   std::string broken = line;
@@ -508,17 +525,26 @@ std::map<std::string, std::set<std::string>> backwardCandidates(const std::strin
 
 TEST(SearchSpace, BackwardCandidatesArePlannableWithTheDefaultFirst) {
   // sm90ws: one tile per head dim (its static_asserts), the stages that fit 227 KB, each with
-  // the query walk rotated or not (the deterministic mode only from the first tile).
+  // the query walk rotated or not and the dQ writer or not (the deterministic mode only from
+  // the first tile, with the writer).
   std::map<std::string, std::set<std::string>> ws = backwardCandidates("sm_90a");
   using Set = std::set<std::string>;
+  // Every tile with and without the suffixes in `suffixes`' combinations.
+  auto with = [](std::vector<std::string> tiles, std::vector<std::string> suffixes) {
+    Set out;
+    for (const std::string &t : tiles)
+      for (const std::string &s : suffixes)
+        out.insert(t + s);
+    return out;
+  };
+  const std::vector<std::string> walkAndWriter = {"", " rotq", " dqw", " rotq dqw"};
   EXPECT_EQ(ws["bwd bf16 hd64x64 causal sm_90a"],
-            (Set{"m128n128w8s1", "m128n128w8s2", "m128n128w8s1 rotq", "m128n128w8s2 rotq"}));
+            with({"m128n128w8s1", "m128n128w8s2"}, walkAndWriter));
   EXPECT_EQ(ws["bwd bf16 hd128x128 none sm_90a"],
-            (Set{"m64n128w8s1", "m64n128w8s2", "m64n128w8s3", "m64n128w8s1 rotq",
-                 "m64n128w8s2 rotq", "m64n128w8s3 rotq"}));
+            with({"m64n128w8s1", "m64n128w8s2", "m64n128w8s3"}, walkAndWriter));
   EXPECT_EQ(ws["bwd bf16 hd128x128 causal det sm_90a"],
-            (Set{"m64n128w8s1", "m64n128w8s2", "m64n128w8s3"}));
-  EXPECT_EQ(ws["bwd fp16 hd256x256 causal sm_90a"], (Set{"m64n64w8s1", "m64n64w8s1 rotq"}));
+            with({"m64n128w8s1", "m64n128w8s2", "m64n128w8s3"}, {" dqw"}));
+  EXPECT_EQ(ws["bwd fp16 hd256x256 causal sm_90a"], with({"m64n64w8s1"}, walkAndWriter));
   EXPECT_EQ(ws.size(), 4u);
 
   // Kernel names spell the query walk only where it is not the head dim's default.
@@ -537,6 +563,38 @@ TEST(SearchSpace, BackwardCandidatesArePlannableWithTheDefaultFirst) {
     EXPECT_EQ(base.rotateQueryWalk, base.headDimQK == 64) << base.name;
     EXPECT_EQ(flipped->name, base.name + (base.rotateQueryWalk ? "_qf" : "_qr"));
   }
+  // Kernel names spell the dQ strategy only where it is not the variant's default; the
+  // deterministic mode keeps the writer.
+  for (const KernelPlan &base : plansOf(kBackwardSpec, "sm_90a")) {
+    EXPECT_FALSE(llvm::StringRef(base.name).ends_with("_dw") ||
+                 llvm::StringRef(base.name).ends_with("_dc"))
+        << base.name;
+    KernelConfig other = configOf(base);
+    ASSERT_TRUE(other.dqWriter.has_value()) << base.name;
+    other.dqWriter = !base.dqWriter;
+    llvm::Expected<KernelPlan> flipped = applyConfig(base, other);
+    if (base.deterministic) {
+      ASSERT_FALSE(bool(flipped));
+      EXPECT_NE(llvm::toString(flipped.takeError()).find("the dQ writer's"), std::string::npos);
+      continue;
+    }
+    ASSERT_TRUE(bool(flipped)) << llvm::toString(flipped.takeError());
+    EXPECT_EQ(flipped->name, base.name + (base.dqWriter ? "_dc" : "_dw"));
+    // A config without the field (a record made before it existed) keeps the plan's.
+    other.dqWriter.reset();
+    llvm::Expected<KernelPlan> kept = applyConfig(base, other);
+    ASSERT_TRUE(bool(kept)) << llvm::toString(kept.takeError());
+    EXPECT_EQ(kept->dqWriter, base.dqWriter) << base.name;
+    EXPECT_EQ(kept->name, base.name);
+  }
+  // A forward plan has no dQ writer.
+  KernelConfig writer = configOf(basePlan(128));
+  EXPECT_FALSE(writer.dqWriter.has_value());
+  writer.dqWriter = true;
+  llvm::Expected<KernelPlan> noWriter = applyConfig(basePlan(128), writer);
+  ASSERT_FALSE(bool(noWriter));
+  EXPECT_NE(llvm::toString(noWriter.takeError()).find("an option of the sm90ws backward"),
+            std::string::npos);
   // A forward or portable plan has no query walk to rotate.
   KernelConfig rotated = configOf(basePlan(128));
   rotated.rotateQueryWalk = true;
