@@ -431,16 +431,18 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
   mbarrier_wait(sm.kv_full(), 0);
   WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
   for (int it = 0; tile.valid(); tile.advance(), ++it) {
-    const bool tile_masked =
-        (n_block + 1) * kBlockN > shape.seqlen_k ||
-        Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
     // With Config::kMaskedTileCopy (which says why) the tile's work in two copies, with the
-    // mask (copy 1) and without (copy 0), of which the tile runs one.
+    // mask (copy 1) and without (copy 0), of which the tile runs one; else one copy that
+    // tests the mask where P^T needs it (where it always did: moved, the test changed the
+    // one-copy kernels' code).
+    const bool tile_masked =
+        Config::kMaskedTileCopy &&
+        ((n_block + 1) * kBlockN > shape.seqlen_k ||
+         Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape));
 #pragma unroll
     for (int copy = 0; copy < (Config::kMaskedTileCopy ? 2 : 1); ++copy) {
       if (Config::kMaskedTileCopy && tile_masked != (copy == 1))
         continue;
-      const bool masked = Config::kMaskedTileCopy ? copy == 1 : tile_masked;
       const int s = it % Config::kStages, round = it / Config::kStages;
       mbarrier_wait(sm.q_full(s), round & 1);
       // S^T = K Q^T, dP^T = V dO^T; then P^T and dS^T.
@@ -456,6 +458,11 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
         dropout_keep_bits_transposed<kBlockM / 8>(
             keep, typename Config::Dropout(f, batch, tile.head), key0 + 16 * warp,
             tile.m_block * kBlockM);
+      const bool masked =
+          Config::kMaskedTileCopy
+              ? copy == 1
+              : (n_block + 1) * kBlockN > shape.seqlen_k ||
+                    Mask::template needs_mask<kBlockM, kBlockN>(tile.m_block, n_block, shape);
       bwd_ws_wait_p_ds<Config>(st, dpt, sm, params, keep, s, key0, tile.head, tile.m_block, batch,
                                masked, shape);
       // dV += P^T dO, dK += dS^T Q (with kDqBeforeDk dK after the dQ block, computed while the
