@@ -273,7 +273,7 @@ llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
   if (const llvm::json::Object *n = obj->getObject("numerics")) {
     FieldReader f(*n, "numerics.", error);
     NumericsResult nr;
-    // A backward's record (format 2) has the gradients' errors instead of O's and LSE's.
+    // A backward's record (format 2 or 3) has the gradients' errors instead of O's and LSE's.
     nr.backward = n->get("max_error_dq") != nullptr;
     if (nr.backward) {
       nr.maxErrorDq = f.number("max_error_dq");

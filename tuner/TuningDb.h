@@ -33,7 +33,8 @@
 namespace fagen {
 
 /// The newest record layout this fagen reads and writes; a record of a newer one is refused on
-/// load. 1: forward numerics (O, LSE); 2: also the backward's (dQ, dK, dV). A record is
+/// load. 1: forward numerics (O, LSE); 2: also the backward's (dQ, dK, dV); 3: also the sm90ws
+/// backward's dQ strategy (config.dq_writer). A record is
 /// written in the oldest layout that holds it (recordFormat), so a database of forward records
 /// stays readable by a fagen that knows only layout 1.
 constexpr int kTuningDbFormat = 3;

@@ -79,7 +79,7 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
                 "the deterministic mode's dQ order is the dQ writer's: kDqWriter must be true");
   /// kDqWriter kernels at hd 96 / 128: dK += dS^T Q issued after the dQ block, so that the
   /// tensor cores compute it while the block is staged (FlashAttention-3's order), with
-  /// kOverlapP (the writer's figures above are with it). H100, bf16, 2k-16k, harness A/B of
+  /// kOverlapP (ws_bwd_dq_writer's figures are with it). H100, bf16, 2k-16k, harness A/B of
   /// three rounds in one call, deterministic: causal 0.81-0.85x the time (the other order's
   /// causal kernel had its wgmma serialized by ptxas for want of registers, C7512),
   /// non-causal 0.88-0.94x (the other order: 0.82-0.95x). With the consumers adding their own

@@ -2,7 +2,8 @@
 # `fagen tune` of backward kernels on a Hopper GPU (issue 32). Prepare here:
 #   make build && mkdir -p .carry && cp build/fagen build/libfagen_rt.so .carry/
 # then run this there with .carry carried. It
-#   1. tunes tests/gpu/tune-bwd.yaml for sm_90a (the sm90ws backward: Q/dO stages, query walk)
+#   1. tunes tests/gpu/tune-bwd.yaml for sm_90a (the sm90ws backward: Q/dO stages, query walk,
+#      dQ strategy)
 #      and for sm_90 (the portable backward: tiles, warps, stages) into one database, compiling the
 #      candidates there (nvcc of the GPU machine), at seqlens 2048 and 8192;
 #   2. plans and builds the spec with the database (sm_90a and sm_90), shows which kernels took

@@ -752,15 +752,19 @@ TEST(Plan, Sm90WsBackwardServes) {
      dropout: true, passes: [bwd]}
   - {name: capdet, dtype: bf16, head_dim: 128, mask: causal, score_mod: softcap,
      deterministic: true, passes: [bwd]}
+  - {name: cap64, dtype: fp16, head_dim: 64, mask: causal, score_mod: softcap, passes: [bwd]}
+  - {name: cap64w, dtype: bf16, head_dim: 64, mask: window, score_mod: softcap, passes: [bwd]}
 )",
                                      {"sm_90a"});
-  ASSERT_EQ(p.size(), 19u);
+  // cap64: softcap under a causal mask at hd 64 spilled in sm90ws (the portable kernel takes
+  // it); under a window mask it did not.
+  ASSERT_EQ(p.size(), 21u);
   for (const KernelPlan &k : p) {
     const bool ws = k.variant == "d64" || k.variant == "c128" || k.variant == "win" ||
                     k.variant == "bs" || k.variant == "vl" || k.variant == "drop" ||
                     k.variant == "dropwin" || k.variant == "det" || k.variant == "detvl" ||
                     k.variant == "c256" || k.variant == "drop256" || k.variant == "vl256" ||
-                    k.variant == "hd96";
+                    k.variant == "hd96" || k.variant == "cap64w";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;
