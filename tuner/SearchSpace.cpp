@@ -81,15 +81,14 @@ std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace 
       for (int w : space.warps)
         for (int s : space.stages)
           for (bool rotate : space.rotateQueryWalk)
-            for (size_t d = 0; d < std::max<size_t>(space.dqWriter.size(), 1); ++d) {
+            for (std::optional<bool> writer : space.dqWriter) {
               TuneConfig c = exact;
               c.blockM = m;
               c.blockN = n;
               c.warps = w;
               c.stages = s;
               c.rotateQueryWalk = rotate;
-              if (!space.dqWriter.empty())
-                c.dqWriter = space.dqWriter[d];
+              c.dqWriter = writer;
               addCandidate(base, c, "tile", out, refused);
             }
   if (pruned)

@@ -23,6 +23,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,8 +42,8 @@ struct SearchSpace {
   std::vector<bool> stagedEpilogue = {false}; ///< sm90ws: also {true} (stage 2)
   std::vector<bool> rotateQueryWalk = {false}; ///< sm90ws backward: also {true} (stage 1)
   /// sm90ws backward: the dQ writer or the consumers adding dQ, {false, true} (stage 1; the
-  /// deterministic mode only the writer); empty: the plan's.
-  std::vector<bool> dqWriter;
+  /// deterministic mode only the writer); unset: the plan's.
+  std::vector<std::optional<bool>> dqWriter = {std::nullopt};
   unsigned softmaxTiles = 2; ///< stage 2 runs on this many best tiles per bucket
 };
 

@@ -55,11 +55,13 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// staging block (bwd_ws_kernel.cuh, bwd_ws_write_dq).
   static constexpr bool kDeterministic = Options::kDeterministic;
   static constexpr bool kDqAscending = false;
+  /// A variant with a mask (causal, window): its tiles by the diagonal or the window's edges
+  /// test it.
+  static constexpr bool kMasked = !std::is_same<typename Variant::Mask, NoMask>::value;
   /// Without a mask or block sparsity, key tile n adds into dq_accum copy n % kDqSlots, the
   /// first of each copy's order storing (bwd_params.h): two chains a query tile, each half as
   /// long.
-  static constexpr bool kUnmaskedDense =
-      std::is_same<typename Variant::Mask, NoMask>::value && !Variant::Sparsity::kSparse;
+  static constexpr bool kUnmaskedDense = !kMasked && !Variant::Sparsity::kSparse;
   static constexpr int kDqSlots = fagen_bwd_dq_slots(kDeterministic, kUnmaskedDense);
   static constexpr bool kDqStoreFirst = kDeterministic && kUnmaskedDense;
   /// What sm80::bwd_preprocess (this template's _pre) reads: the whole kBlockM-row block of a
@@ -97,8 +99,7 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// Head dim 256 (kSplitS) under a mask: both dQ blocks issued with dV and dK (the second
   /// computed while the first is staged and added). H100, same A/B: causal 0.95-0.96x the
   /// time, deterministic 0.94-0.98x; without a mask 1.02-1.07x (not kept there).
-  static constexpr bool kIssueDqAtOnce =
-      !std::is_same<typename Variant::Mask, NoMask>::value;
+  static constexpr bool kIssueDqAtOnce = kMasked;
   static constexpr bool kRotateQueryWalk = Options::kRotateQueryWalk;
   /// Under a mask, a query tile's work in two copies, with the mask (the tiles that need it,
   /// or lie past seqlen_k) and without it (bwd_ws_consume; bwd_ws_consume_split: P^T and dS^T
@@ -110,8 +111,7 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// needs one) hd 64 1.01-1.04x, so not there. Not with a score mod, nor with dropout at hd
   /// 64 or in the deterministic mode: there the two copies spilled 12-80 bytes (nvcc 13.0).
   static constexpr bool kMaskedTileCopy =
-      !std::is_same<typename Variant::Mask, NoMask>::value &&
-      VariantParts<Variant>::ScoreMod::kIdentity &&
+      kMasked && VariantParts<Variant>::ScoreMod::kIdentity &&
       !(Variant::Dropout::kEnabled && (kDim == 64 || kDeterministic));
   static_assert(!(kRotateQueryWalk && kDeterministic),
                 "kRotateQueryWalk: the deterministic mode's dQ order needs every key tile to walk "

@@ -433,8 +433,8 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
   for (int it = 0; tile.valid(); tile.advance(), ++it) {
     // With Config::kMaskedTileCopy (which says why) the tile's work in two copies, with the
     // mask (copy 1) and without (copy 0), of which the tile runs one; else one copy that
-    // tests the mask where P^T needs it (where it always did: moved, the test changed the
-    // one-copy kernels' code).
+    // tests the mask just before P^T (tested before the tile's GEMMs, its value stayed live
+    // through them and changed the code).
     const bool tile_masked =
         Config::kMaskedTileCopy &&
         ((n_block + 1) * kBlockN > shape.seqlen_k ||
