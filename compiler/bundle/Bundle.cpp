@@ -426,11 +426,11 @@ bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
     if (k.pageSize != 0 && !FAGEN_PAGE_SIZE_VALID(k.pageSize))
       return r.fail("page_size is " + n(k.pageSize) + "; a paged decode kernel's pages are a "
                     "power of two in 16..256 tokens");
-  } else if (k.pageSize != 0 && (k.templ != "sm80" || !k.isForward() || !k.varlen ||
-                                  !FAGEN_PAGE_SIZE_VALID(k.pageSize))) {
+  } else if (k.pageSize != 0 && ((k.templ != "sm80" && k.templ != "sm90ws") || !k.isForward() ||
+                                  !k.varlen || !FAGEN_PAGE_SIZE_VALID(k.pageSize))) {
     return r.fail("page_size is " + n(k.pageSize) + " on a " + toText(k.pass) +
                   " kernel of template '" + k.templ + "'" + (k.varlen ? "" : " without varlen") +
-                  "; only sm80decode kernels and varlen sm80 fwd kernels (chunked prefill) read "
+                  "; only sm80decode kernels and varlen sm80 and sm90ws fwd kernels (chunked prefill) read "
                   "a paged KV cache, of pages a power of two in 16..256 tokens");
   } else if (k.qTokens != 0) {
     return r.fail("q_tokens is " + n(k.qTokens) + " on a kernel of template '" + k.templ +

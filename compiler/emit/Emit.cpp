@@ -145,10 +145,10 @@ std::string forwardConfig(const KernelPlan &p) {
                       "  static constexpr int kRescaleTau = {5}, kExp2EmuPercent = {6}, "
                       "kExp2PolyDegree = {7};\n"
                       "  static constexpr bool kStagedEpilogue = {8}, kTileCounter = {9}, "
-                      "kTmaStoreO = {10};\n",
+                      "kTmaStoreO = {10};\n{11}",
                       p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.rescaleTau,
                       p.exp2EmuPercent, p.exp2PolyDegree, boolText(p.stagedEpilogue),
-                      boolText(p.tileCounter), boolText(p.tmaStoreO))
+                      boolText(p.tileCounter), boolText(p.tmaStoreO), pageSizeDecl(p))
             .str(),
         "fagen::sm90::WsFwdConfig");
   if (p.templ == "sm90")
@@ -291,8 +291,12 @@ std::string emitKernelSource(const KernelPlan &p) {
   if (p.templ == "sm90ws") {
     out += "#include \"sm90/fwd_ws_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +
            forwardConfig(p) + agreement(p);
-    out += entryPoint(mainBounds, p.name, "fagen_fwd_params", "fagen::sm90::fwd_ws_kernel",
-                      "fagen_fwd_tma_maps");
+    if (p.isPaged()) // chunked prefill: the paged cache's fields around the forward's
+      out += entryPoint(mainBounds, p.name, "fagen_decode_params",
+                        "fagen::sm90::fwd_ws_paged_kernel", "fagen_fwd_tma_maps");
+    else
+      out += entryPoint(mainBounds, p.name, "fagen_fwd_params", "fagen::sm90::fwd_ws_kernel",
+                        "fagen_fwd_tma_maps");
     return out;
   }
   out += "#include \"" + p.templ + "/fwd_kernel.cuh\"\n\n" + blockLayoutData(p) + variantDecl(p) +

@@ -198,13 +198,17 @@ std::string sparseBlockProblem(const KernelPlan &p) {
 
 bool validHeadDim(int headDim) { return headDim % 8 == 0 && headDim >= 32 && headDim <= 256; }
 
-/// Mirrors templates/sm80/fwd_config.cuh's static_asserts of a paged forward (chunked prefill).
+/// Mirrors the static_asserts of a paged forward (chunked prefill) of templates/sm80/fwd_config.cuh
+/// and, for sm90ws, of templates/sm90/fwd_config.cuh (WsFwdConfig), whose gather reads a page id
+/// per row and so takes any key tile.
 std::string pagedForwardProblem(const KernelPlan &p) {
-  if (p.templ != "sm80")
-    return "a paged KV cache is read by the sm80 forward template only (sm90/sm90ws load "
-           "contiguous K/V tiles by TMA): use template: sm80";
+  if (p.templ != "sm80" && p.templ != "sm90ws")
+    return "a paged KV cache is read by the sm80 and sm90ws forward templates (sm90 loads "
+           "contiguous K/V tiles): use template: sm80 or sm90ws";
   if (!p.varlen || p.dropout || p.sparsity != Sparsity::None || p.scoreMod != ScoreMod::None)
     return "a paged forward is varlen, without dropout, block sparsity or a score mod";
+  if (p.templ == "sm90ws")
+    return p.tileCounter ? "a paged sm90ws forward takes no tile counter" : "";
   if (p.pageSize % p.blockN != 0 && p.blockN % p.pageSize != 0)
     return llvm::formatv("block_n {0} and page_size {1}: a key tile must lie in one page or "
                          "span whole pages",
@@ -392,8 +396,10 @@ void finalizePlan(KernelPlan &p) {
   // per SM, the next tile (heaviest first) to whichever frees up (H200, docs/perf/sm90-fwd.md).
   // Not the block-sparse kernels: their producer's walk over the layout then spills (24-52
   // bytes, nvcc 13.0).
-  p.tileCounter =
-      p.templ == "sm90ws" && p.pass == Pass::Forward && !evenTiles && p.sparsity == Sparsity::None;
+  // Not a paged kernel's: its whole producer warpgroup walks the tiles (sm90/ws_producer.cuh),
+  // which the counter's ring does not serve.
+  p.tileCounter = p.templ == "sm90ws" && p.pass == Pass::Forward && !evenTiles &&
+                  p.sparsity == Sparsity::None && !p.isPaged();
   // O through shared memory and a TMA store per warpgroup, which runs while the warpgroup starts
   // its next tile (H200, docs/perf/sm90-fwd.md: the epilogue 3000 -> 1370 cycles a tile at
   // hd 128). Head dims 128 and 64 (hd 64's main-loop step first measured 7 % slower with it;
@@ -734,10 +740,11 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                                        : "")
                  .str();
     else if (p.isPaged())
-      out += llvm::formatv("  paged KV cache, page_size={0}: chunked prefill on the sm80 "
-                           "template on every arch (sm90/sm90ws load contiguous K/V tiles by "
-                           "TMA)\n",
-                           p.pageSize)
+      out += llvm::formatv("  paged KV cache, page_size={0}: chunked prefill{1}\n", p.pageSize,
+                           p.templ == "sm90ws"
+                               ? " (K and V gathered by the producer warpgroup with cp.async, "
+                                 "Q by TMA)"
+                               : "")
                  .str();
     if (p.spillFallback)
       out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over {1} spill "

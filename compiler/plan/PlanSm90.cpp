@@ -80,9 +80,9 @@ bool sm90WsHeadDim(int d) { return d == 64 || d == 96 || d == 128 || d == 192 ||
 std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
   if (p.pass != Pass::Forward)
     return "the backward pass";
-  // Its K and V tiles come by TMA of contiguous rows; a paged cache's are gathered from pages
-  // (the portable template's cp.async runs).
-  if (p.isPaged())
+  // sm90ws gathers a paged cache's K and V tiles with cp.async (sm90/ws_paged_kv.cuh); sm90's
+  // loads are of contiguous rows.
+  if (!ws && p.isPaged())
     return "a paged KV cache";
   if (!ws && p.mask == Mask::Window)
     return "the window mask";
@@ -167,7 +167,7 @@ std::string sm90ConfigProblem(const KernelPlan &p, bool ws) {
   if (!ws && accumulators > 192)
     return llvm::formatv("S + O + P need more than 192 registers per thread at block_n {0}",
                          p.blockN);
-  int budget = ws_accumulator_registers(p.blockM / 64, p.varlen);
+  int budget = ws_accumulator_registers(p.blockM / 64, p.varlen, p.isPaged());
   if (ws && accumulators > budget)
     return llvm::formatv("S + O + P need more than the {0} registers a consumer thread has for "
                          "them at block_m {1}, block_n {2}: lower block_n or block_m",
@@ -306,7 +306,8 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
     // Block-sparse layouts: tiles that divide the layout's block (query tiles 192 -> 128 rows
     // for blocks of 128 and 256, 128 -> 192 for blocks of 192).
     int dim = std::max(sm90WsPaddedHeadDim(p.headDimQK), sm90WsPaddedHeadDim(p.headDimV));
-    p.blockM = dim == 64 ? 192 : 128;
+    // Paged: 128 (the gather's producer threads need the registers of a 2-consumer split).
+    p.blockM = dim == 64 && !p.isPaged() ? 192 : 128;
     if (p.sparsity != Sparsity::None && p.sparseBlock % p.blockM != 0)
       p.blockM = p.blockM == 192 ? 128 : 192;
     p.warps = p.blockM / 16; // sm90ConfigProblem below checks it

@@ -124,7 +124,7 @@ fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
 
 } // namespace
 
-void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &paged,
+void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &paged, int sms,
                           const KernelRecord &k, fagen_plan &plan) {
   fagen_decode_params dp;
   std::memset(&dp, 0, sizeof dp);
@@ -135,7 +135,11 @@ void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &page
   dp.num_splits = 1; // runDecode launches NAME alone, over m_blocks query tiles
   dp.m_blocks = int32_t(ceilDiv(p.seqlen_q, k.blockM));
   std::memcpy(plan.params, &dp, sizeof dp);
-  setGrid(plan.grid, dp.m_blocks, p.heads_q, p.batch);
+  if (takesTmaMaps(k)) // sm90ws: a 1-D grid over the work tiles (runDecode launches it)
+    setGrid(plan.grid, wsGridSize(k, int64_t(dp.m_blocks) * p.heads_q * p.batch, sms, false), 1,
+            1);
+  else
+    setGrid(plan.grid, dp.m_blocks, p.heads_q, p.batch);
   const fagen_decode_workspace w =
       fagen_decode_workspace_layout(1, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v, 1);
   plan.workspace_bytes = size_t(w.total_bytes); // the status record alone
@@ -256,6 +260,14 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
     dp.seqused_k = paged->sequsedK;
     dp.kv_status =
         reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) + plan.workspace_offsets[2]);
+  }
+  if (const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index]; takesTmaMaps(k)) {
+    // A paged sm90ws forward: one launch over its work tiles, Q by TMA.
+    fagen_fwd_tma_maps maps;
+    if (fagen_status s = encodeTmaMaps(function, api, plan, k, dp.fwd, maps); s != FAGEN_OK)
+      return s;
+    return launch(api, plan, plan.function, plan.grid, plan.block, plan.smem_bytes, &dp, stream,
+                  "", &maps);
   }
   const bool split = dp.num_splits > 1 && workspace != nullptr;
   if (!split) { // one split: NAME writes O and LSE

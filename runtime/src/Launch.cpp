@@ -278,9 +278,12 @@ fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fag
   std::string what;
   // Varlen: the packed tensors' rows are the maps' row extents, so TMA itself never reads or
   // writes past them (the kernels clamp their row coordinates as well).
-  if (int r = encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK, k.headDimV,
-                               k.blockM, k.blockN, maps, what, params.total_q, params.total_k,
-                               k.tmaStoreO))
+  if (int r = k.isPaged() // its K and V tiles come from the pages, not by TMA
+                  ? encodePagedFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK,
+                                          k.blockM, maps, what, params.total_q)
+                  : encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK,
+                                     k.headDimV, k.blockM, k.blockN, maps, what, params.total_q,
+                                     params.total_k, k.tmaStoreO))
     return fail(FAGEN_ERROR_INVALID_ARGUMENT,
                 std::string(function) + ": " +
                     cudaErrorText(api, r, "cuTensorMapEncodeTiled") + " for tensor " + what +

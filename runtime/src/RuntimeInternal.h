@@ -146,6 +146,8 @@ fagen_status checkWorkspaceBytes(const char *function, size_t given, const fagen
 /// The current context's id (cuCtxGetId; 0 where the driver lacks it).
 uint64_t contextId(const DriverApi &api, CUcontext ctx);
 bool takesTmaMaps(const KernelRecord &k);
+/// CTAs of a sm90ws launch over `tiles` work tiles (`counter`: the call has a workspace).
+int64_t wsGridSize(const KernelRecord &k, int64_t tiles, int sms, bool counter);
 /// A loaded bundle around `parsed` (the kernels' descriptions made once).
 fagen_status adopt(Bundle parsed, fagen_bundle **out);
 /// Plans the best kernel for the call, or (pinned) kernel `kernelIndex`; `paged`: the call's
@@ -157,9 +159,10 @@ fagen_status planCall(const char *function, const fagen_bundle *bundle,
                       const fagen_paged_kv *paged = nullptr);
 
 // Decode.cpp
-/// A paged forward plan (chunked prefill: varlen queries over a paged cache, a sm80 forward
-/// kernel of a page size): fagen_decode_params of one split, the status record's workspace.
-void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &paged,
+/// A paged forward plan (chunked prefill: varlen queries over a paged cache, a sm80 or sm90ws
+/// forward kernel of a page size): fagen_decode_params of one split, the status record's
+/// workspace; a sm90ws kernel's 1-D grid over its work tiles for `sms` SMs.
+void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &paged, int sms,
                           const KernelRecord &k, fagen_plan &plan);
 /// A decode kernel's plan of a validated forward call: the split count (common/decode_split.h)
 /// for `sms` SMs, the grids of NAME and NAME_combine, both parameter blocks, the workspace
@@ -198,6 +201,10 @@ fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass 
 fagen_status checkBundleLive(const char *function, const fagen_plan &plan);
 fagen_status checkContext(const char *function, const DriverApi &api, const fagen_plan &plan);
 fagen_status checkRunTarget(const char *function, const fagen_plan &plan, const DriverApi *&api);
+/// Encodes the tensor maps of a TMA kernel's forward call (a paged one's: Q's alone).
+fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fagen_plan &plan,
+                           const KernelRecord &k, const fagen_fwd_params &params,
+                           fagen_fwd_tma_maps &maps);
 /// FAGEN_VALIDATE=1: runs copy their index arrays (cu_seqlens, a paged call's block table and
 /// lengths) to the host and check them before the launch (synchronizing the stream).
 bool validateMode();

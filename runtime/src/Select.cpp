@@ -65,6 +65,8 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
                                         : Tensor{"o", p.o_strides, p.heads_q, rowsQ, "stores"}};
   for (int i = 0; i < (k.tmaStoreO || k.isBackward() ? 4 : 3); ++i) { // O or dO last
     const Tensor &t = all[i];
+    if (k.isPaged() && i > 0) // a paged kernel gathers K and V from the pages (cp.async)
+      break;
     const int64_t extents[3] = {p.varlen ? 1 : p.batch, t.heads, t.seqlen};
     for (int d = 0; d < 3; ++d) {
       if (extents[d] > 1 && t.strides[d] == 0)
@@ -645,7 +647,7 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
     return FAGEN_OK;
   }
   if (k.isPaged() && paged != nullptr) {
-    fillPagedForwardPlan(problem, *paged, k, plan);
+    fillPagedForwardPlan(problem, *paged, device.sms, k, plan);
     return FAGEN_OK;
   }
   const int64_t tiles = ceilDiv(problem.seqlen_q, k.blockM) * problem.heads_q * problem.batch;

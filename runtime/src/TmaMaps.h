@@ -120,6 +120,18 @@ inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_param
   return encodeTmaTensors(encode, tensors, storeO ? 4 : 3, call.batch, what); // O last
 }
 
+/// Fills `maps` for a paged forward call (sm90ws chunked prefill, varlen over totalQ packed query
+/// rows): Q's map alone, as encodeFwdTmaMaps makes it; K and V come from the pages by cp.async,
+/// so their maps (and O's) are zero. Returns as encodeFwdTmaMaps.
+inline int encodePagedFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_params &p,
+                                 int headDimQK, int blockM, fagen_fwd_tma_maps &maps,
+                                 std::string &what, int64_t totalQ) {
+  const TmaCall call(p, totalQ, p.seqlen_k);
+  const TmaTensor tensors[1] = {call.q(maps.q, headDimQK, blockM)};
+  maps.k = maps.v = maps.o = fagen_tensor_map{};
+  return encodeTmaTensors(encode, tensors, 1, call.batch, what);
+}
+
 /// Fills `maps` for a backward call (fagen_bwd_tma_maps): Q and dO with boxes of blockM rows,
 /// K and V of blockN, from the call's fagen_bwd_params. Varlen (totalQ > 0): as TmaCall.
 /// Returns 0, or the first failing driver result with the tensor's name in `what`.

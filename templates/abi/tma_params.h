@@ -32,6 +32,8 @@ typedef struct __attribute__((aligned(64))) fagen_tensor_map {
 /// strides and box {64, 64, 1, 1} (one consumer warpgroup's rows), which kernels built with
 /// kTmaStoreO store through; for the others (varlen kernels among them) the runtime leaves it
 /// zero and they never read it.
+/// A paged forward (fwd_ws_paged_kernel, chunked prefill) reads Q's map alone: its producer
+/// warpgroup gathers K and V from the pages (cp.async); the runtime leaves k, v and o zero.
 typedef struct fagen_fwd_tma_maps {
   fagen_tensor_map q;
   fagen_tensor_map k;

@@ -45,10 +45,11 @@ template <class Config> struct ContiguousKv {
 };
 
 /// Records the first bad block-table entry or length a kernel meets (abi/decode_params.h
-/// kv_status); later ones leave it as it is. One thread of the CTA reports.
+/// kv_status); later ones leave it as it is. Thread 0 of the CTA reports (every thread met the
+/// same entry), or each `reporter` (the threads that read entries apart).
 __device__ __forceinline__ void report_kv_status(int32_t *status, int code, int batch, int index,
-                                                 int value) {
-  if (threadIdx.x != 0 || atomicCAS(status, FAGEN_KV_STATUS_OK, code) != FAGEN_KV_STATUS_OK)
+                                                 int value, bool reporter = threadIdx.x == 0) {
+  if (!reporter || atomicCAS(status, FAGEN_KV_STATUS_OK, code) != FAGEN_KV_STATUS_OK)
     return;
   status[1] = batch;
   status[2] = index;
@@ -56,13 +57,14 @@ __device__ __forceinline__ void report_kv_status(int32_t *status, int code, int 
 }
 
 /// Entry `slot` of a sequence's block-table row `pages` when it is a page id in [0, num_pages),
-/// else -1 (reported in the status record).
+/// else -1 (reported in the status record, as report_kv_status's `reporter`).
 __device__ __forceinline__ int checked_page(const int32_t *pages, int slot, int num_pages,
-                                            int32_t *status, int batch) {
+                                            int32_t *status, int batch,
+                                            bool reporter = threadIdx.x == 0) {
   const int page = pages[slot];
   if (page >= 0 && page < num_pages)
     return page;
-  report_kv_status(status, FAGEN_KV_STATUS_PAGE_ID, batch, slot, page);
+  report_kv_status(status, FAGEN_KV_STATUS_PAGE_ID, batch, slot, page, reporter);
   return -1;
 }
 

@@ -74,6 +74,23 @@ template <class Config> struct FwdContiguousKv {
   }
 };
 
+/// A paged forward's sequence `batch`: the query rows as varlen's (cu_seqlens_q); the keys:
+/// seqused_k[batch] clamped to [0, seqlen_k], as PagedKv clamps (and reports) it.
+__device__ __forceinline__ SequenceSpan paged_sequence_span(const fagen_decode_params &params,
+                                                            int batch) {
+  const fagen_fwd_params &p = params.fwd;
+  SequenceSpan s;
+  s.shape.window_left = p.window_left;
+  s.shape.window_right = p.window_right;
+  const int q0 = sequence_row0(p.cu_seqlens_q, batch, p.total_q);
+  const int q1 = min(max(p.cu_seqlens_q[batch + 1], q0), p.total_q);
+  s.q_row0 = q0;
+  s.k_row0 = 0;
+  s.shape.seqlen_q = min(q1 - q0, p.seqlen_q);
+  s.shape.seqlen_k = min(max(params.seqused_k[batch], 0), p.seqlen_k);
+  return s;
+}
+
 /// Chunked prefill's cache: sequence b's queries are rows [cu_seqlens_q[b], cu_seqlens_q[b +
 /// 1]) of the packed Q (varlen), its keys the seqused_k[b] cached tokens of its pages, in the
 /// decode kernel's layout and checks (sm80/decode_kv_cache.cuh: page ids checked before any
@@ -108,21 +125,9 @@ template <class Config> struct FwdPagedKv {
         params.fwd.v_row_stride, n_block);
   }
 
-  /// The query rows as varlen's (cu_seqlens_q); the keys: seqused_k[batch] clamped to
-  /// [0, seqlen_k], as PagedKv clamps (and reports) it.
   __device__ __forceinline__ static SequenceSpan sequence_span(const fagen_decode_params &params,
                                                                int batch) {
-    const fagen_fwd_params &p = params.fwd;
-    SequenceSpan s;
-    s.shape.window_left = p.window_left;
-    s.shape.window_right = p.window_right;
-    const int q0 = sequence_row0(p.cu_seqlens_q, batch, p.total_q);
-    const int q1 = min(max(p.cu_seqlens_q[batch + 1], q0), p.total_q);
-    s.q_row0 = q0;
-    s.k_row0 = 0;
-    s.shape.seqlen_q = min(q1 - q0, p.seqlen_q);
-    s.shape.seqlen_k = min(max(params.seqused_k[batch], 0), p.seqlen_k);
-    return s;
+    return paged_sequence_span(params, batch);
   }
 
 private:

@@ -6,6 +6,7 @@
 
 #include <type_traits>
 
+#include "abi/decode_params.h"
 #include "common/types.cuh"
 #include "common/variants.cuh"
 #include "common/ws_registers.h"
@@ -156,10 +157,17 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
 /// start late, a tile's cost beyond its steps 2.74 -> 2.47 steps in one trace, 0.5-1.2 % less
 /// time back to back.) tests/gpu/ws_trace.cu turns it off to trace without it.
 ///
+/// kPageSize: tokens per page of a paged KV cache (chunked prefill: varlen queries over the
+/// pages of abi/decode_params.h; 0: contiguous K and V). The whole producer warpgroup then
+/// gathers each K and V tile with cp.async (sm90/ws_paged_kv.cuh; TMA cannot zero the rows past
+/// a sequence's end inside its last page, whose stale values would reach P V), Q still by TMA;
+/// the kernel's entry point is fwd_ws_paged_kernel.
+///
 /// Options: a struct (the generated kernel's KernelOptions) that derives from WsFwdOptions and
 /// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN and kStages (and any of
 /// WsFwdOptions' defaults).
 struct WsFwdOptions {
+  static constexpr int kPageSize = 0;
   static constexpr bool kPingPong = true;
   static constexpr int kExp2EmuPercent = 0;
   static constexpr int kExp2PolyDegree = 3;
@@ -201,6 +209,11 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
                             !std::is_same<typename Variant::ScoreMod, NoScoreMod>::value));
   static constexpr bool kTileCounter = Options::kTileCounter;
   static constexpr bool kTmaStoreO = Options::kTmaStoreO;
+  static constexpr int kPageSize = Options::kPageSize;
+  static constexpr bool kPaged = kPageSize != 0;
+  /// Arrivals that fill a K or V slot: the TMA thread's (with the bytes), or one per producer
+  /// thread of a paged gather (its cp.async copies landed).
+  static constexpr int kKvFullArrivals = kPaged ? 128 : 1;
   static constexpr bool kStaggerSlack =
       Options::kStaggerSlack && !kTileCounter &&
       std::is_same<typename Variant::Mask, NoMask>::value && !Variant::kVarlen &&
@@ -210,9 +223,9 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
   static constexpr int kThreads = 128 * (kConsumers + 1);
   static constexpr int kMinBlocksPerSm = 1;
   // Registers a thread (common/ws_registers.h, which the planner's budget reads too).
-  static constexpr int kProducerRegs = ws_producer_registers(kConsumers, Variant::kVarlen);
-  static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, Variant::kVarlen);
-  static_assert(ws_registers_fit(kConsumers, Variant::kVarlen),
+  static constexpr int kProducerRegs = ws_producer_registers(kConsumers, Variant::kVarlen, kPaged);
+  static constexpr int kConsumerRegs = ws_consumer_registers(kConsumers, Variant::kVarlen, kPaged);
+  static_assert(ws_registers_fit(kConsumers, Variant::kVarlen, kPaged),
                 "the warpgroups' registers after setmaxnreg exceed what the CTA was launched "
                 "with (common/ws_registers.h)");
 
@@ -253,7 +266,8 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
                 "kStages, kBlockN or kBlockM");
   // Registers per consumer thread: S (kBlockN / 2) + O (kDimV / 2) + P (kBlockN / 4), at most
   // its share less 32.
-  static constexpr int kAccumulatorRegs = ws_accumulator_registers(kConsumers, Variant::kVarlen);
+  static constexpr int kAccumulatorRegs =
+      ws_accumulator_registers(kConsumers, Variant::kVarlen, kPaged);
   static_assert(kBlockN / 2 + kDimV / 2 + kBlockN / 4 <= kAccumulatorRegs,
                 "S + O + P accumulators need more registers than a consumer thread has for them: "
                 "lower kBlockN (or kBlockM: three consumer warpgroups have 160 registers a "
@@ -266,6 +280,14 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
                 "kStagedEpilogue writes O through the Q tile: kHeadDimV must not be wider (in "
                 "64-column blocks) than kHeadDimQK");
   static_assert(SparseTilesCheck<typename Variant::Sparsity, kBlockM, kBlockN>::kOk, "");
+  static_assert(kPageSize == 0 || FAGEN_PAGE_SIZE_VALID(kPageSize),
+                "kPageSize must be 0 or a power of two in [FAGEN_PAGE_SIZE_MIN, "
+                "FAGEN_PAGE_SIZE_MAX]");
+  static_assert(!kPaged || (Variant::kVarlen && !Variant::Dropout::kEnabled &&
+                            !Variant::Sparsity::kSparse && Variant::ScoreMod::kIdentity &&
+                            !kTileCounter),
+                "a paged forward (chunked prefill) is varlen, without dropout, block sparsity, "
+                "a score mod or the tile counter");
 };
 
 } // namespace sm90

@@ -13,6 +13,7 @@
 //   sm90/ws_block_info.cuh      a work tile's rows, key tiles and output rows
 //   sm90/ws_pipeline.cuh        shared memory: the Q tile, the K/V slot ring and its mbarriers
 //   sm90/ws_producer.cuh        the producer's TMA loads
+//   sm90/ws_paged_kv.cuh        a paged KV cache's gather (chunked prefill)
 //   sm90/ws_consumer.cuh        a consumer warpgroup's main loop (wgmma + online softmax)
 //   sm90/ws_epilogue.cuh        O and LSE out (direct, staged through Q, or a TMA store)
 //   sm90/ws_trace.cuh           the dev trace (-DFAGEN_WS_TRACE)
@@ -54,8 +55,10 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
 #endif
   if (threadIdx.x == 0) {
     prefetch_tensor_map(maps.q);
-    prefetch_tensor_map(maps.k);
-    prefetch_tensor_map(maps.v);
+    if constexpr (!Config::kPaged) {
+      prefetch_tensor_map(maps.k);
+      prefetch_tensor_map(maps.v);
+    }
     if constexpr (Config::kTmaStoreO)
       prefetch_tensor_map(maps.o);
     // Full slots take the producer's arrival (and TMA's bytes), empty ones an arrival from
@@ -64,8 +67,8 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
     mbarrier_init(sm.q_full(), 1);
     mbarrier_init(sm.q_empty(), 4 * kConsumers); // one arrival per consumer warp
     for (int s = 0; s < Config::kStages; ++s) {
-      mbarrier_init(sm.k_full(s), 1);
-      mbarrier_init(sm.v_full(s), 1);
+      mbarrier_init(sm.k_full(s), Config::kKvFullArrivals);
+      mbarrier_init(sm.v_full(s), Config::kKvFullArrivals);
       mbarrier_init(sm.k_empty(s), 4 * kConsumers);
       mbarrier_init(sm.v_empty(s), 4 * kConsumers);
     }
@@ -87,10 +90,10 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
       __syncthreads();
     }
   }
-  // The producer warpgroup: one thread issues every load.
+  // The producer warpgroup: one thread issues every load (paged: all of it gathers K and V).
   if (threadIdx.x < 128) {
     setmaxnreg_dec<Config::kProducerRegs>();
-    if (threadIdx.x == 0)
+    if (Config::kPaged || threadIdx.x == 0)
       ws_produce<Config>(sm, maps, params);
     return;
   }
@@ -120,6 +123,16 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
     named_barrier_sync<256>(1); // the last consumer's last turn
   if (Config::kTmaStoreO && threadIdx.x % 128 == 0)
     bulk_wait_group_read<0>(); // the O tile stays allocated until TMA has read it
+}
+
+/// Chunked prefill: varlen queries (cu_seqlens_q) over a paged KV cache, sequence b's keys its
+/// seqused_k[b] cached tokens (abi/decode_params.h; num_splits 1, no partials). Launch as
+/// fwd_ws_kernel; `maps` holds Q's map (K's and V's are not read).
+template <class Config>
+__device__ __forceinline__ void fwd_ws_paged_kernel(const fagen_decode_params &params,
+                                                    const fagen_fwd_tma_maps &maps) {
+  static_assert(Config::kPaged, "fwd_ws_paged_kernel reads a paged KV cache: set kPageSize");
+  fwd_ws_kernel<Config>(params.fwd, maps);
 }
 
 } // namespace sm90

@@ -33,6 +33,12 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
 __device__ __forceinline__ void mbarrier_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
+/// One arrival, made once every cp.async copy the thread issued before it has landed (.noinc:
+/// it is one of the arrivals the barrier's count expects). The copies are the generic proxy's
+/// writes: a reader through the async proxy (wgmma) fences after its wait (fence_proxy_async_smem).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
 /// 16 bytes of shared memory handed over through an mbarrier (the arrive releases the store,
 /// the wait acquires it; the clobbers keep the compiler from moving either across).
 __device__ __forceinline__ void st_shared_v4_u32(u32 addr, u32 a, u32 b, u32 c, u32 d) {

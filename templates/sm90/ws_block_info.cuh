@@ -7,17 +7,23 @@
 #include "abi/fwd_params.h"
 #include "common/variants.cuh"
 #include "sm80/tile_ops.cuh"
+#include "sm90/ws_paged_kv.cuh"
 
 namespace fagen {
 namespace sm90 {
 
-/// Batch entry `batch`'s rows (varlen: from cu_seqlens) and shape as the mask hooks read it: a
-/// window mask reads its bounds from it (the other masks leave them unbounded, as the dense
-/// kernels always did).
+/// Batch entry `batch`'s rows (varlen: from cu_seqlens; paged: the queries from cu_seqlens_q,
+/// the keys its seqused_k cached tokens) and shape as the mask hooks read it: a window mask
+/// reads its bounds from it (the other masks leave them unbounded, as the dense kernels always
+/// did).
 template <class Config>
 __device__ __forceinline__ SequenceSpan ws_span(const fagen_fwd_params &p, int batch) {
   using Mask = typename Config::Mask;
-  SequenceSpan s = sequence_span<Config::kVarlen>(p, batch);
+  SequenceSpan s;
+  if constexpr (Config::kPaged)
+    s = sm80::paged_sequence_span(ws_paged_params(p), batch);
+  else
+    s = sequence_span<Config::kVarlen>(p, batch);
   if constexpr (std::is_same<Mask, NoMask>::value || Mask::kCausal)
     s.shape.window_left = s.shape.window_right = -1;
   return s;

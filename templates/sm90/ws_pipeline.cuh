@@ -5,6 +5,7 @@
 
 #include "common/types.cuh"
 #include "sm90/tma.cuh"
+#include "sm90/wgmma.cuh"
 
 namespace fagen {
 namespace sm90 {
@@ -58,11 +59,17 @@ template <class Config> struct WsConsumerRing {
     if (lane == 0)
       mbarrier_arrive(bar);
   }
+  /// K_i / V_i landed; a paged gather's (cp.async, the generic proxy) then fenced for the
+  /// wgmmas that read it (the async proxy).
   __device__ void wait_k(int i) const {
     mbarrier_wait(sm.k_full(kv + i), sm.full_parity(sm.round(kv + i)));
+    if constexpr (Config::kPaged)
+      fence_proxy_async_smem();
   }
   __device__ void wait_v(int i) const {
     mbarrier_wait(sm.v_full(kv + i), sm.full_parity(sm.round(kv + i)));
+    if constexpr (Config::kPaged)
+      fence_proxy_async_smem();
   }
   /// A step without MMAs: K_k and V_v (each if >= 0) handed back once filled, so that the
   /// arrival counts for that fill's round, then a ping-pong turn passed on, so that the other

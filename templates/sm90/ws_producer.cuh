@@ -6,6 +6,7 @@
 #include "abi/tma_params.h"
 #include "sm90/tma.cuh"
 #include "sm90/ws_block_info.cuh"
+#include "sm90/ws_paged_kv.cuh"
 #include "sm90/ws_pipeline.cuh"
 #include "sm90/ws_tile_scheduler.cuh"
 #include "sm90/ws_trace.cuh"
@@ -13,13 +14,16 @@
 namespace fagen {
 namespace sm90 {
 
-/// Producer (one thread): per work tile K_0, then Q, then K_{i+1} before V_i, so that a step's
-/// Q K^T never queues behind the previous step's V.
+/// Producer: per work tile K_0, then Q, then K_{i+1} before V_i, so that a step's Q K^T never
+/// queues behind the previous step's V. One thread issues every TMA load; a paged kernel's
+/// whole warpgroup walks the tiles, each thread its share of every K and V tile's copies
+/// (ws_gather_paged_tile), thread 0 alone Q's.
 template <class Config>
 __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen_fwd_tma_maps &maps,
                                            const fagen_fwd_params &params) {
   using KeyTiles = WsKeyTiles<Config>;
   const WsTileScheduler<Config> sched(params);
+  const bool q_loader = !Config::kPaged || threadIdx.x == 0;
   int kv = 0; // K/V tiles loaded so far
   // A (kBlockN, kDim) tile as kDim / 64 boxes; varlen: rows of the packed tensor, batch 0.
   auto load_kv = [&](const fagen_tensor_map &map, u32 slot, u32 full, int64_t row0, int n_block,
@@ -32,6 +36,27 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
   };
   using DimQK = std::integral_constant<int, Config::kDimQK>;
   using DimV = std::integral_constant<int, Config::kDimV>;
+  // K/V tile j (the CTA's count) of key tile n_block, by TMA or from the pages.
+  auto load_k = [&](int j, int n_block, int kv_head, int batch, const SequenceSpan &span) {
+    if constexpr (Config::kPaged)
+      ws_gather_paged_tile<Config, Config::kHeadDimQK, Config::kDimQK>(
+          sm.k_slot(j), sm.k_full(j), params.k, params.k_batch_stride, params.k_head_stride,
+          params.k_row_stride, ws_paged_params(params), batch, kv_head, n_block,
+          span.shape.seqlen_k);
+    else
+      load_kv(maps.k, sm.k_slot(j), sm.k_full(j), span.k_row0, n_block, kv_head, batch, DimQK(),
+              Config::kSmemKTileBytes);
+  };
+  auto load_v = [&](int j, int n_block, int kv_head, int batch, const SequenceSpan &span) {
+    if constexpr (Config::kPaged)
+      ws_gather_paged_tile<Config, Config::kHeadDimV, Config::kDimV>(
+          sm.v_slot(j), sm.v_full(j), params.v, params.v_batch_stride, params.v_head_stride,
+          params.v_row_stride, ws_paged_params(params), batch, kv_head, n_block,
+          span.shape.seqlen_k);
+    else
+      load_kv(maps.v, sm.v_slot(j), sm.v_full(j), span.k_row0, n_block, kv_head, batch, DimV(),
+              Config::kSmemVTileBytes);
+  };
   // K_0, then Q, then K_{i+1} before V_i, for work tile `work` of the CTA.
   auto load_tile = [&](int m_block, int head, int batch, const SequenceSpan &span,
                        const KeyTiles &tiles, int work) {
@@ -44,31 +69,32 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
     // S was the previous tile's kStages-th last or earlier; Q's slot frees after the previous
     // tile's last S, or after its epilogue with kStagedEpilogue), so K_0 goes first and only Q is
     // left to land when the consumers start the tile.
+    if (q_loader) {
 #pragma unroll
-    for (int b = 0; b < Config::kDimQK / 64; ++b)
-      tma_prefetch_l2_4d(maps.q, 64 * b, q_row, head, Config::kVarlen ? 0 : batch);
+      for (int b = 0; b < Config::kDimQK / 64; ++b)
+        tma_prefetch_l2_4d(maps.q, 64 * b, q_row, head, Config::kVarlen ? 0 : batch);
+    }
     mbarrier_wait(sm.k_empty(kv), sm.empty_parity(sm.round(kv)));
-    load_kv(maps.k, sm.k_slot(kv), sm.k_full(kv), span.k_row0, tiles.n_first, kv_head, batch,
-            DimQK(), Config::kSmemKTileBytes);
-    mbarrier_wait(sm.q_empty(), sm.empty_parity(work));
-    FAGEN_WS_TRACE_AT(work, 1);
-    mbarrier_arrive_expect_tx(sm.q_full(), Config::kSmemQBytes);
+    load_k(kv, tiles.n_first, kv_head, batch, span);
+    if (q_loader) {
+      mbarrier_wait(sm.q_empty(), sm.empty_parity(work));
+      FAGEN_WS_TRACE_AT(work, 1);
+      mbarrier_arrive_expect_tx(sm.q_full(), Config::kSmemQBytes);
 #pragma unroll
-    for (int b = 0; b < Config::kDimQK / 64; ++b)
-      tma_load_4d(sm.q + b * Config::kBlockM * 128, maps.q, sm.q_full(), 64 * b, q_row, head,
-                  Config::kVarlen ? 0 : batch);
+      for (int b = 0; b < Config::kDimQK / 64; ++b)
+        tma_load_4d(sm.q + b * Config::kBlockM * 128, maps.q, sm.q_full(), 64 * b, q_row, head,
+                    Config::kVarlen ? 0 : batch);
+    }
     for (int i = 0, n = tiles.n_first; i < tiles.count; ++i) {
       const int j = kv + i;
       const int n_next =
           KeyTiles::template after<false>(params, head, batch, m_block, n, tiles.n_end);
       if (i + 1 < tiles.count) {
         mbarrier_wait(sm.k_empty(j + 1), sm.empty_parity(sm.round(j + 1)));
-        load_kv(maps.k, sm.k_slot(j + 1), sm.k_full(j + 1), span.k_row0, n_next, kv_head, batch,
-                DimQK(), Config::kSmemKTileBytes);
+        load_k(j + 1, n_next, kv_head, batch, span);
       }
       mbarrier_wait(sm.v_empty(j), sm.empty_parity(sm.round(j)));
-      load_kv(maps.v, sm.v_slot(j), sm.v_full(j), span.k_row0, n, kv_head, batch, DimV(),
-              Config::kSmemVTileBytes);
+      load_v(j, n, kv_head, batch, span);
       n = n_next;
     }
     FAGEN_WS_TRACE_AT(work, 2);
@@ -101,6 +127,11 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
       int m_block, head, batch;
       sched.tile(t, m_block, head, batch);
       const SequenceSpan span = ws_span<Config>(params, batch);
+      if constexpr (Config::kPaged) // clamped by ws_span
+        if (const int used = ws_paged_params(params).seqused_k[batch];
+            used != span.shape.seqlen_k)
+          sm80::report_kv_status(ws_paged_params(params).kv_status, FAGEN_KV_STATUS_SEQUSED_K,
+                                 batch, 0, used);
       if (!ws_has_rows<Config>(m_block, span.shape))
         continue;
       const KeyTiles tiles =

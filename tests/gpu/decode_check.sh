@@ -18,7 +18,8 @@
 # With .carry/paged.fab (tests/gpu/check-paged.yaml, issue 34 part 2): fagen check of the paged
 # decode kernels (uneven cache lengths, shared and shuffled pages, bad entries reported, paged
 # == contiguous bitwise) and memcheck on its quick grid (the bad-entry runs included). About
-# 2 more minutes.
+# 2 more minutes. With .carry/paged90a.fab (the same spec for sm_90a: its chunked prefill on
+# the sm90ws forward): fagen check of its paged forwards, memcheck and racecheck on one.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=${CARRY:-.carry}
@@ -49,6 +50,15 @@ if [ -f "$C/paged.fab" ]; then
   step "check paged" "$OUT/check-paged.log" bash -c "$C/fagen check $C/paged.fab >$OUT/check-paged.log 2>&1"
   tail -n 1 "$OUT/check-paged.log"
   grep -E "MISMATCH|CUDA error|FAIL|NOT reported|differ" "$OUT/check-paged.log" | cut -c1-300 | head -20
+fi
+if [ -f "$C/paged90a.fab" ]; then
+  step "check paged sm90ws" "$OUT/check-paged90a.log" bash -c "$C/fagen check $C/paged90a.fab --kernel varlen_paged >$OUT/check-paged90a.log 2>&1"
+  tail -n 1 "$OUT/check-paged90a.log"
+  grep -E "MISMATCH|CUDA error|FAIL" "$OUT/check-paged90a.log" | cut -c1-300 | head -20
+  if command -v compute-sanitizer >/dev/null; then
+    step "sanitizers paged sm90ws" "$OUT/sanitizer-paged90a.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/paged90a.fab --quick --kernel paged16_sm90ws >$OUT/sanitizer-paged90a.log 2>&1 && compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/paged90a.fab --quick --kernel paged16_sm90ws >>$OUT/sanitizer-paged90a.log 2>&1"
+    grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-paged90a.log"
+  fi
 fi
 step "check NaN/Inf inputs" "$OUT/check-decode-nonfinite.log" bash -c "$C/fagen check $C/decode.fab --nonfinite >$OUT/check-decode-nonfinite.log 2>&1"
 tail -n 1 "$OUT/check-decode-nonfinite.log"

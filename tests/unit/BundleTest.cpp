@@ -426,11 +426,20 @@ TEST(BundleTest, DecodeKernelsRoundTripAndAreChecked) {
             std::string::npos);
   EXPECT_NE(kernelLineError("page_size=0", "page_size=16")
                 .find("page_size is 16 on a fwd kernel of template 'sm80' without varlen; only "
-                      "sm80decode kernels and varlen sm80 fwd kernels (chunked prefill) read a "
-                      "paged KV cache"),
+                      "sm80decode kernels and varlen sm80 and sm90ws fwd kernels (chunked "
+                      "prefill) read a paged KV cache"),
             std::string::npos);
   // A paged forward (chunked prefill): varlen sm80 fwd kernels, pages as the spec's.
   EXPECT_EQ(kernelLineError({{"page_size=0", "page_size=16"}, {"varlen=0", "varlen=1"}}), "");
+  EXPECT_EQ(kernelLineError({{"page_size=0", "page_size=16"},
+                            {"varlen=0", "varlen=1"},
+                            {"template=sm80", "template=sm90ws"}}),
+            "");
+  EXPECT_NE(kernelLineError({{"page_size=0", "page_size=16"},
+                            {"varlen=0", "varlen=1"},
+                            {"template=sm80", "template=sm90"}})
+                .find("page_size is 16 on a fwd kernel of template 'sm90'; only"),
+            std::string::npos);
   EXPECT_NE(kernelLineError({{"page_size=0", "page_size=48"}, {"varlen=0", "varlen=1"}})
                 .find("page_size is 48 on a fwd kernel of template 'sm80'; only"),
             std::string::npos);

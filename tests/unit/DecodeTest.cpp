@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 
+#include <algorithm>
 #include <vector>
 
 using namespace fagen;
@@ -405,32 +406,64 @@ TEST(PagedCheck, LayoutHoldsEverySequencesKeysAndNothingElse) {
 }
 
 
-// Chunked prefill: a varlen forward over a paged cache is the sm80 forward on every arch (its
-// K/V tiles gathered page by page; sm90ws loads contiguous tiles by TMA), entry point
-// fwd_paged_kernel over a fagen_decode_params.
-TEST(PagedPrefill, PlansTheSm80ForwardOnEveryArch) {
+// Chunked prefill: a varlen forward over a paged cache is the sm80 forward (its K/V tiles
+// gathered page by page), entry point fwd_paged_kernel over a fagen_decode_params; on sm_90a the
+// sm90ws forward (its producer warpgroup gathers the pages), entry point fwd_ws_paged_kernel over
+// a fagen_decode_params and the tensor maps, on 128-row tiles and without a tile counter.
+TEST(PagedPrefill, PlansTheSm80ForwardOrOnSm90aTheSm90wsForward) {
   const std::string spec = "variants: [{name: p, dtype: bf16, head_dim: 128, mask: causal, "
                            "varlen: true, kv_cache: paged, page_size: 16}]";
   std::vector<KernelPlan> plans = plansOf(spec, {"sm_80", "sm_90a", "sm_100a"});
   ASSERT_EQ(plans.size(), 3u);
   for (const KernelPlan &p : plans) {
-    EXPECT_EQ(p.templ, "sm80") << p.arch;
+    const std::string templ = p.arch == "sm_90a" ? "sm90ws" : "sm80";
+    EXPECT_EQ(p.templ, templ) << p.arch;
     EXPECT_EQ(p.pass, Pass::Forward);
     EXPECT_EQ(p.pageSize, 16);
-    EXPECT_NE(p.name.find("_varlen_paged16_sm80_"), std::string::npos) << p.name;
+    EXPECT_NE(p.name.find("_varlen_paged16_" + templ + "_"), std::string::npos) << p.name;
   }
-  const std::string source = emitKernelSource(plans[1]);
+  auto on = [&](const std::string &arch) {
+    return *std::find_if(plans.begin(), plans.end(),
+                         [&](const KernelPlan &p) { return p.arch == arch; });
+  };
+  const std::string source = emitKernelSource(on("sm_80"));
   EXPECT_NE(source.find("static constexpr int kPageSize = 16;"), std::string::npos);
   EXPECT_NE(source.find("(const __grid_constant__ fagen_decode_params params)"),
             std::string::npos);
   EXPECT_NE(source.find("fagen::sm80::fwd_paged_kernel<Config>(params);"), std::string::npos);
+  const KernelPlan ws90 = on("sm_90a");
+  const std::string ws = emitKernelSource(ws90);
+  EXPECT_NE(ws.find("static constexpr int kPageSize = 16;"), std::string::npos);
+  EXPECT_NE(ws.find("kTileCounter = false"), std::string::npos);
+  EXPECT_NE(ws.find("(const __grid_constant__ fagen_decode_params params,\n    const "
+                    "__grid_constant__ fagen_fwd_tma_maps maps)"),
+            std::string::npos)
+      << ws;
+  EXPECT_NE(ws.find("fagen::sm90::fwd_ws_paged_kernel<Config>(params, maps);"),
+            std::string::npos);
+  EXPECT_FALSE(ws90.tileCounter);
+  EXPECT_EQ(ws90.blockM, 128);
+  // At hd 64 too (its contiguous kernels take 192 rows, 3 consumer warpgroups).
+  std::vector<KernelPlan> hd64 = plansOf(
+      "variants: [{name: p, dtype: fp16, head_dim: 64, varlen: true, kv_cache: paged, "
+      "page_size: 256}, {name: c, dtype: fp16, head_dim: 64, varlen: true}]",
+      {"sm_90a"});
+  ASSERT_EQ(hd64.size(), 2u);
+  for (const KernelPlan &p : hd64)
+    EXPECT_EQ(p.blockM, p.isPaged() ? 128 : 192) << p.name;
   // A contiguous forward keeps its entry point and has no page size.
   std::vector<KernelPlan> contiguous =
-      plansOf("variants: [{name: c, dtype: bf16, head_dim: 128, varlen: true}]", {"sm_80"});
-  ASSERT_EQ(contiguous.size(), 1u);
-  const std::string plain = emitKernelSource(contiguous[0]);
+      plansOf("variants: [{name: c, dtype: bf16, head_dim: 128, varlen: true}]",
+              {"sm_80", "sm_90a"});
+  ASSERT_EQ(contiguous.size(), 2u);
+  const bool wsFirst = contiguous[0].templ == "sm90ws";
+  const std::string plain = emitKernelSource(contiguous[wsFirst ? 1 : 0]);
   EXPECT_EQ(plain.find("kPageSize"), std::string::npos);
   EXPECT_NE(plain.find("fagen::sm80::fwd_kernel<Config>(params);"), std::string::npos);
+  const std::string plainWs = emitKernelSource(contiguous[wsFirst ? 0 : 1]);
+  EXPECT_EQ(plainWs.find("kPageSize"), std::string::npos);
+  EXPECT_NE(plainWs.find("fagen::sm90::fwd_ws_kernel<Config>(params, maps);"),
+            std::string::npos);
 }
 
 TEST(PagedPrefill, ConfigProblemsMirrorTheTemplatesAsserts) {
@@ -449,12 +482,21 @@ TEST(PagedPrefill, ConfigProblemsMirrorTheTemplatesAsserts) {
                       "whole pages"),
             std::string::npos)
       << llvm::toString(applyConfig(plans[0], c).takeError());
-  // A pinned sm90ws tile is refused, naming why.
+  // sm90ws reads a page id per row: any key tile of its own.
+  std::vector<KernelPlan> ws =
+      plansOf("variants: [{name: p, dtype: bf16, head_dim: 128, varlen: true, kv_cache: paged, "
+              "page_size: 256, tile: {template: sm90ws, block_m: 128, block_n: 96, warps: 8, "
+              "stages: 2}}]",
+              {"sm_90a"});
+  ASSERT_EQ(ws.size(), 1u);
+  EXPECT_EQ(ws[0].templ, "sm90ws");
+  EXPECT_EQ(ws[0].blockN, 96);
+  // A pinned sm90 (cp.async, contiguous) tile is refused, naming why.
   const std::string error = planError(
       "variants: [{name: p, dtype: bf16, head_dim: 128, varlen: true, kv_cache: paged, "
-      "page_size: 16, tile: {template: sm90ws}}]",
+      "page_size: 16, tile: {template: sm90}}]",
       {"sm_90a"});
-  EXPECT_NE(error.find("template sm90ws does not serve a paged KV cache"), std::string::npos)
+  EXPECT_NE(error.find("template sm90 does not serve a paged KV cache"), std::string::npos)
       << error;
 }
 

@@ -1,0 +1,77 @@
+// fagen sm90: the warp-specialized forward over a paged KV cache (chunked prefill): where a
+// sequence's keys are, and the producer warpgroup's gather of a key or value tile from its
+// pages (abi/decode_params.h layout and checks, as the portable sm80/fwd_kv_cache.cuh).
+#ifndef FAGEN_TEMPLATES_SM90_WS_PAGED_KV_CUH
+#define FAGEN_TEMPLATES_SM90_WS_PAGED_KV_CUH
+
+#include <stddef.h>
+
+#include "abi/decode_params.h"
+#include "sm80/fwd_kv_cache.cuh"
+#include "sm90/tile_ops.cuh"
+#include "sm90/tma.cuh"
+
+namespace fagen {
+namespace sm90 {
+
+/// A paged kernel's parameter block is a fagen_decode_params (fwd_ws_paged_kernel), whose first
+/// member is the forward's block that the warp-specialized code passes around: the paged fields
+/// are read from the block around it. Only for Config::kPaged kernels.
+__device__ __forceinline__ const fagen_decode_params &ws_paged_params(const fagen_fwd_params &p) {
+  static_assert(offsetof(fagen_decode_params, fwd) == 0,
+                "fagen_decode_params must begin with the forward's block");
+  return reinterpret_cast<const fagen_decode_params &>(p);
+}
+
+/// The copies of key or value tile n_block of sequence `batch` (kv head `kv_head`), a (kBlockN,
+/// kDim) tile of kDim / 64 swizzled column blocks at `slot`, by the 128 threads of the producer
+/// warpgroup: thread t copies 16-byte chunk t % 8 of rows t / 8 + 16 i of each column block (so
+/// the 8 threads of a row read its 128 contiguous bytes). The tile's page ids are read once per
+/// warp, lane l the tile's l-th block-table entry, checked against the cache (a bad one is
+/// reported in the status record), and handed to each row by a shuffle. Rows past the
+/// sequence, through a bad page id or in the padding columns past kHeadDim are zero-filled,
+/// nothing read, so that P V multiplies zeros there, never a stale NaN of the cache. Then one
+/// arrival on `full` once the thread's copies have landed (the barrier counts 128 a fill).
+template <class Config, int kHeadDim, int kDim>
+__device__ __forceinline__ void ws_gather_paged_tile(u32 slot, u32 full, const void *cache,
+                                                     int64_t page_stride, int64_t head_stride,
+                                                     int64_t row_stride,
+                                                     const fagen_decode_params &params,
+                                                     int batch, int kv_head, int n_block,
+                                                     int seqlen_k) {
+  using Element = typename Config::Element;
+  constexpr int kBlockN = Config::kBlockN, kPageSize = Config::kPageSize;
+  // Block-table entries a tile's keys can reach (a tile not aligned to pages reaches one more).
+  constexpr int kEntries = kBlockN / kPageSize + 2;
+  static_assert(kBlockN % 16 == 0, "whole rounds of 16 rows");
+  static_assert(kEntries <= 32, "a warp holds a tile's page ids, one a lane");
+  const int t = threadIdx.x % 128, chunk = t % 8, row0 = t / 8, lane = t % 32;
+  const int key0 = n_block * kBlockN, entry0 = key0 / kPageSize;
+  int lane_page = -1;
+  if (lane < kEntries && (entry0 + lane) * kPageSize < seqlen_k)
+    lane_page = sm80::checked_page(params.block_table + batch * params.block_table_batch_stride,
+                                   entry0 + lane, params.num_pages, params.kv_status, batch,
+                                   /*reporter=*/true);
+  const Element *base =
+      static_cast<const Element *>(cache) + kv_head * head_stride + chunk * 8;
+  // Rows 16 apart keep the swizzle of row0 (row % 8).
+  const u32 dst = slot + swizzled_offset<kBlockN>(row0, chunk);
+#pragma unroll 1
+  for (int i = 0; i < kBlockN / 16; ++i) {
+    const int key = key0 + row0 + 16 * i;
+    const int page = __shfl_sync(0xffffffffu, lane_page, key / kPageSize - entry0);
+    const bool row_valid = key < seqlen_k && page >= 0;
+    const Element *src = base + max(page, 0) * page_stride + (key % kPageSize) * row_stride;
+#pragma unroll
+    for (int b = 0; b < kDim / 64; ++b) {
+      const bool valid = row_valid && 64 * b + 8 * chunk < kHeadDim;
+      cp_async_16(dst + b * kBlockN * 128 + i * 16 * 128, valid ? src + 64 * b : base, valid);
+    }
+  }
+  cp_async_mbarrier_arrive_noinc(full);
+}
+
+} // namespace sm90
+} // namespace fagen
+
+#endif // FAGEN_TEMPLATES_SM90_WS_PAGED_KV_CUH
