@@ -278,9 +278,13 @@ fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fag
   std::string what;
   // Varlen: the packed tensors' rows are the maps' row extents, so TMA itself never reads or
   // writes past them (the kernels clamp their row coordinates as well).
-  if (int r = k.isPaged() // its K and V tiles come from the pages, not by TMA
+  fagen_decode_params dp; // a paged kernel's: the caches' pages
+  std::memcpy(&dp, plan.params, sizeof dp);
+  if (int r = k.isPaged() // K and V by pages (or gathered), not as rows of a tensor
                   ? encodePagedFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK,
-                                          k.blockM, maps, what, params.total_q)
+                                          k.headDimV, k.blockM, k.pageSize, dp.num_pages,
+                                          FAGEN_PAGED_TMA_BOX_ROWS(k.pageSize, k.blockN), maps,
+                                          what, params.total_q)
                   : encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK,
                                      k.headDimV, k.blockM, k.blockN, maps, what, params.total_q,
                                      params.total_k, k.tmaStoreO))

@@ -65,7 +65,8 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
                                         : Tensor{"o", p.o_strides, p.heads_q, rowsQ, "stores"}};
   for (int i = 0; i < (k.tmaStoreO || k.isBackward() ? 4 : 3); ++i) { // O or dO last
     const Tensor &t = all[i];
-    if (k.isPaged() && i > 0) // a paged kernel gathers K and V from the pages (cp.async)
+    // A paged kernel loads K and V by TMA from the pages, or gathers them (cp.async).
+    if (k.isPaged() && i > 0 && FAGEN_PAGED_TMA_BOX_ROWS(k.pageSize, k.blockN) == 0)
       break;
     const int64_t extents[3] = {p.varlen ? 1 : p.batch, t.heads, t.seqlen};
     for (int d = 0; d < 3; ++d) {

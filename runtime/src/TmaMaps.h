@@ -121,15 +121,26 @@ inline int encodeFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_param
 }
 
 /// Fills `maps` for a paged forward call (sm90ws chunked prefill, varlen over totalQ packed query
-/// rows): Q's map alone, as encodeFwdTmaMaps makes it; K and V come from the pages by cp.async,
-/// so their maps (and O's) are zero. Returns as encodeFwdTmaMaps.
+/// rows): Q's map as encodeFwdTmaMaps makes it; K's and V's over the caches' numPages pages of
+/// pageSize rows ({head dim, page rows, kv heads, pages}, the caches' row, head and page strides,
+/// boxes of kvBoxRows rows: abi/tma_params.h), or zero where kvBoxRows is 0 (the kernel gathers
+/// K and V with cp.async); O's zero. Returns as encodeFwdTmaMaps.
 inline int encodePagedFwdTmaMaps(TensorMapEncodeTiledFn encode, const fagen_fwd_params &p,
-                                 int headDimQK, int blockM, fagen_fwd_tma_maps &maps,
+                                 int headDimQK, int headDimV, int blockM, int pageSize,
+                                 int64_t numPages, int kvBoxRows, fagen_fwd_tma_maps &maps,
                                  std::string &what, int64_t totalQ) {
   const TmaCall call(p, totalQ, p.seqlen_k);
-  const TmaTensor tensors[1] = {call.q(maps.q, headDimQK, blockM)};
+  const TmaTensor q[1] = {call.q(maps.q, headDimQK, blockM)};
   maps.k = maps.v = maps.o = fagen_tensor_map{};
-  return encodeTmaTensors(encode, tensors, 1, call.batch, what);
+  if (int r = encodeTmaTensors(encode, q, 1, call.batch, what))
+    return r;
+  if (kvBoxRows == 0)
+    return 0;
+  const TmaTensor kv[2] = {{"k", maps.k, p.k, headDimQK, pageSize, p.heads_kv, p.k_row_stride,
+                            p.k_head_stride, p.k_batch_stride, kvBoxRows},
+                           {"v", maps.v, p.v, headDimV, pageSize, p.heads_kv, p.v_row_stride,
+                            p.v_head_stride, p.v_batch_stride, kvBoxRows}};
+  return encodeTmaTensors(encode, kv, 2, numPages, what);
 }
 
 /// Fills `maps` for a backward call (fagen_bwd_tma_maps): Q and dO with boxes of blockM rows,

@@ -11,6 +11,16 @@
 
 #define FAGEN_FWD_TMA_MAPS_VERSION 2
 
+/// Rows of a paged forward's K/V box: pages of 64 tokens or more where its key tiles (block_n
+/// rows) lie in one page or span whole pages, each run of min(page_size, block_n) rows one box;
+/// else 0 (the kernel gathers K and V with cp.async). H200, bf16 hd 128 causal, 128-key tiles
+/// (docs/perf/sm90-fwd.md): 128-token pages by TMA 0.99-1.11x the contiguous kernel's time
+/// (gathered: 1.41-1.55x); 16-token pages by TMA 1.56-1.82x (gathered: 1.41-1.61x).
+#define FAGEN_PAGED_TMA_BOX_ROWS(page_size, block_n)                                           \
+  ((page_size) >= 64 && ((page_size) % (block_n) == 0 || (block_n) % (page_size) == 0)        \
+       ? ((page_size) < (block_n) ? (page_size) : (block_n))                                    \
+       : 0)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -32,8 +42,10 @@ typedef struct __attribute__((aligned(64))) fagen_tensor_map {
 /// strides and box {64, 64, 1, 1} (one consumer warpgroup's rows), which kernels built with
 /// kTmaStoreO store through; for the others (varlen kernels among them) the runtime leaves it
 /// zero and they never read it.
-/// A paged forward (fwd_ws_paged_kernel, chunked prefill) reads Q's map alone: its producer
-/// warpgroup gathers K and V from the pages (cp.async); the runtime leaves k, v and o zero.
+/// A paged forward (fwd_ws_paged_kernel, chunked prefill): Q's map as above; K's and V's over
+/// the caches, {head_dim, page_size, heads_kv, num_pages} with strides {row, head, page} and
+/// box {64, FAGEN_PAGED_TMA_BOX_ROWS, 1, 1}, where that is not 0; else the producer warpgroup
+/// gathers K and V with cp.async and the runtime leaves k and v zero (o always).
 typedef struct fagen_fwd_tma_maps {
   fagen_tensor_map q;
   fagen_tensor_map k;

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "abi/decode_params.h"
+#include "abi/tma_params.h"
 #include "common/types.cuh"
 #include "common/variants.cuh"
 #include "common/ws_registers.h"
@@ -211,8 +212,13 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
   static constexpr bool kTmaStoreO = Options::kTmaStoreO;
   static constexpr int kPageSize = Options::kPageSize;
   static constexpr bool kPaged = kPageSize != 0;
+  /// Paged: K and V by TMA page by page where a key tile lies in one page or spans whole ones,
+  /// boxes of kPagedBoxRows rows (sm90/ws_paged_kv.cuh ws_load_paged_tile), else gathered with
+  /// cp.async (ws_gather_paged_tile).
+  static constexpr int kPagedBoxRows = kPaged ? FAGEN_PAGED_TMA_BOX_ROWS(kPageSize, kBlockN) : 0;
+  static constexpr bool kTmaPages = kPagedBoxRows != 0;
   /// Arrivals that fill a K or V slot: the TMA thread's (with the bytes), or one per producer
-  /// thread of a paged gather (its cp.async copies landed).
+  /// thread of a paged kernel.
   static constexpr int kKvFullArrivals = kPaged ? 128 : 1;
   static constexpr bool kStaggerSlack =
       Options::kStaggerSlack && !kTileCounter &&

@@ -55,7 +55,7 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
 #endif
   if (threadIdx.x == 0) {
     prefetch_tensor_map(maps.q);
-    if constexpr (!Config::kPaged) {
+    if constexpr (!Config::kPaged || Config::kTmaPages) {
       prefetch_tensor_map(maps.k);
       prefetch_tensor_map(maps.v);
     }

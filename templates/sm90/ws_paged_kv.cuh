@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "abi/decode_params.h"
+#include "abi/tma_params.h"
 #include "sm80/fwd_kv_cache.cuh"
 #include "sm90/tile_ops.cuh"
 #include "sm90/tma.cuh"
@@ -67,6 +68,75 @@ __device__ __forceinline__ void ws_gather_paged_tile(u32 slot, u32 full, const v
       const bool valid = row_valid && 64 * b + 8 * chunk < kHeadDim;
       cp_async_16(dst + b * kBlockN * 128 + i * 16 * 128, valid ? src + 64 * b : base, valid);
     }
+  }
+  cp_async_mbarrier_arrive_noinc(full);
+}
+
+/// Key or value tile n_block of sequence `batch` by TMA from its pages (Config::kTmaPages): `map`
+/// holds the cache as {head dim, page rows, kv heads, pages} (abi/tma_params.h), each run of
+/// kRun = min(kPageSize, kBlockN) rows one box per 64 columns at its page, a run past the
+/// sequence or through a bad page id (reported) at page num_pages, which TMA fills with zeros.
+/// kZeroTail (V): the run that holds the sequence's end is gathered by the 128 threads with
+/// cp.async instead, its rows past the end zero-filled, so that P V never multiplies a stale NaN
+/// of the cache's last page (K's such rows are masked out of S). Every producer thread arrives
+/// once on `full`: thread 0 with the TMA bytes, the others at once, or (a gathered run) each
+/// once its copies landed.
+template <class Config, int kHeadDim, int kDim, bool kZeroTail>
+__device__ __forceinline__ void ws_load_paged_tile(u32 slot, u32 full, const fagen_tensor_map &map,
+                                                   const void *cache, int64_t page_stride,
+                                                   int64_t head_stride, int64_t row_stride,
+                                                   const fagen_decode_params &params, int batch,
+                                                   int kv_head, int n_block, int seqlen_k) {
+  using Element = typename Config::Element;
+  constexpr int kBlockN = Config::kBlockN, kPageSize = Config::kPageSize;
+  constexpr int kRun = Config::kPagedBoxRows, kRuns = kBlockN / kRun;
+  static_assert(kRuns <= 32, "a warp holds a tile's page ids, one a lane");
+  const int t = threadIdx.x % 128, lane = t % 32;
+  const int key0 = n_block * kBlockN, entry0 = key0 / kPageSize;
+  int lane_page = -1;
+  if (lane < kRuns && key0 + lane * kRun < seqlen_k)
+    lane_page = sm80::checked_page(params.block_table + batch * params.block_table_batch_stride,
+                                   entry0 + lane * kRun / kPageSize, params.num_pages,
+                                   params.kv_status, batch, /*reporter=*/true);
+  const int left = seqlen_k - key0; // rows of the tile in the sequence
+  const int tail = kZeroTail && left > 0 && left < kBlockN && left % kRun != 0 ? left / kRun : -1;
+  constexpr u32 kRunBytes = kRun * 128 * (kDim / 64);
+  if (t < 32) { // warp 0: its lanes hold the page ids; thread 0 issues the boxes
+    if (t == 0)
+      mbarrier_expect_tx(full, tail >= 0 ? (kRuns - 1) * kRunBytes : kRuns * kRunBytes);
+#pragma unroll
+    for (int r = 0; r < kRuns; ++r) {
+      const int page = __shfl_sync(0xffffffffu, lane_page, r);
+      if (t == 0 && r != tail)
+#pragma unroll
+        for (int b = 0; b < kDim / 64; ++b)
+          tma_load_4d(slot + b * kBlockN * 128 + r * kRun * 128, map, full, 64 * b,
+                      (key0 + r * kRun) % kPageSize, kv_head,
+                      page >= 0 ? page : params.num_pages);
+    }
+  }
+  if (tail < 0) {
+    mbarrier_arrive(full);
+    return;
+  }
+  // The tail run: thread t copies chunk t % 8 of rows t / 8 + 16 i of each column block.
+  const int page = __shfl_sync(0xffffffffu, lane_page, tail);
+  const int chunk = t % 8, row0 = t / 8;
+  const Element *base = static_cast<const Element *>(cache) + kv_head * head_stride + chunk * 8;
+  const int first = key0 + tail * kRun; // the run's first key
+  const Element *src = base + max(page, 0) * page_stride + (first % kPageSize) * row_stride;
+  const u32 dst = slot + swizzled_offset<kBlockN>(tail * kRun + row0, chunk);
+#pragma unroll 1
+  for (int i = 0; i < (kRun + 15) / 16; ++i) {
+    const int row = row0 + 16 * i;
+    const bool row_valid = row < kRun && first + row < seqlen_k && page >= 0;
+#pragma unroll
+    for (int b = 0; b < kDim / 64; ++b)
+      if (row < kRun)
+        cp_async_16(dst + b * kBlockN * 128 + i * 16 * 128,
+                    row_valid && 64 * b + 8 * chunk < kHeadDim ? src + row * row_stride + 64 * b
+                                                               : base,
+                    row_valid && 64 * b + 8 * chunk < kHeadDim);
   }
   cp_async_mbarrier_arrive_noinc(full);
 }

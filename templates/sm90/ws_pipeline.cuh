@@ -6,6 +6,7 @@
 #include "common/types.cuh"
 #include "sm90/tma.cuh"
 #include "sm90/wgmma.cuh"
+#include "sm90/ws_paged_kv.cuh"
 
 namespace fagen {
 namespace sm90 {
@@ -59,11 +60,12 @@ template <class Config> struct WsConsumerRing {
     if (lane == 0)
       mbarrier_arrive(bar);
   }
-  /// K_i / V_i landed; a paged gather's (cp.async, the generic proxy) then fenced for the
-  /// wgmmas that read it (the async proxy).
+  /// K_i / V_i landed; where a paged gather wrote any of it (cp.async, the generic proxy: every
+  /// tile without TMA pages, V's last run with them) then fenced for the wgmmas that read it
+  /// (the async proxy).
   __device__ void wait_k(int i) const {
     mbarrier_wait(sm.k_full(kv + i), sm.full_parity(sm.round(kv + i)));
-    if constexpr (Config::kPaged)
+    if constexpr (Config::kPaged && !Config::kTmaPages)
       fence_proxy_async_smem();
   }
   __device__ void wait_v(int i) const {

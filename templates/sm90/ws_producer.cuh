@@ -38,7 +38,12 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
   using DimV = std::integral_constant<int, Config::kDimV>;
   // K/V tile j (the CTA's count) of key tile n_block, by TMA or from the pages.
   auto load_k = [&](int j, int n_block, int kv_head, int batch, const SequenceSpan &span) {
-    if constexpr (Config::kPaged)
+    if constexpr (Config::kPaged && Config::kTmaPages)
+      ws_load_paged_tile<Config, Config::kHeadDimQK, Config::kDimQK, false>(
+          sm.k_slot(j), sm.k_full(j), maps.k, params.k, params.k_batch_stride,
+          params.k_head_stride, params.k_row_stride, ws_paged_params(params), batch, kv_head,
+          n_block, span.shape.seqlen_k);
+    else if constexpr (Config::kPaged)
       ws_gather_paged_tile<Config, Config::kHeadDimQK, Config::kDimQK>(
           sm.k_slot(j), sm.k_full(j), params.k, params.k_batch_stride, params.k_head_stride,
           params.k_row_stride, ws_paged_params(params), batch, kv_head, n_block,
@@ -48,7 +53,12 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
               Config::kSmemKTileBytes);
   };
   auto load_v = [&](int j, int n_block, int kv_head, int batch, const SequenceSpan &span) {
-    if constexpr (Config::kPaged)
+    if constexpr (Config::kPaged && Config::kTmaPages)
+      ws_load_paged_tile<Config, Config::kHeadDimV, Config::kDimV, true>(
+          sm.v_slot(j), sm.v_full(j), maps.v, params.v, params.v_batch_stride,
+          params.v_head_stride, params.v_row_stride, ws_paged_params(params), batch, kv_head,
+          n_block, span.shape.seqlen_k);
+    else if constexpr (Config::kPaged)
       ws_gather_paged_tile<Config, Config::kHeadDimV, Config::kDimV>(
           sm.v_slot(j), sm.v_full(j), params.v, params.v_batch_stride, params.v_head_stride,
           params.v_row_stride, ws_paged_params(params), batch, kv_head, n_block,

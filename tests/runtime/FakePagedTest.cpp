@@ -387,76 +387,97 @@ TEST_F(FakePagedTest, AVarlenPagedCallRunsThePagedForward) {
       << fagen_last_error();
 }
 
-TEST_F(FakePagedTest, AVarlenPagedCallRunsTheSm90wsPagedForwardWithQsMapAlone) {
-  // A sm90ws paged forward (sm_90a): a 1-D grid over its work tiles, Q's tensor map alone (its
-  // producer warpgroup gathers K and V from the pages), the paged fields as the sm80 one's.
-  Bundle b = fagen::test::makePagedDecodeBundle();
-  KernelRecord ws = fagen::test::testKernel(
-      "fagen_fwd_bf16_hd128_causal_varlen_paged16_sm90ws_m128n128w8s2_r8", "sm_90a", "bf16", 128,
-      "causal", 1);
-  ws.templ = "sm90ws";
-  ws.blockN = 128;
-  ws.warps = 8;
-  ws.threads = 384;
-  ws.varlen = true;
-  ws.pageSize = 16;
-  ws.paramsVersion = FAGEN_DECODE_PARAMS_VERSION;
-  b.kernels.push_back(ws);
-  load(b);
-  PagedCall c(3, 200, 1000);
-  c.problem.dtype = FAGEN_DTYPE_BF16;
-  c.problem.varlen = 1;
-  c.problem.total_q = 450;
-  c.problem.total_k = 1000;
-  fagen_plan plan;
-  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
-      << fagen_last_error();
-  EXPECT_EQ(chosenKernel(plan), ws.name);
-  EXPECT_EQ(plan.grid[0], 2 * 32 * 3); // one CTA per work tile: ceil(200 / 128) x heads x batch
-  EXPECT_EQ(plan.grid[1], 1);
-  EXPECT_EQ(plan.grid[2], 1);
-  EXPECT_EQ(plan.block[0], 384);
-  EXPECT_EQ(plan.workspace_bytes, 256u); // the status record
+TEST_F(FakePagedTest, AVarlenPagedCallRunsTheSm90wsPagedForward) {
+  // A sm90ws paged forward (sm_90a): a 1-D grid over its work tiles, the paged fields as the sm80
+  // one's; Q's tensor map, and K's and V's over the caches' pages where the kernel loads them by
+  // TMA (pages of 64 tokens or more: FAGEN_PAGED_TMA_BOX_ROWS), else zero (16-token pages: its
+  // producer warpgroup gathers them).
+  for (int pageSize : {16, 128}) {
+    SCOPED_TRACE(pageSize);
+    Bundle b = fagen::test::makePagedDecodeBundle();
+    KernelRecord ws = fagen::test::testKernel(
+        "fagen_fwd_bf16_hd128_causal_varlen_paged" + std::to_string(pageSize) +
+            "_sm90ws_m128n128w8s2_r8",
+        "sm_90a", "bf16", 128, "causal", 1);
+    ws.templ = "sm90ws";
+    ws.blockN = 128;
+    ws.warps = 8;
+    ws.threads = 384;
+    ws.varlen = true;
+    ws.pageSize = pageSize;
+    ws.paramsVersion = FAGEN_DECODE_PARAMS_VERSION;
+    b.kernels.push_back(ws);
+    load(b);
+    PagedCall c(3, 200, 1000, 64, 4096 * 16 / pageSize);
+    c.problem.dtype = FAGEN_DTYPE_BF16;
+    c.problem.varlen = 1;
+    c.problem.total_q = 450;
+    c.problem.total_k = 1000;
+    c.paged.page_size = pageSize;
+    fagen_fwd_problem_set_paged_strides(&c.problem, &c.paged);
+    fagen_plan plan;
+    ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+        << fagen_last_error();
+    EXPECT_EQ(chosenKernel(plan), ws.name);
+    EXPECT_EQ(plan.grid[0], 2 * 32 * 3); // one CTA per work tile: ceil(200 / 128) x heads x batch
+    EXPECT_EQ(plan.grid[1], 1);
+    EXPECT_EQ(plan.grid[2], 1);
+    EXPECT_EQ(plan.block[0], 384);
+    EXPECT_EQ(plan.workspace_bytes, 256u); // the status record
 
-  alignas(16) static int32_t cuQ[4];
-  fagen_run_args args = FAGEN_RUN_ARGS_INIT;
-  args.cu_seqlens_q = cuQ;
-  fake().launchLog.clear();
-  fake().memsetLog.clear();
-  fake().tensorMaps.clear();
-  ASSERT_EQ(fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
-                                    plan.workspace_bytes, &args, nullptr),
-            FAGEN_OK)
-      << fagen_last_error();
-  ASSERT_EQ(fake().memsetLog.size(), 1u); // the status record, before the launch
-  ASSERT_EQ(fake().tensorMaps.size(), 1u);
-  const FakeTensorMap &mq = fake().tensorMaps[0];
-  EXPECT_EQ(mq.address, q);
-  // {head_dim, total_q, heads_q, 1}, boxes of 128 rows.
-  EXPECT_EQ(std::vector<unsigned long long>(mq.dims, mq.dims + 4),
-            (std::vector<unsigned long long>{128, 450, 32, 1}));
-  EXPECT_EQ(mq.box[1], 128u);
-  ASSERT_EQ(fake().launchLog.size(), 1u);
-  const FakeLaunch &launch = fake().launchLog[0];
-  EXPECT_EQ(launch.function, ws.name);
-  EXPECT_EQ(launch.grid[0], 192u);
-  const auto launched = paramsOf<fagen_decode_params>(launch);
-  EXPECT_EQ(launched.fwd.cu_seqlens_q, cuQ);
-  EXPECT_EQ(launched.fwd.cu_seqlens_k, nullptr);
-  EXPECT_EQ(launched.fwd.k, k);
-  EXPECT_EQ(launched.fwd.k_batch_stride, 16 * 8 * 128); // the page stride
-  EXPECT_EQ(launched.block_table, table);
-  EXPECT_EQ(launched.seqused_k, used);
-  EXPECT_EQ(launched.kv_status, reinterpret_cast<int32_t *>(workspace));
-  EXPECT_EQ(launched.num_pages, 4096);
-  // The maps: Q's encoded, K's, V's and O's zero.
-  ASSERT_EQ(launch.tmaMaps.size(), 4u * 128);
-  const std::vector<unsigned char> zeros(128, 0);
-  EXPECT_NE(std::vector<unsigned char>(launch.tmaMaps.begin(), launch.tmaMaps.begin() + 128),
-            zeros);
-  for (int m = 1; m < 4; ++m)
-    EXPECT_EQ(std::vector<unsigned char>(launch.tmaMaps.begin() + 128 * m,
-                                         launch.tmaMaps.begin() + 128 * (m + 1)),
-              zeros)
-        << m;
+    alignas(16) static int32_t cuQ[4];
+    fagen_run_args args = FAGEN_RUN_ARGS_INIT;
+    args.cu_seqlens_q = cuQ;
+    fake().launchLog.clear();
+    fake().memsetLog.clear();
+    fake().tensorMaps.clear();
+    ASSERT_EQ(fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
+                                      plan.workspace_bytes, &args, nullptr),
+              FAGEN_OK)
+        << fagen_last_error();
+    ASSERT_EQ(fake().memsetLog.size(), 1u); // the status record, before the launch
+    const bool tmaPages = pageSize >= 64;
+    ASSERT_EQ(fake().tensorMaps.size(), tmaPages ? 3u : 1u);
+    const FakeTensorMap &mq = fake().tensorMaps[0];
+    EXPECT_EQ(mq.address, q);
+    // {head_dim, total_q, heads_q, 1}, boxes of 128 rows.
+    EXPECT_EQ(std::vector<unsigned long long>(mq.dims, mq.dims + 4),
+              (std::vector<unsigned long long>{128, 450, 32, 1}));
+    EXPECT_EQ(mq.box[1], 128u);
+    if (tmaPages) {
+      // {head_dim, page rows, kv heads, pages}, strides of a row, a head and a page (bytes),
+      // boxes of one 128-row page.
+      const FakeTensorMap &mk = fake().tensorMaps[1], &mv = fake().tensorMaps[2];
+      EXPECT_EQ(mk.address, k);
+      EXPECT_EQ(mv.address, v);
+      for (const FakeTensorMap *m : {&mk, &mv}) {
+        EXPECT_EQ(std::vector<unsigned long long>(m->dims, m->dims + 4),
+                  (std::vector<unsigned long long>{128, 128, 8, 512}));
+        EXPECT_EQ(std::vector<unsigned long long>(m->strides, m->strides + 3),
+                  (std::vector<unsigned long long>{8 * 128 * 2, 128 * 2, 128 * 8 * 128 * 2}));
+        EXPECT_EQ(m->box[1], 128u);
+      }
+    }
+    ASSERT_EQ(fake().launchLog.size(), 1u);
+    const FakeLaunch &launch = fake().launchLog[0];
+    EXPECT_EQ(launch.function, ws.name);
+    EXPECT_EQ(launch.grid[0], 192u);
+    const auto launched = paramsOf<fagen_decode_params>(launch);
+    EXPECT_EQ(launched.fwd.cu_seqlens_q, cuQ);
+    EXPECT_EQ(launched.fwd.cu_seqlens_k, nullptr);
+    EXPECT_EQ(launched.fwd.k, k);
+    EXPECT_EQ(launched.fwd.k_batch_stride, int64_t(pageSize) * 8 * 128); // the page stride
+    EXPECT_EQ(launched.block_table, table);
+    EXPECT_EQ(launched.seqused_k, used);
+    EXPECT_EQ(launched.kv_status, reinterpret_cast<int32_t *>(workspace));
+    EXPECT_EQ(launched.num_pages, 4096 * 16 / pageSize);
+    // The maps: Q's (and K's, V's) encoded, the rest zero.
+    ASSERT_EQ(launch.tmaMaps.size(), 4u * 128);
+    const std::vector<unsigned char> zeros(128, 0);
+    for (int m = 0; m < 4; ++m)
+      EXPECT_EQ(std::vector<unsigned char>(launch.tmaMaps.begin() + 128 * m,
+                                           launch.tmaMaps.begin() + 128 * (m + 1)) == zeros,
+                m == 3 || (!tmaPages && m > 0))
+          << m;
+  }
 }
