@@ -2,6 +2,7 @@
 
 #include "compiler/plan/PlanRules.h"
 #include "templates/abi/decode_params.h"
+#include "templates/abi/tma_params.h"
 #include "templates/common/ws_bwd_layout.h"
 #include "templates/common/ws_registers.h"
 
@@ -208,7 +209,14 @@ std::string pagedForwardProblem(const KernelPlan &p) {
   if (!p.varlen || p.dropout || p.sparsity != Sparsity::None || p.scoreMod != ScoreMod::None)
     return "a paged forward is varlen, without dropout, block sparsity or a score mod";
   if (p.templ == "sm90ws")
-    return p.tileCounter ? "a paged sm90ws forward takes no tile counter" : "";
+    return p.tileCounter ? "a paged sm90ws forward takes no tile counter"
+           : p.blockM != 128
+               ? llvm::formatv("block_m {0}: a paged sm90ws forward takes 128-row tiles (2 "
+                               "consumer warpgroups, whose register split its producer's page "
+                               "walk needs; common/ws_registers.h)",
+                               p.blockM)
+                     .str()
+               : "";
   if (p.pageSize % p.blockN != 0 && p.blockN % p.pageSize != 0)
     return llvm::formatv("block_n {0} and page_size {1}: a key tile must lie in one page or "
                          "span whole pages",
@@ -741,10 +749,14 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                  .str();
     else if (p.isPaged())
       out += llvm::formatv("  paged KV cache, page_size={0}: chunked prefill{1}\n", p.pageSize,
-                           p.templ == "sm90ws"
-                               ? " (K and V gathered by the producer warpgroup with cp.async, "
-                                 "Q by TMA)"
-                               : "")
+                           p.templ != "sm90ws" ? ""
+                           : FAGEN_PAGED_TMA_BOX_ROWS(p.pageSize, p.blockN) != 0
+                               ? llvm::formatv(" (K and V by TMA in boxes of {0} rows a page "
+                                               "run, V's last run gathered; Q by TMA)",
+                                               FAGEN_PAGED_TMA_BOX_ROWS(p.pageSize, p.blockN))
+                                     .str()
+                               : std::string(" (K and V gathered by the producer warpgroup "
+                                             "with cp.async; Q by TMA)"))
                  .str();
     if (p.spillFallback)
       out += llvm::formatv("  spill_fallback={0} (built instead if ptxas reports over {1} spill "

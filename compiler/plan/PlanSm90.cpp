@@ -80,8 +80,8 @@ bool sm90WsHeadDim(int d) { return d == 64 || d == 96 || d == 128 || d == 192 ||
 std::string sm90VariantProblem(const KernelPlan &p, bool ws) {
   if (p.pass != Pass::Forward)
     return "the backward pass";
-  // sm90ws gathers a paged cache's K and V tiles with cp.async (sm90/ws_paged_kv.cuh); sm90's
-  // loads are of contiguous rows.
+  // sm90ws loads a paged cache's K and V tiles by TMA page by page, or gathers them with
+  // cp.async (sm90/ws_paged_kv.cuh); sm90's loads are of contiguous rows.
   if (!ws && p.isPaged())
     return "a paged KV cache";
   if (!ws && p.mask == Mask::Window)

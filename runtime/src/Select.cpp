@@ -65,9 +65,15 @@ std::string tmaLayoutProblem(const KernelRecord &k, const fagen_fwd_problem &p) 
                                         : Tensor{"o", p.o_strides, p.heads_q, rowsQ, "stores"}};
   for (int i = 0; i < (k.tmaStoreO || k.isBackward() ? 4 : 3); ++i) { // O or dO last
     const Tensor &t = all[i];
-    // A paged kernel loads K and V by TMA from the pages, or gathers them (cp.async).
-    if (k.isPaged() && i > 0 && FAGEN_PAGED_TMA_BOX_ROWS(k.pageSize, k.blockN) == 0)
+    // A paged kernel loads K and V by TMA from the pages, or gathers them (cp.async). By TMA,
+    // their batch stride is the page stride, a dimension of the map (the pages'), never 0.
+    const bool pages = k.isPaged() && i > 0;
+    if (pages && FAGEN_PAGED_TMA_BOX_ROWS(k.pageSize, k.blockN) == 0)
       break;
+    if (pages && t.strides[0] == 0)
+      return "kernel " + k.name + " loads " + t.name + " through TMA page by page: " + t.name +
+             "_strides[0] (the page stride) is 0; pass the caches' page, head and row strides "
+             "(fagen_fwd_problem_set_paged_strides)";
     const int64_t extents[3] = {p.varlen ? 1 : p.batch, t.heads, t.seqlen};
     for (int d = 0; d < 3; ++d) {
       if (extents[d] > 1 && t.strides[d] == 0)

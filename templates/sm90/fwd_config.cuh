@@ -159,10 +159,12 @@ template <class Options> struct FwdConfig : VariantParts<typename Options::Varia
 /// time back to back.) tests/gpu/ws_trace.cu turns it off to trace without it.
 ///
 /// kPageSize: tokens per page of a paged KV cache (chunked prefill: varlen queries over the
-/// pages of abi/decode_params.h; 0: contiguous K and V). The whole producer warpgroup then
-/// gathers each K and V tile with cp.async (sm90/ws_paged_kv.cuh; TMA cannot zero the rows past
-/// a sequence's end inside its last page, whose stale values would reach P V), Q still by TMA;
-/// the kernel's entry point is fwd_ws_paged_kernel.
+/// pages of abi/decode_params.h; 0: contiguous K and V). K and V then come by TMA page run by
+/// page run where kTmaPages (V's run that holds a sequence's end gathered with cp.async, its rows
+/// past the end zeroed: a TMA box cannot stop there, and stale values would reach P V), else
+/// the whole producer warpgroup gathers each tile with cp.async (sm90/ws_paged_kv.cuh); Q still
+/// by TMA; 2 consumer warpgroups (the gather's register split); the kernel's entry point is
+/// fwd_ws_paged_kernel.
 ///
 /// Options: a struct (the generated kernel's KernelOptions) that derives from WsFwdOptions and
 /// sets Element, Variant, kHeadDimQK, kHeadDimV, kBlockM, kBlockN and kStages (and any of
@@ -291,9 +293,9 @@ template <class Options> struct WsFwdConfig : VariantParts<typename Options::Var
                 "FAGEN_PAGE_SIZE_MAX]");
   static_assert(!kPaged || (Variant::kVarlen && !Variant::Dropout::kEnabled &&
                             !Variant::Sparsity::kSparse && Variant::ScoreMod::kIdentity &&
-                            !kTileCounter),
+                            !kTileCounter && kConsumers == 2),
                 "a paged forward (chunked prefill) is varlen, without dropout, block sparsity, "
-                "a score mod or the tile counter");
+                "a score mod or the tile counter, on 128-row tiles (its producer's registers)");
 };
 
 } // namespace sm90

@@ -127,7 +127,8 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
 
 /// Chunked prefill: varlen queries (cu_seqlens_q) over a paged KV cache, sequence b's keys its
 /// seqused_k[b] cached tokens (abi/decode_params.h; num_splits 1, no partials). Launch as
-/// fwd_ws_kernel; `maps` holds Q's map (K's and V's are not read).
+/// fwd_ws_kernel; `maps` as abi/tma_params.h describes for a paged forward (Q's; K's and V's over
+/// the pages where Config::kTmaPages, else not read).
 template <class Config>
 __device__ __forceinline__ void fwd_ws_paged_kernel(const fagen_decode_params &params,
                                                     const fagen_fwd_tma_maps &maps) {

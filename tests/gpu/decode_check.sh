@@ -19,7 +19,8 @@
 # decode kernels (uneven cache lengths, shared and shuffled pages, bad entries reported, paged
 # == contiguous bitwise) and memcheck on its quick grid (the bad-entry runs included). About
 # 2 more minutes. With .carry/paged90a.fab (the same spec for sm_90a: its chunked prefill on
-# the sm90ws forward): fagen check of its paged forwards, memcheck and racecheck on one.
+# the sm90ws forward): fagen check of its paged forwards, memcheck on them, racecheck on the
+# gather (16-token pages) and the TMA-page form (256).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 C=${CARRY:-.carry}
@@ -56,7 +57,7 @@ if [ -f "$C/paged90a.fab" ]; then
   tail -n 1 "$OUT/check-paged90a.log"
   grep -E "MISMATCH|CUDA error|FAIL" "$OUT/check-paged90a.log" | cut -c1-300 | head -20
   if command -v compute-sanitizer >/dev/null; then
-    step "sanitizers paged sm90ws" "$OUT/sanitizer-paged90a.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/paged90a.fab --quick --kernel paged16_sm90ws >$OUT/sanitizer-paged90a.log 2>&1 && compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/paged90a.fab --quick --kernel paged16_sm90ws >>$OUT/sanitizer-paged90a.log 2>&1"
+    step "sanitizers paged sm90ws" "$OUT/sanitizer-paged90a.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/paged90a.fab --quick --kernel paged16_sm90ws >$OUT/sanitizer-paged90a.log 2>&1 && compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/paged90a.fab --quick --kernel paged16_sm90ws >>$OUT/sanitizer-paged90a.log 2>&1 && compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/paged90a.fab --quick --kernel paged256_sm90ws >>$OUT/sanitizer-paged90a.log 2>&1"
     grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-paged90a.log"
   fi
 fi

@@ -471,6 +471,17 @@ TEST_F(FakePagedTest, AVarlenPagedCallRunsTheSm90wsPagedForward) {
     EXPECT_EQ(launched.seqused_k, used);
     EXPECT_EQ(launched.kv_status, reinterpret_cast<int32_t *>(workspace));
     EXPECT_EQ(launched.num_pages, 4096 * 16 / pageSize);
+    // A page stride of 0 is refused at plan time where the kernel loads pages by TMA.
+    if (tmaPages) {
+      PagedCall bad = c;
+      bad.problem.k_strides[0] = 0;
+      fagen_plan refused;
+      EXPECT_EQ(fagen_plan_forward_paged(bundle, &bad.problem, &bad.paged, &refused),
+                FAGEN_ERROR_NOT_SUPPORTED);
+      EXPECT_NE(std::string(fagen_last_error()).find("k_strides[0] (the page stride) is 0"),
+                std::string::npos)
+          << fagen_last_error();
+    }
     // The maps: Q's (and K's, V's) encoded, the rest zero.
     ASSERT_EQ(launch.tmaMaps.size(), 4u * 128);
     const std::vector<unsigned char> zeros(128, 0);

@@ -491,6 +491,16 @@ TEST(PagedPrefill, ConfigProblemsMirrorTheTemplatesAsserts) {
   ASSERT_EQ(ws.size(), 1u);
   EXPECT_EQ(ws[0].templ, "sm90ws");
   EXPECT_EQ(ws[0].blockN, 96);
+  // 192-row tiles (3 consumer warpgroups) are refused: the producer's page walk needs the
+  // register split of 2.
+  const std::string rows = planError(
+      "variants: [{name: p, dtype: fp16, head_dim: 64, varlen: true, kv_cache: paged, "
+      "page_size: 256, tile: {template: sm90ws, block_m: 192, block_n: 128, warps: 12, "
+      "stages: 2}}]",
+      {"sm_90a"});
+  EXPECT_NE(rows.find("block_m 192: a paged sm90ws forward takes 128-row tiles"),
+            std::string::npos)
+      << rows;
   // A pinned sm90 (cp.async, contiguous) tile is refused, naming why.
   const std::string error = planError(
       "variants: [{name: p, dtype: bf16, head_dim: 128, varlen: true, kv_cache: paged, "
