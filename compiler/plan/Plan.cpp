@@ -208,15 +208,15 @@ std::string pagedForwardProblem(const KernelPlan &p) {
            "contiguous K/V tiles): use template: sm80 or sm90ws";
   if (!p.varlen || p.dropout || p.sparsity != Sparsity::None || p.scoreMod != ScoreMod::None)
     return "a paged forward is varlen, without dropout, block sparsity or a score mod";
+  if (p.templ == "sm90ws" && p.tileCounter)
+    return "a paged sm90ws forward takes no tile counter";
+  if (p.templ == "sm90ws" && p.blockM != 128)
+    return llvm::formatv("block_m {0}: a paged sm90ws forward takes 128-row tiles (2 consumer "
+                         "warpgroups, whose register split its producer's page walk needs; "
+                         "common/ws_registers.h)",
+                         p.blockM);
   if (p.templ == "sm90ws")
-    return p.tileCounter ? "a paged sm90ws forward takes no tile counter"
-           : p.blockM != 128
-               ? llvm::formatv("block_m {0}: a paged sm90ws forward takes 128-row tiles (2 "
-                               "consumer warpgroups, whose register split its producer's page "
-                               "walk needs; common/ws_registers.h)",
-                               p.blockM)
-                     .str()
-               : "";
+    return "";
   if (p.pageSize % p.blockN != 0 && p.blockN % p.pageSize != 0)
     return llvm::formatv("block_n {0} and page_size {1}: a key tile must lie in one page or "
                          "span whole pages",

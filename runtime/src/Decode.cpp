@@ -264,7 +264,7 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
   if (const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index]; takesTmaMaps(k)) {
     // A paged sm90ws forward: one launch over its work tiles, Q by TMA.
     fagen_fwd_tma_maps maps;
-    if (fagen_status s = encodeTmaMaps(function, api, plan, k, dp.fwd, maps); s != FAGEN_OK)
+    if (fagen_status s = encodeTmaMaps(function, api, plan, k, dp.fwd, maps, dp.num_pages); s != FAGEN_OK)
       return s;
     return launch(api, plan, plan.function, plan.grid, plan.block, plan.smem_bytes, &dp, stream,
                   "", &maps);

@@ -268,7 +268,7 @@ fagen_status validateCuSeqlens(const char *function, const DriverApi &api,
 /// Encodes the tensor maps of a TMA kernel's call from its parameter block.
 fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fagen_plan &plan,
                            const KernelRecord &k, const fagen_fwd_params &params,
-                           fagen_fwd_tma_maps &maps) {
+                           fagen_fwd_tma_maps &maps, int64_t numPages) {
   if (api.cuTensorMapEncodeTiled == nullptr)
     return fail(FAGEN_ERROR_NOT_SUPPORTED,
                 std::string(function) + ": kernel " + k.name +
@@ -278,11 +278,9 @@ fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fag
   std::string what;
   // Varlen: the packed tensors' rows are the maps' row extents, so TMA itself never reads or
   // writes past them (the kernels clamp their row coordinates as well).
-  fagen_decode_params dp; // a paged kernel's: the caches' pages
-  std::memcpy(&dp, plan.params, sizeof dp);
   if (int r = k.isPaged() // K and V by pages (or gathered), not as rows of a tensor
                   ? encodePagedFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK,
-                                          k.headDimV, k.blockM, k.pageSize, dp.num_pages,
+                                          k.headDimV, k.blockM, k.pageSize, numPages,
                                           FAGEN_PAGED_TMA_BOX_ROWS(k.pageSize, k.blockN), maps,
                                           what, params.total_q)
                   : encodeFwdTmaMaps(api.cuTensorMapEncodeTiled, params, k.headDimQK,

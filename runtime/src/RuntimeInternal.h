@@ -201,10 +201,11 @@ fagen_status checkPlan(const char *function, const fagen_plan *plan, fagen_pass 
 fagen_status checkBundleLive(const char *function, const fagen_plan &plan);
 fagen_status checkContext(const char *function, const DriverApi &api, const fagen_plan &plan);
 fagen_status checkRunTarget(const char *function, const fagen_plan &plan, const DriverApi *&api);
-/// Encodes the tensor maps of a TMA kernel's forward call (a paged one's: Q's alone).
+/// Encodes the tensor maps of a TMA kernel's forward call; a paged kernel's over its caches'
+/// `numPages` pages (abi/tma_params.h).
 fagen_status encodeTmaMaps(const char *function, const DriverApi &api, const fagen_plan &plan,
                            const KernelRecord &k, const fagen_fwd_params &params,
-                           fagen_fwd_tma_maps &maps);
+                           fagen_fwd_tma_maps &maps, int64_t numPages = 0);
 /// FAGEN_VALIDATE=1: runs copy their index arrays (cu_seqlens, a paged call's block table and
 /// lengths) to the host and check them before the launch (synchronizing the stream).
 bool validateMode();

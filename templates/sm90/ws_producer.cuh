@@ -34,39 +34,34 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
       tma_load_4d(slot + b * Config::kBlockN * 128, map, full, 64 * b,
                   int(row0) + n_block * Config::kBlockN, kv_head, Config::kVarlen ? 0 : batch);
   };
-  using DimQK = std::integral_constant<int, Config::kDimQK>;
-  using DimV = std::integral_constant<int, Config::kDimV>;
-  // K/V tile j (the CTA's count) of key tile n_block, by TMA or from the pages.
-  auto load_k = [&](int j, int n_block, int kv_head, int batch, const SequenceSpan &span) {
+  // K/V tile j (the CTA's count) of key tile n_block (V's where is_v), by TMA, as rows or a page
+  // run at a time, or gathered from the pages.
+  auto load_kv_tile = [&](auto is_v, int j, int n_block, int kv_head, int batch,
+                          const SequenceSpan &span) {
+    constexpr bool kV = decltype(is_v)::value;
+    constexpr int kHeadDim = kV ? Config::kHeadDimV : Config::kHeadDimQK;
+    constexpr int kDim = kV ? Config::kDimV : Config::kDimQK;
+    const u32 slot = kV ? sm.v_slot(j) : sm.k_slot(j), full = kV ? sm.v_full(j) : sm.k_full(j);
     if constexpr (Config::kPaged && Config::kTmaPages)
-      ws_load_paged_tile<Config, Config::kHeadDimQK, Config::kDimQK, false>(
-          sm.k_slot(j), sm.k_full(j), maps.k, params.k, params.k_batch_stride,
-          params.k_head_stride, params.k_row_stride, ws_paged_params(params), batch, kv_head,
+      ws_load_paged_tile<Config, kHeadDim, kDim, kV>(
+          slot, full, kV ? maps.v : maps.k, kV ? params.v : params.k,
+          kV ? params.v_batch_stride : params.k_batch_stride,
+          kV ? params.v_head_stride : params.k_head_stride,
+          kV ? params.v_row_stride : params.k_row_stride, ws_paged_params(params), batch, kv_head,
           n_block, span.shape.seqlen_k);
     else if constexpr (Config::kPaged)
-      ws_gather_paged_tile<Config, Config::kHeadDimQK, Config::kDimQK>(
-          sm.k_slot(j), sm.k_full(j), params.k, params.k_batch_stride, params.k_head_stride,
-          params.k_row_stride, ws_paged_params(params), batch, kv_head, n_block,
-          span.shape.seqlen_k);
-    else
-      load_kv(maps.k, sm.k_slot(j), sm.k_full(j), span.k_row0, n_block, kv_head, batch, DimQK(),
-              Config::kSmemKTileBytes);
-  };
-  auto load_v = [&](int j, int n_block, int kv_head, int batch, const SequenceSpan &span) {
-    if constexpr (Config::kPaged && Config::kTmaPages)
-      ws_load_paged_tile<Config, Config::kHeadDimV, Config::kDimV, true>(
-          sm.v_slot(j), sm.v_full(j), maps.v, params.v, params.v_batch_stride,
-          params.v_head_stride, params.v_row_stride, ws_paged_params(params), batch, kv_head,
+      ws_gather_paged_tile<Config, kHeadDim, kDim>(
+          slot, full, kV ? params.v : params.k, kV ? params.v_batch_stride : params.k_batch_stride,
+          kV ? params.v_head_stride : params.k_head_stride,
+          kV ? params.v_row_stride : params.k_row_stride, ws_paged_params(params), batch, kv_head,
           n_block, span.shape.seqlen_k);
-    else if constexpr (Config::kPaged)
-      ws_gather_paged_tile<Config, Config::kHeadDimV, Config::kDimV>(
-          sm.v_slot(j), sm.v_full(j), params.v, params.v_batch_stride, params.v_head_stride,
-          params.v_row_stride, ws_paged_params(params), batch, kv_head, n_block,
-          span.shape.seqlen_k);
     else
-      load_kv(maps.v, sm.v_slot(j), sm.v_full(j), span.k_row0, n_block, kv_head, batch, DimV(),
-              Config::kSmemVTileBytes);
+      load_kv(kV ? maps.v : maps.k, slot, full, span.k_row0, n_block, kv_head, batch,
+              std::integral_constant<int, kDim>(),
+              kV ? Config::kSmemVTileBytes : Config::kSmemKTileBytes);
   };
+  using IsK = std::false_type;
+  using IsV = std::true_type;
   // K_0, then Q, then K_{i+1} before V_i, for work tile `work` of the CTA.
   auto load_tile = [&](int m_block, int head, int batch, const SequenceSpan &span,
                        const KeyTiles &tiles, int work) {
@@ -85,7 +80,7 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
         tma_prefetch_l2_4d(maps.q, 64 * b, q_row, head, Config::kVarlen ? 0 : batch);
     }
     mbarrier_wait(sm.k_empty(kv), sm.empty_parity(sm.round(kv)));
-    load_k(kv, tiles.n_first, kv_head, batch, span);
+    load_kv_tile(IsK(), kv, tiles.n_first, kv_head, batch, span);
     if (q_loader) {
       mbarrier_wait(sm.q_empty(), sm.empty_parity(work));
       FAGEN_WS_TRACE_AT(work, 1);
@@ -101,10 +96,10 @@ __device__ __forceinline__ void ws_produce(const WsSmem<Config> &sm, const fagen
           KeyTiles::template after<false>(params, head, batch, m_block, n, tiles.n_end);
       if (i + 1 < tiles.count) {
         mbarrier_wait(sm.k_empty(j + 1), sm.empty_parity(sm.round(j + 1)));
-        load_k(j + 1, n_next, kv_head, batch, span);
+        load_kv_tile(IsK(), j + 1, n_next, kv_head, batch, span);
       }
       mbarrier_wait(sm.v_empty(j), sm.empty_parity(sm.round(j)));
-      load_v(j, n, kv_head, batch, span);
+      load_kv_tile(IsV(), j, n, kv_head, batch, span);
       n = n_next;
     }
     FAGEN_WS_TRACE_AT(work, 2);

@@ -60,6 +60,18 @@ struct FakePagedTest : fagen::test::FakeBundleTest {
   alignas(256) static inline float lse[16];
   alignas(256) static inline int32_t table[64], used[4];
   alignas(256) static inline char workspace[1 << 20];
+  alignas(16) static inline int32_t cuQ[4];
+
+  /// Runs `plan`, a varlen paged forward (chunked prefill), with `args` (cu_seqlens_q: cuQ) on
+  /// the fixture's tensors and workspace, the fake's logs cleared first.
+  fagen_status runPrefill(const fagen_plan &plan, fagen_run_args &args) {
+    args.cu_seqlens_q = cuQ;
+    fake().launchLog.clear();
+    fake().memsetLog.clear();
+    fake().tensorMaps.clear();
+    return fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
+                                   plan.workspace_bytes, &args, nullptr);
+  }
 };
 
 const char *kPaged = "fagen_fwd_fp16_hd128_causal_paged16_sm80decode_m16n64w4s3";
@@ -337,15 +349,8 @@ TEST_F(FakePagedTest, AVarlenPagedCallRunsThePagedForward) {
   EXPECT_EQ(dp.fwd.total_q, 450);
   EXPECT_EQ(dp.fwd.k_batch_stride, 16 * 8 * 128); // the page stride
 
-  alignas(16) static int32_t cuQ[4];
   fagen_run_args args = FAGEN_RUN_ARGS_INIT;
-  args.cu_seqlens_q = cuQ;
-  fake().launchLog.clear();
-  fake().memsetLog.clear();
-  ASSERT_EQ(fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
-                                    plan.workspace_bytes, &args, nullptr),
-            FAGEN_OK)
-      << fagen_last_error();
+  ASSERT_EQ(runPrefill(plan, args), FAGEN_OK) << fagen_last_error();
   ASSERT_EQ(fake().memsetLog.size(), 1u); // the status record, before the launch
   EXPECT_EQ(fake().memsetLog[0].dst, reinterpret_cast<unsigned long long>(workspace));
   ASSERT_EQ(fake().launchLog.size(), 1u); // no combine
@@ -425,16 +430,8 @@ TEST_F(FakePagedTest, AVarlenPagedCallRunsTheSm90wsPagedForward) {
     EXPECT_EQ(plan.block[0], 384);
     EXPECT_EQ(plan.workspace_bytes, 256u); // the status record
 
-    alignas(16) static int32_t cuQ[4];
     fagen_run_args args = FAGEN_RUN_ARGS_INIT;
-    args.cu_seqlens_q = cuQ;
-    fake().launchLog.clear();
-    fake().memsetLog.clear();
-    fake().tensorMaps.clear();
-    ASSERT_EQ(fagen_run_forward_paged(&plan, q, k, v, o, lse, table, used, workspace,
-                                      plan.workspace_bytes, &args, nullptr),
-              FAGEN_OK)
-        << fagen_last_error();
+    ASSERT_EQ(runPrefill(plan, args), FAGEN_OK) << fagen_last_error();
     ASSERT_EQ(fake().memsetLog.size(), 1u); // the status record, before the launch
     const bool tmaPages = pageSize >= 64;
     ASSERT_EQ(fake().tensorMaps.size(), tmaPages ? 3u : 1u);
