@@ -32,15 +32,16 @@ from fagen import runtime as fagen_rt  # noqa: E402
 from tables import is_wrong, run_row  # noqa: E402
 
 
-def paged_cache(ks, vs, page, gen, spare=2):
+def paged_cache(ks, vs, page, gen, spare=2, shuffled=True):
     """Sequences' keys and values (lists of [n_b, Hkv, D]) moved into caches [num_pages, page,
-    Hkv, D] of `page`-token pages in shuffled order, NaN in every row no sequence owns and in
-    `spare` pages no sequence uses; returns (k_cache, v_cache, block_table int32 [batch, most
-    pages + 1], -1 past each sequence's pages)."""
+    Hkv, D] of `page`-token pages in shuffled order (else in the sequences' order), NaN in every
+    row no sequence owns and in `spare` pages no sequence uses; returns (k_cache, v_cache,
+    block_table int32 [batch, most pages + 1], -1 past each sequence's pages)."""
     counts = [-(-k.shape[0] // page) for k in ks]
     num_pages = sum(counts) + spare
     dev = ks[0].device
-    order = torch.randperm(num_pages, generator=gen).to(dev)
+    order = (torch.randperm(num_pages, generator=gen) if shuffled
+             else torch.arange(num_pages)).to(dev)
     table = torch.full((len(ks), max(counts) + 1), -1, dtype=torch.int32, device=dev)
     caches = [torch.full((num_pages, page) + t[0].shape[1:], float("nan"), dtype=t[0].dtype,
                          device=dev) for t in (ks, vs)]
@@ -89,7 +90,7 @@ def pairs(new, keys):
     return new * (keys - new) + new * (new + 1) // 2
 
 
-def run_cell(bundle, kernels, dev, hq, hkv, d, batch, new, cached, row):
+def run_cell(bundle, kernels, dev, hq, hkv, d, batch, new, cached, row, shuffled=True):
     """Times the twin, the paged kernels, sm90ws and SDPA on one cell; fills `row`. False if a
     paged run differs from the twin or the twin is WRONG against SDPA."""
     paged, twin, ws = kernels
@@ -117,7 +118,7 @@ def run_cell(bundle, kernels, dev, hq, hkv, d, batch, new, cached, row):
     args_q = fagen_rt.run_args(cu_seqlens_q=cu_q)
     for page, index in sorted(paged.items()):
         kc, vc, table = paged_cache(list(k.unbind(0)), list(v.unbind(0)), page,
-                                    torch.Generator().manual_seed(page))
+                                    torch.Generator().manual_seed(page), shuffled=shuffled)
         plan_p = bundle.plan_forward_paged(qp, kc, vc, table, keys, kernel_index=index,
                                            causal=True, cu_seqlens_q=cu_q, max_seqlen_q=new)
         o, lse = torch.empty_like(qp), torch.empty_like(lse_twin)
@@ -193,6 +194,9 @@ def main():
     ap.add_argument("--batches", default="4,16")
     ap.add_argument("--new-tokens", default="512,2048", help="query tokens per sequence")
     ap.add_argument("--cached", default="2048,16384", help="keys cached before the chunk")
+    ap.add_argument("--page-order", choices=("shuffled", "sequential"), default="shuffled",
+                    help="where a sequence's pages lie in the cache: shuffled (as a serving "
+                         "engine's allocator leaves them) or one after the other")
     args = ap.parse_args()
     dev = torch.device("cuda")
     props = torch.cuda.get_device_properties(0)
@@ -205,7 +209,8 @@ def main():
     hq, hkv = (int(x) for x in args.heads.split("/"))
     meta = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
             "cudnn": torch.backends.cudnn.version(), "fagen": fagen_rt.version(),
-            "bundle": os.path.basename(args.bundle), "heads": args.heads, "rows": []}
+            "bundle": os.path.basename(args.bundle), "heads": args.heads,
+            "page_order": args.page_order, "rows": []}
     print(json.dumps({k: v for k, v in meta.items() if k != "rows"}), flush=True)
     torch.manual_seed(0)
     failed = False
@@ -215,7 +220,8 @@ def main():
                 row = dict(batch=b, new=new, cached=cached, heads_q=hq, heads_kv=hkv)
                 failed |= not run_row(
                     meta, row,
-                    lambda: run_cell(bundle, kernels, dev, hq, hkv, 128, b, new, cached, row),
+                    lambda: run_cell(bundle, kernels, dev, hq, hkv, 128, b, new, cached, row,
+                                     args.page_order == "shuffled"),
                     (RuntimeError, ValueError, fagen_rt.FagenError), args.out,
                     torch.cuda.empty_cache)
     print_table(meta["rows"], sorted(kernels[0]), args.heads)
