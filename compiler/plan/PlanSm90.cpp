@@ -254,15 +254,17 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
 KernelPlan sm90WsBwdPlan(KernelPlan p) {
   p.spillFallback.reset();
   p.templ = "sm90ws";
-  // Head dim 256 (ws_bwd_split_s): 64 x 64 tiles and one Q/dO stage (two do not fit 227 KB
-  // beside K, V, the P^T and dS^T tiles and the dQ staging); H100: 0.84-0.95x cuDNN 9.19,
-  // 1.24-1.31x the portable kernel (docs/perf/sm90-bwd.md).
+  // Head dim 256 (ws_bwd_split_s): 64 x 64 tiles, two Q stages beside one dO stage
+  // (ws_bwd_do_stages; two of each do not fit 227 KB beside K, V, the P^T and dS^T tiles and the
+  // dQ staging). H100, harness A/B of three rounds in one call, time against one stage of each:
+  // 0.91-0.98x, causal 0.94-0.97x, causal dropout 0.97-0.99x, causal deterministic 0.99-1.02x
+  // (docs/perf/sm90-bwd.md).
   const int dim = ws_bwd_dim(p.headDimQK); // hd 96 as 128 (zero padding columns)
   const bool split = ws_bwd_split_s(dim);
   p.blockN = split ? 64 : 128;
   p.blockM = split ? 64 : 2 * 64 * 64 / dim;
   p.warps = 4 * ws_bwd_consumers(dim, p.blockN);
-  p.stages = split ? 1 : 2;
+  p.stages = 2;
   p.rescaleTau = 0;
   p.rotateQueryWalk = ws_bwd_rotates_query_walk(p.headDimQK, p.deterministic);
   p.dqWriter = sm90WsBwdDqWriter(p);

@@ -27,6 +27,15 @@ FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_consumers(int dim, int block_n) {
   return ws_bwd_split_s(dim) ? 2 : block_n / 64;
 }
 
+/// dO slots of a ring of `stages` Q slots: as many, except where S^T is split
+/// (ws_bwd_split_s), whose shared memory holds two Q slots only beside one dO slot (hd 256:
+/// 231,464 of 232,448 bytes): there Q and dO have rings of their own, so that the next query
+/// tile's Q lands while the current tile's dO is still being read (FlashAttention-3's separate
+/// dO stages).
+FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_do_stages(int dim, int stages) {
+  return ws_bwd_split_s(dim) ? 1 : stages;
+}
+
 /// Whether a key tile's walk over its query tiles starts at a different tile for each key tile
 /// (bwd_ws_kernel.cuh's WsQueryWalk), by default: at head dim 64 only, and never in the
 /// deterministic mode, whose dQ order the walk sets. With kOverlapP (P^T while dP^T is still in
@@ -56,21 +65,25 @@ FAGEN_WS_BWD_LAYOUT_HD constexpr bool ws_bwd_dq_writer(int head_dim, bool determ
 }
 
 /// Byte offsets from the 1024-byte-aligned base, tiles in 128-byte-swizzled 64-column blocks:
-/// K, V (block_n rows), stages x (Q, dO) (block_m rows), two dS^T tiles (block_n rows of block_m
-/// 16-bit columns), with ws_bwd_split_s two P^T tiles of the same shape, a 64 x 64 fp32 dQ
-/// staging sub-block per consumer warpgroup, stages x (LSE, D) rows, then the mbarriers: K/V
-/// full, Q full per stage, Q empty per stage; `bytes` adds the 1024 bytes that align the base.
-/// `dim`: the head dim padded to 64.
+/// K, V (block_n rows), stages x Q, do_stages x dO (block_m rows; ws_bwd_do_stages), two dS^T
+/// tiles (block_n rows of block_m 16-bit columns), with ws_bwd_split_s two P^T tiles of the
+/// same shape, a 64 x 64 fp32 dQ staging sub-block per consumer warpgroup, stages x (LSE, D)
+/// rows (they go with Q), then the mbarriers: K/V full, Q full per stage, Q empty per stage,
+/// and where dO has a ring of its own, dO full and dO empty per dO stage; `bytes` adds the 1024
+/// bytes that align the base. `dim`: the head dim padded to 64.
 struct WsBwdLayout {
-  int k_bytes, q_bytes, ds_bytes, dq_bytes, stats_bytes;
+  int do_stages, k_bytes, q_bytes, ds_bytes, dq_bytes, stats_bytes;
   int v, q, dout, ds, pt, dq, stats, barriers, bytes;
   constexpr WsBwdLayout(int dim, int block_m, int block_n, int stages)
-      : k_bytes(block_n * dim * 2), q_bytes(block_m * dim * 2), ds_bytes(block_n * block_m * 2),
-        dq_bytes(64 * 64 * 4), stats_bytes(block_m * 4 * 2), v(k_bytes), q(v + k_bytes),
-        dout(q + stages * q_bytes), ds(dout + stages * q_bytes), pt(ds + 2 * ds_bytes),
+      : do_stages(ws_bwd_do_stages(dim, stages)), k_bytes(block_n * dim * 2),
+        q_bytes(block_m * dim * 2), ds_bytes(block_n * block_m * 2), dq_bytes(64 * 64 * 4),
+        stats_bytes(block_m * 4 * 2), v(k_bytes), q(v + k_bytes), dout(q + stages * q_bytes),
+        ds(dout + do_stages * q_bytes), pt(ds + 2 * ds_bytes),
         dq(pt + (ws_bwd_split_s(dim) ? 2 * ds_bytes : 0)),
         stats(dq + ws_bwd_consumers(dim, block_n) * dq_bytes),
-        barriers(stats + stages * stats_bytes), bytes(barriers + 8 * (1 + 2 * stages) + 1024) {}
+        barriers(stats + stages * stats_bytes),
+        bytes(barriers + 8 * (1 + 2 * stages + (do_stages != stages ? 2 * do_stages : 0)) +
+              1024) {}
 };
 
 /// Where dQ element (row, col) of a query tile lies in its block_m x head dim block of

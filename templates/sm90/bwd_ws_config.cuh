@@ -41,6 +41,10 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr int kBlockM = Options::kBlockM;
   static constexpr int kBlockN = Options::kBlockN;
   static constexpr int kStages = Options::kStages;
+  /// dO's slots (ws_bwd_do_stages): kStages, or at head dim 256 one slot in a ring of its own
+  /// (kSeparateDo: dO full / empty barriers apart from Q's), so that two Q slots fit.
+  static constexpr int kDoStages = ws_bwd_do_stages(kDim, kStages);
+  static constexpr bool kSeparateDo = kDoStages != kStages;
   /// Deterministic (bitwise-repeatable dQ): a query tile's dQ blocks go into dq_accum in one
   /// order of the key tiles, descending (sm80::dq_rank's order without kDqAscending), ordered
   /// by dq_semaphore (one count a key tile). The grid dispatches the key tiles last first, so a

@@ -60,6 +60,9 @@ template <class Config> struct WsBwdSmem {
   __device__ u32 kv_full() const { return base + Config::kBarrierOffset; }
   __device__ u32 q_full(int s) const { return kv_full() + 8 * (1 + s); }
   __device__ u32 q_empty(int s) const { return kv_full() + 8 * (1 + Config::kStages + s); }
+  /// Config::kSeparateDo: dO slot s's barriers (else dO is slot s of Q's ring, its barriers).
+  __device__ u32 do_full(int s) const { return q_empty(Config::kStages + s); }
+  __device__ u32 do_empty(int s) const { return do_full(Config::kDoStages + s); }
   template <class T> __device__ T *at(u32 addr) const {
     return reinterpret_cast<T *>(ptr + (addr - base));
   }
@@ -153,17 +156,29 @@ __device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
       sm.lse(s)[r] = l;
       sm.d(s)[r] = dr;
     }
+    const int q_row = int(span.q_row0) + tile.m_block * kBlockM;
     if (lane == 0) {
-      mbarrier_arrive_expect_tx(sm.q_full(s), 2 * Config::kSmemQBytes);
-      const int q_row = int(span.q_row0) + tile.m_block * kBlockM;
+      mbarrier_arrive_expect_tx(sm.q_full(s), (Config::kSeparateDo ? 1 : 2) * Config::kSmemQBytes);
       for (int b = 0; b < kBlocks; ++b) {
         tma_load_4d(sm.q(s) + b * kBlockM * 128, maps.q, sm.q_full(s), 64 * b, q_row, tile.head,
                     map_batch);
-        tma_load_4d(sm.dout(s) + b * kBlockM * 128, maps.dout, sm.q_full(s), 64 * b, q_row,
-                    tile.head, map_batch);
+        if constexpr (!Config::kSeparateDo)
+          tma_load_4d(sm.dout(s) + b * kBlockM * 128, maps.dout, sm.q_full(s), 64 * b, q_row,
+                      tile.head, map_batch);
       }
     } else {
       mbarrier_arrive(sm.q_full(s));
+    }
+    // dO in its own ring: loaded once its slot is free, after Q, whose slot frees first.
+    if constexpr (Config::kSeparateDo) {
+      const int sd = it % Config::kDoStages, round_d = it / Config::kDoStages;
+      if (lane == 0) {
+        mbarrier_wait(sm.do_empty(sd), (round_d & 1) ^ 1);
+        mbarrier_arrive_expect_tx(sm.do_full(sd), Config::kSmemQBytes);
+        for (int b = 0; b < kBlocks; ++b)
+          tma_load_4d(sm.dout(sd) + b * kBlockM * 128, maps.dout, sm.do_full(sd), 64 * b, q_row,
+                      tile.head, map_batch);
+      }
     }
   }
 }
@@ -319,17 +334,20 @@ __device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
       params.dv_row_stride, rows, dv);
 }
 
-/// Hands slot `s` (its Q, dO, LSE and D) back to the producer once dV += P^T dO and
-/// dK += dS^T Q have read it: waits until at most kPending wgmma groups, all issued after
-/// theirs, are in flight, pins dV and dK, and arrives with every thread (each read the slot's
-/// LSE and D itself; racecheck does not see a warp's reads ordered before lane 0's arrive).
+/// Hands slot `s` (its Q, dO, LSE and D; Config::kSeparateDo: its Q, LSE and D, and dO slot
+/// `sd`) back to the producer once dV += P^T dO and dK += dS^T Q have read it: waits until at
+/// most kPending wgmma groups, all issued after theirs, are in flight, pins dV and dK, and
+/// arrives with every thread (each read the slot's LSE and D itself; racecheck does not see a
+/// warp's reads ordered before lane 0's arrive).
 template <int kPending, class Config, int kN>
-__device__ __forceinline__ void bwd_ws_release_slot(const WsBwdSmem<Config> &sm, int s,
+__device__ __forceinline__ void bwd_ws_release_slot(const WsBwdSmem<Config> &sm, int s, int sd,
                                                     float (&dv)[kN][4], float (&dk)[kN][4]) {
   wgmma_wait<kPending>();
   fence_operands(dv);
   fence_operands(dk);
   mbarrier_arrive(sm.q_empty(s));
+  if constexpr (Config::kSeparateDo)
+    mbarrier_arrive(sm.do_empty(sd));
 }
 
 /// The dQ writer warp (Config::kDqWriter): per visible (query head, query tile) of the key
@@ -412,6 +430,7 @@ template <class Config>
 __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
                                                const fagen_bwd_params &params, int n_block,
                                                int kv_head, int batch, const SequenceSpan &span) {
+  static_assert(!Config::kSeparateDo, "Q and dO share their slots below head dim 256");
   using Element = typename Config::Element;
   const AttentionShape shape = span.shape;
   using Mask = typename Config::Mask;
@@ -494,9 +513,9 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
         fence_operands(dq);
         bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
                               tid);
-        bwd_ws_release_slot<0>(sm, s, dv, dk);
+        bwd_ws_release_slot<0>(sm, s, s, dv, dk);
       } else {
-        bwd_ws_release_slot<1>(sm, s, dv, dk); // dV and dK, the dQ block in flight
+        bwd_ws_release_slot<1>(sm, s, s, dv, dk); // dV and dK, the dQ block in flight
         wgmma_wait<0>();
         fence_operands(dq);
         bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, consumer, consumer,
@@ -536,6 +555,7 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
   WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
   for (int it = 0; tile.valid(); tile.advance(), ++it) {
     const int s = it % Config::kStages, round = it / Config::kStages;
+    const int sd = it % Config::kDoStages; // Config::kSeparateDo: dO's slot
     mbarrier_wait(sm.q_full(s), round & 1);
     // S^T = K Q^T, dP^T = V dO^T of the warpgroup's query columns; then P^T and dS^T.
     float st[kSCols / 8][4], dpt[kSCols / 8][4];
@@ -543,8 +563,12 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     gemm_qk_issue<Element, Config::kDim, kBlockN, kSCols, kBlockM>(st, sm.k(),
                                                                    sm.q(s) + col0 * 128);
     wgmma_commit();
+    if constexpr (Config::kSeparateDo) { // dO's wait between the two groups
+      mbarrier_wait(sm.do_full(sd), (it / Config::kDoStages) & 1);
+      wgmma_fence();
+    }
     gemm_qk_issue<Element, Config::kDim, kBlockN, kSCols, kBlockM>(dpt, sm.v(),
-                                                                   sm.dout(s) + col0 * 128);
+                                                                   sm.dout(sd) + col0 * 128);
     wgmma_commit();
     // Dropout's keep flags of the warpgroup's columns, drawn while S^T and dP^T are in flight.
     WsKeepBits<Config> keep;
@@ -574,7 +598,7 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     // kIssueDqAtOnce both issued with dV and dK, the second computed while the first is staged
     // and added; else each issued once the previous one is added.
     wgmma_fence();
-    gemm_kv_split_issue<Element, kBlockN, kBlockM>(dv, pts, sm.dout(s) + block0 * kBlockM * 128);
+    gemm_kv_split_issue<Element, kBlockN, kBlockM>(dv, pts, sm.dout(sd) + block0 * kBlockM * 128);
     gemm_kv_split_issue<Element, kBlockN, kBlockM>(dk, ds, sm.q(s) + block0 * kBlockM * 128);
     wgmma_commit();
     if constexpr (Config::kIssueDqAtOnce) {
@@ -585,7 +609,7 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
       wgmma_commit();
       gemm_dq_issue<Element, kBlockN>(dq1, ds, sm.k() + (block0 + 1) * kBlockN * 128);
       wgmma_commit();
-      bwd_ws_release_slot<2>(sm, s, dv, dk); // both dQ blocks in flight
+      bwd_ws_release_slot<2>(sm, s, sd, dv, dk); // both dQ blocks in flight
       wgmma_wait<1>();
       fence_operands(dq0);
       bwd_ws_add_dq<Config>(sm, params, dq0, dq_seq, tile.head, tile.m_block, block0, consumer,
@@ -603,7 +627,7 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
       gemm_dq_issue<Element, kBlockN>(dq, ds, sm.k() + (block0 + b) * kBlockN * 128);
       wgmma_commit();
       if (b == 0)
-        bwd_ws_release_slot<1>(sm, s, dv, dk); // the first dQ block in flight
+        bwd_ws_release_slot<1>(sm, s, sd, dv, dk); // the first dQ block in flight
       wgmma_wait<0>();
       fence_operands(dq);
       bwd_ws_add_dq<Config>(sm, params, dq, dq_seq, tile.head, tile.m_block, block0 + b,
@@ -641,6 +665,11 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
       mbarrier_init(sm.q_full(s), 32);                       // the producer warp's lanes
       mbarrier_init(sm.q_empty(s), 128 * Config::kConsumers); // every consumer thread
     }
+    if constexpr (Config::kSeparateDo)
+      for (int s = 0; s < Config::kDoStages; ++s) {
+        mbarrier_init(sm.do_full(s), 1);                         // the producer's lane 0
+        mbarrier_init(sm.do_empty(s), 128 * Config::kConsumers); // every consumer thread
+      }
     fence_mbarrier_init();
   }
   __syncthreads();

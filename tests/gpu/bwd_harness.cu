@@ -214,10 +214,10 @@ constexpr VariantDesc D_window_softcap{MaskK::Window, ModK::Softcap, false, Spar
                 S, V_drop, D_drop, false)
 WS_DEFAULTS(64, 128, 128, 2)
 WS_DEFAULTS(128, 64, 128, 2)
-WS_DEFAULTS(256, 64, 64, 1)
-WS_BWD_KERNEL(fagen_bwd_f16_hd256_causaltl_sm90ws_m64n64s1, KF16, 256, 64, 64, 1, V_causaltl,
+WS_DEFAULTS(256, 64, 64, 2)
+WS_BWD_KERNEL(fagen_bwd_f16_hd256_causaltl_sm90ws_m64n64s2, KF16, 256, 64, 64, 2, V_causaltl,
               D_causaltl, false)
-WS_BWD_KERNEL(fagen_bwd_bf16_hd256_window_softcap_sm90ws_m64n64s1, KBF16, 256, 64, 64, 1,
+WS_BWD_KERNEL(fagen_bwd_bf16_hd256_window_softcap_sm90ws_m64n64s2, KBF16, 256, 64, 64, 2,
               V_window_softcap, D_window_softcap, false)
 WS_BWD_KERNEL(fagen_bwd_f16_hd128_causal_sm90ws_m64n128s2, KF16, 128, 64, 128, 2, V_causal, D_causal,
               false)

@@ -87,7 +87,14 @@ TEST(SmemLayout, Sm90WsBackward) {
   for (int off : {w.v, w.q, w.dout, w.ds, w.pt, w.dq})
     EXPECT_EQ(off % 1024, 0);
   EXPECT_LE(w.bytes, 227 * 1024);
-  EXPECT_GT(WsBwdLayout(256, 64, 64, 2).bytes, 227 * 1024);
+  // Two Q slots (with their LSE and D rows) beside one dO slot in a ring of its own (its two
+  // mbarriers too); three do not fit.
+  static_assert(ws_bwd_do_stages(256, 2) == 1 && ws_bwd_do_stages(128, 2) == 2, "");
+  constexpr WsBwdLayout w2(256, 64, 64, 2);
+  static_assert(w2.bytes == w.bytes + 32768 + 512 + 4 * 8, "");
+  EXPECT_EQ(w2.ds, w2.dout + 32768);
+  EXPECT_LE(w2.bytes, 227 * 1024);
+  EXPECT_GT(WsBwdLayout(256, 64, 64, 3).bytes, 227 * 1024);
 }
 
 TEST(SmemLayout, Sm90WsRegisterSplitsFitTheLaunch) {
