@@ -29,7 +29,7 @@ FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_consumers(int dim, int block_n) {
 
 /// dO slots of a ring of `stages` Q slots: as many, except where S^T is split
 /// (ws_bwd_split_s), whose shared memory holds two Q slots only beside one dO slot (hd 256:
-/// 231,464 of 232,448 bytes): there Q and dO have rings of their own, so that the next query
+/// 231,480 of 232,448 bytes): there Q and dO have rings of their own, so that the next query
 /// tile's Q lands while the current tile's dO is still being read (FlashAttention-3's separate
 /// dO stages).
 FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_do_stages(int dim, int stages) {
