@@ -721,12 +721,18 @@ std::string formatPlans(const std::vector<KernelPlan> &plans) {
                            p.sparseHash)
                  .str();
     out += "\n";
-    if (p.pass == Pass::Backward)
+    if (p.pass == Pass::Backward) {
+      // sm90ws at hd 256: dO's ring is shorter than Q's (ws_bwd_do_stages).
+      const int doStages = p.templ == "sm90ws" ? ws_bwd_do_stages(ws_bwd_dim(p.headDimQK), p.stages)
+                                               : p.stages;
       out += llvm::formatv("  deterministic={0} pre_post_threads={1}{2}\n",
                            p.deterministic ? "true" : "false", p.prePostThreads,
                            std::string(p.rotateQueryWalk ? " rotate_query_walk=true" : "") +
-                               (p.dqWriter ? " dq_writer=true" : ""))
+                               (p.dqWriter ? " dq_writer=true" : "") +
+                               (doStages != p.stages ? " do_stages=" + std::to_string(doStages)
+                                                     : ""))
                  .str();
+    }
     out += llvm::formatv("  block_m={0} block_n={1} warps={2} stages={3} threads={4} smem={5} "
                          "tuning={6}{7}{8}{9}\n",
                          p.blockM, p.blockN, p.warps, p.stages, p.threads, p.smemBytes, p.tuning,
