@@ -215,6 +215,9 @@ constexpr VariantDesc D_window_softcap{MaskK::Window, ModK::Softcap, false, Spar
 WS_DEFAULTS(64, 128, 128, 2)
 WS_DEFAULTS(128, 64, 128, 2)
 WS_DEFAULTS(256, 64, 64, 2)
+// hd 256 with one Q/dO stage (the form before the separate dO ring; `fagen tune` still tries
+// it): checked, and timed beside the default (docs/perf/sm90-bwd.md's A/B).
+WS_DEFAULTS(256, 64, 64, 1)
 WS_BWD_KERNEL(fagen_bwd_f16_hd256_causaltl_sm90ws_m64n64s2, KF16, 256, 64, 64, 2, V_causaltl,
               D_causaltl, false)
 WS_BWD_KERNEL(fagen_bwd_bf16_hd256_window_softcap_sm90ws_m64n64s2, KBF16, 256, 64, 64, 2,
