@@ -27,12 +27,15 @@ __device__ __forceinline__ const fagen_decode_params &ws_paged_params(const fage
 /// The copies of key or value tile n_block of sequence `batch` (kv head `kv_head`), a (kBlockN,
 /// kDim) tile of kDim / 64 swizzled column blocks at `slot`, by the 128 threads of the producer
 /// warpgroup: thread t copies 16-byte chunk t % 8 of rows t / 8 + 16 i of each column block (so
-/// the 8 threads of a row read its 128 contiguous bytes). The tile's page ids are read once per
-/// warp, lane l the tile's l-th block-table entry, checked against the cache (a bad one is
-/// reported in the status record), and handed to each row by a shuffle. Rows past the
-/// sequence, through a bad page id or in the padding columns past kHeadDim are zero-filled,
-/// nothing read, so that P V multiplies zeros there, never a stale NaN of the cache. Then one
-/// arrival on `full` once the thread's copies have landed (the barrier counts 128 a fill).
+/// the 8 threads of a row read its 128 contiguous bytes). Lane l of each warp reads the tile's
+/// l-th block-table entry, checks it against the cache (a bad one is reported in the status
+/// record) and holds the address of that page's first row for the kv head; a row's thread takes
+/// its page's address by a shuffle and adds the row's place in the page, so that the copies
+/// cost few instructions (the forward is issue-bound: the producer's instructions take the
+/// consumer warps' issue slots). Rows past the sequence, through a bad page id or in the padding
+/// columns past kHeadDim are zero-filled, nothing read, so that P V multiplies zeros there,
+/// never a stale NaN of the cache. Then one arrival on `full` once the thread's copies have
+/// landed (the barrier counts 128 a fill).
 template <class Config, int kHeadDim, int kDim>
 __device__ __forceinline__ void ws_gather_paged_tile(u32 slot, u32 full, const void *cache,
                                                      int64_t page_stride, int64_t head_stride,
@@ -48,25 +51,41 @@ __device__ __forceinline__ void ws_gather_paged_tile(u32 slot, u32 full, const v
   static_assert(kEntries <= 32, "a warp holds a tile's page ids, one a lane");
   const int t = threadIdx.x % 128, chunk = t % 8, row0 = t / 8, lane = t % 32;
   const int key0 = n_block * kBlockN, entry0 = key0 / kPageSize;
-  int lane_page = -1;
-  if (lane < kEntries && (entry0 + lane) * kPageSize < seqlen_k)
-    lane_page = sm80::checked_page(params.block_table + batch * params.block_table_batch_stride,
-                                   entry0 + lane, params.num_pages, params.kv_status, batch,
-                                   /*reporter=*/true);
-  const Element *base =
-      static_cast<const Element *>(cache) + kv_head * head_stride + chunk * 8;
+  const Element *const kv = static_cast<const Element *>(cache) + kv_head * head_stride;
+  // Lane l: entry l's page for the kv head, or page 0's (a readable address, never read) where
+  // the entry is past the sequence or bad; `has_page`: which lanes hold a page.
+  const Element *lane_page = kv;
+  bool lane_has_page = false;
+  if (lane < kEntries && (entry0 + lane) * kPageSize < seqlen_k) {
+    const int page =
+        sm80::checked_page(params.block_table + batch * params.block_table_batch_stride,
+                           entry0 + lane, params.num_pages, params.kv_status, batch,
+                           /*reporter=*/true);
+    if (page >= 0) {
+      lane_page = kv + page * page_stride;
+      lane_has_page = true;
+    }
+  }
+  const unsigned has_page = __ballot_sync(0xffffffffu, lane_has_page);
   // Rows 16 apart keep the swizzle of row0 (row % 8).
   const u32 dst = slot + swizzled_offset<kBlockN>(row0, chunk);
-#pragma unroll 1
+  const int first = key0 % kPageSize + row0; // row0's place from the tile's first page
+  // Whole tiles unrolled; above 128 columns (hd 192 x 112 keys: 21 copies a thread) two rounds
+  // at a time, as the producer's registers allow (fully unrolled it spilled 8 bytes, nvcc 13.0).
+  constexpr int kUnroll = kDim > 128 ? 2 : kBlockN / 16;
+#pragma unroll kUnroll
   for (int i = 0; i < kBlockN / 16; ++i) {
-    const int key = key0 + row0 + 16 * i;
-    const int page = __shfl_sync(0xffffffffu, lane_page, key / kPageSize - entry0);
-    const bool row_valid = key < seqlen_k && page >= 0;
-    const Element *src = base + max(page, 0) * page_stride + (key % kPageSize) * row_stride;
+    const int at = first + 16 * i, entry = at / kPageSize; // in the tile's pages
+    const Element *src =
+        reinterpret_cast<const Element *>(__shfl_sync(
+            0xffffffffu, reinterpret_cast<unsigned long long>(lane_page), entry)) +
+        (at % kPageSize) * row_stride + chunk * 8;
+    const bool row_valid = (has_page >> entry & 1u) && key0 + row0 + 16 * i < seqlen_k;
 #pragma unroll
     for (int b = 0; b < kDim / 64; ++b) {
-      const bool valid = row_valid && 64 * b + 8 * chunk < kHeadDim;
-      cp_async_16(dst + b * kBlockN * 128 + i * 16 * 128, valid ? src + 64 * b : base, valid);
+      const bool in_head = 64 * b + 8 * chunk < kHeadDim; // (a padding column: past the row)
+      cp_async_16(dst + b * kBlockN * 128 + i * 16 * 128, in_head ? src + 64 * b : kv,
+                  row_valid && in_head);
     }
   }
   cp_async_mbarrier_arrive_noinc(full);
