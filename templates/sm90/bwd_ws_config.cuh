@@ -2,11 +2,11 @@
 //
 // One CTA per key tile of kBlockN keys (FlashAttention-3's backward): a producer warpgroup
 // loads K and V once and then Q, dO, LSE and D of each query tile of kBlockM rows into a ring
-// of kStages slots (at head dim 256 dO into a ring of its own, kDoStages); kBlockN / 64 consumer
-// warpgroups each own 64 keys and keep their dK and dV in registers over every query tile (and
-// every query head of a GQA group). S and dP are
-// computed transposed (S^T = K Q^T, dP^T = V dO^T: rows are keys), so that P^T and dS^T come
-// out of the accumulators in the A-operand layout of dV += P^T dO and dK += dS^T Q. dQ = dS K
+// of kStages slots (at head dim 256 dO into a ring of its own, kDoStages); kBlockN / 64
+// consumer warpgroups each own 64 keys and keep their dK and dV in registers over every query
+// tile (and every query head of a GQA group). S and dP are computed transposed (S^T = K Q^T,
+// dP^T = V dO^T: rows are keys), so that P^T and dS^T come out of the accumulators in the
+// A-operand layout of dV += P^T dO and dK += dS^T Q. dQ = dS K
 // reads dS^T from shared memory: the (kBlockM, head dim) dQ tile is split into 64 x 64
 // sub-blocks, one per consumer warpgroup, added to dq_accum by one bulk reduction each.
 #ifndef FAGEN_TEMPLATES_SM90_BWD_WS_CONFIG_CUH

@@ -544,7 +544,8 @@ TEST(SearchSpace, BackwardCandidatesArePlannableWithTheDefaultFirst) {
             with({"m64n128w8s1", "m64n128w8s2", "m64n128w8s3"}, walkAndWriter));
   EXPECT_EQ(ws["bwd bf16 hd128x128 causal det sm_90a"],
             with({"m64n128w8s1", "m64n128w8s2", "m64n128w8s3"}, {" dqw"}));
-  EXPECT_EQ(ws["bwd fp16 hd256x256 causal sm_90a"], with({"m64n64w8s1", "m64n64w8s2"}, walkAndWriter));
+  EXPECT_EQ(ws["bwd fp16 hd256x256 causal sm_90a"],
+            with({"m64n64w8s1", "m64n64w8s2"}, walkAndWriter));
   EXPECT_EQ(ws.size(), 4u);
 
   // Kernel names spell the query walk only where it is not the head dim's default.
