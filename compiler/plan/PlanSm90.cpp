@@ -182,9 +182,12 @@ bool sm90ServesVariant(const KernelPlan &p) { return sm90VariantProblem(p, /*ws=
 namespace planner {
 
 std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
-  if (p.headDimQK != p.headDimV || (p.headDimQK != 64 && p.headDimQK != 96 &&
-                                    p.headDimQK != 128 && p.headDimQK != 256))
-    return llvm::formatv("head dims {0}/{1} (it serves 64/64, 96/96, 128/128 and 256/256)",
+  const bool equal = p.headDimQK == p.headDimV &&
+                     (p.headDimQK == 64 || p.headDimQK == 96 || p.headDimQK == 128 ||
+                      p.headDimQK == 192 || p.headDimQK == 256);
+  if (!equal && !(p.headDimQK == 192 && p.headDimV == 128))
+    return llvm::formatv("head dims {0}/{1} (it serves 64/64, 96/96, 128/128, 192/192, 192/128 "
+                         "and 256/256)",
                          p.headDimQK, p.headDimV);
   // Its 128-row query tiles at hd 64 spilled 68-1616 bytes with ALiBi (softcap none; nvcc 13.0).
   if (p.scoreMod == ScoreMod::Alibi && p.headDimQK == 64)
@@ -254,12 +257,12 @@ std::string sm90WsBwdConfigProblem(const KernelPlan &p) {
 KernelPlan sm90WsBwdPlan(KernelPlan p) {
   p.spillFallback.reset();
   p.templ = "sm90ws";
-  // Head dim 256 (ws_bwd_split_s): 64 x 64 tiles, two Q stages beside one dO stage
-  // (ws_bwd_do_stages; two of each do not fit 227 KB beside K, V, the P^T and dS^T tiles and the
-  // dQ staging). H100, harness A/B of three rounds in one call, time against one stage of each:
-  // 0.91-0.98x, causal 0.94-0.97x, causal dropout 0.97-0.99x, causal deterministic 0.99-1.02x
-  // (docs/perf/sm90-bwd.md).
-  const int dim = ws_bwd_dim(p.headDimQK); // hd 96 as 128 (zero padding columns)
+  // Tiles of 256 columns (ws_bwd_split_s: hd 256, and hd 192 and 192/128 padded): 64 x 64
+  // tiles, two Q stages beside one dO stage (ws_bwd_do_stages; two of each do not fit 227 KB
+  // beside K, V, the P^T and dS^T tiles and the dQ staging). H100, hd 256, harness A/B of three
+  // rounds in one call, time against one stage of each: 0.91-0.98x, causal 0.94-0.97x, causal
+  // dropout 0.97-0.99x, causal deterministic 0.99-1.02x (docs/perf/sm90-bwd.md).
+  const int dim = ws_bwd_dim(p.headDimQK); // hd 96 as 128, 192 as 256 (zero padding columns)
   const bool split = ws_bwd_split_s(dim);
   p.blockN = split ? 64 : 128;
   p.blockM = split ? 64 : 2 * 64 * 64 / dim;

@@ -135,7 +135,7 @@ bool takesTmaMaps(const KernelRecord &k) { return k.templ == "sm90ws"; }
 bool addsWholeDqTiles(const KernelRecord &k) { return k.templ == "sm90ws"; }
 
 /// Floats per dq_accum row: the sm90ws backward's tile head dim (ws_bwd_dim: hd 96 in 128
-/// columns), else the head dim.
+/// columns, 192 in 256), else the head dim.
 int64_t dqAccumCols(const KernelRecord &k, int headDimQK) {
   return k.templ == "sm90ws" ? ws_bwd_dim(headDimQK) : headDimQK;
 }

@@ -13,9 +13,20 @@
 namespace fagen {
 
 /// The head dim the tiles hold: the real one padded to whole 64-column swizzle blocks (96 ->
-/// 128; TMA fills the padding columns with zeros, so S^T, dP^T, dK, dV and dQ are exact and
-/// their padding columns 0). dq_accum rows are this wide too.
-FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_dim(int head_dim) { return (head_dim + 63) / 64 * 64; }
+/// 128; TMA fills the padding columns with zeros), and above 128 to 256, the tiles of
+/// ws_bwd_split_s, whose consumer warpgroups take 128 columns each (192 -> 256: the fourth
+/// block holds zeros, never loaded). S^T, dP^T, dK, dV and dQ are exact and their padding
+/// columns 0. dq_accum rows are this wide too.
+FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_dim(int head_dim) {
+  return head_dim > 128 ? 256 : (head_dim + 63) / 64 * 64;
+}
+
+/// The 64-column blocks of a tile that hold real columns of a head dim (the rest, of
+/// ws_bwd_dim's padding, hold zeros): the blocks TMA loads and the GEMMs over the head dim
+/// read.
+FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_real_blocks(int head_dim) {
+  return (head_dim + 63) / 64;
+}
 
 /// Head dims above 128 split S^T between the consumer warpgroups by query columns (both hold
 /// every key of the tile, each half of the dK and dV columns: 64 x 256 of each would not fit

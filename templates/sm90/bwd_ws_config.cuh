@@ -2,7 +2,7 @@
 //
 // One CTA per key tile of kBlockN keys (FlashAttention-3's backward): a producer warpgroup
 // loads K and V once and then Q, dO, LSE and D of each query tile of kBlockM rows into a ring
-// of kStages slots (at head dim 256 dO into a ring of its own, kDoStages); kBlockN / 64
+// of kStages slots (in tiles of 256 columns dO into a ring of its own, kDoStages); kBlockN / 64
 // consumer warpgroups each own 64 keys and keep their dK and dV in registers over every query
 // tile (and every query head of a GQA group). S and dP are computed transposed (S^T = K Q^T,
 // dP^T = V dO^T: rows are keys), so that P^T and dS^T come out of the accumulators in the
@@ -35,15 +35,22 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   using Element = typename Options::Element;
   static constexpr int kHeadDimQK = Options::kHeadDimQK;
   static constexpr int kHeadDimV = Options::kHeadDimV;
-  /// The tiles' head dim (ws_bwd_dim: hd 96 in 128 columns); dK, dV and dQ store the first
-  /// kHeadDimQK columns.
+  /// The tiles' head dim (ws_bwd_dim: hd 96 in 128 columns, hd 192 and 192/128 in 256), Q, K,
+  /// V and dO alike; dK and dQ store the first kHeadDimQK columns, dV the first kHeadDimV.
   static constexpr int kDim = ws_bwd_dim(kHeadDimQK);
   static constexpr int kDqAccumCols = kDim;
+  /// The 64-column blocks of Q and K (kQkBlocks) and of V and dO (kVBlocks) that hold real
+  /// columns (ws_bwd_real_blocks): TMA loads those, S^T and dP^T run over those; the blocks
+  /// past them up to kDim / 64 (hd 192: one; V and dO of 192/128: two) are zeroed once at the
+  /// start, so that dK, dV and dQ read zeros there.
+  static constexpr int kQkBlocks = ws_bwd_real_blocks(kHeadDimQK);
+  static constexpr int kVBlocks = ws_bwd_real_blocks(kHeadDimV);
+  static constexpr bool kPaddingBlocks = kQkBlocks < kDim / 64 || kVBlocks < kDim / 64;
   static constexpr int kBlockM = Options::kBlockM;
   static constexpr int kBlockN = Options::kBlockN;
   static constexpr int kStages = Options::kStages;
-  /// dO's slots (ws_bwd_do_stages): kStages, or at head dim 256 one slot in a ring of its own
-  /// (kSeparateDo: dO full / empty barriers apart from Q's), so that two Q slots fit.
+  /// dO's slots (ws_bwd_do_stages): kStages, or in tiles of 256 columns one slot in a ring of
+  /// its own (kSeparateDo: dO full / empty barriers apart from Q's), so that two Q slots fit.
   static constexpr int kDoStages = ws_bwd_do_stages(kDim, kStages);
   static constexpr bool kSeparateDo = kDoStages != kStages;
   /// Deterministic (bitwise-repeatable dQ): a query tile's dQ blocks go into dq_accum in one
@@ -101,7 +108,7 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// WsQueryWalk), together: hd 64 +1-4 % at every length, causal or not; hd 128 -1-6 %. The
   /// walk is the plan's (common/ws_bwd_layout.h has its default), so that the tuner tries both.
   static constexpr bool kOverlapP = kDim == 64 || kDqBeforeDk;
-  /// Head dim 256 (kSplitS) under a mask: both dQ blocks issued with dV and dK (the second
+  /// Tiles of 256 columns (kSplitS) under a mask: both dQ blocks issued with dV and dK (the second
   /// computed while the first is staged and added). H100, same A/B: causal 0.95-0.96x the
   /// time, deterministic 0.94-0.98x; without a mask 1.02-1.07x (not kept there).
   static constexpr bool kIssueDqAtOnce = kMasked;
@@ -122,9 +129,10 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
                 "kRotateQueryWalk: the deterministic mode's dQ order needs every key tile to walk "
                 "its query tiles from the first");
 
-  /// Head dim 256 (ws_bwd_split_s): both consumer warpgroups hold all kBlockN = 64 keys; each
-  /// computes S^T and dP^T for half the query columns (kSCols), writes its P^T and dS^T halves
-  /// to shared memory, and accumulates half the dK / dV columns (kKvCols) from the whole tiles.
+  /// Tiles of 256 columns (ws_bwd_split_s; head dims 192 and 256): both consumer warpgroups hold
+  /// all kBlockN = 64 keys; each computes S^T and dP^T for half the query columns (kSCols),
+  /// writes its P^T and dS^T halves to shared memory, and accumulates half the dK / dV columns
+  /// (kKvCols) from the whole tiles.
   static constexpr bool kSplitS = ws_bwd_split_s(kDim);
   static constexpr int kSCols = kSplitS ? kBlockM / 2 : kBlockM;
   static constexpr int kKvCols = kSplitS ? kDim / 2 : kDim;
@@ -169,9 +177,12 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static_assert(kSmemDqBytes == kSubBlockFloats * 4, "a dQ staging block holds one sub-block");
 
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
-  static_assert(kHeadDimQK == kHeadDimV &&
-                    (kHeadDimQK == 64 || kHeadDimQK == 96 || kHeadDimQK == 128 || kHeadDimQK == 256),
-                "the sm90 backward serves head dims 64, 96, 128 and 256 (Q/K and V equal)");
+  static_assert((kHeadDimQK == kHeadDimV &&
+                 (kHeadDimQK == 64 || kHeadDimQK == 96 || kHeadDimQK == 128 ||
+                  kHeadDimQK == 192 || kHeadDimQK == 256)) ||
+                    (kHeadDimQK == 192 && kHeadDimV == 128),
+                "the sm90 backward serves head dims 64, 96, 128, 192 and 256 (Q/K and V equal), "
+                "and 192/128");
   static_assert(kSplitS || kBlockN == 128,
                 "kBlockN must be 128 (two consumer warpgroups of 64 keys)");
   static_assert(kSplitS || kBlockM == 64 || kBlockM == 128,
@@ -180,8 +191,8 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
                 "one 64 x 64 dQ sub-block per consumer warpgroup: kBlockM x head dim must be "
                 "64 x 128 or 128 x 64");
   static_assert(!kSplitS || (kBlockN == 64 && kBlockM == 64),
-                "head dim 256: kBlockN and kBlockM must be 64 (two consumer warpgroups splitting "
-                "S^T by query columns)");
+                "tiles of 256 columns: kBlockN and kBlockM must be 64 (two consumer warpgroups "
+                "splitting S^T by query columns)");
   static_assert(kStages >= 1 && kStages <= 3, "kStages must be in [1, 3]");
   static_assert(kDqEmptyBarrier + kConsumers <= 16, "named barriers 1..15");
   static_assert(kSmemBytes <= 227 * 1024, "kSmemBytes exceeds 227 KB: lower kStages");

@@ -49,7 +49,7 @@ template <class Config> struct WsBwdSmem {
   __device__ u32 q(int s) const { return base + Config::kQOffset + s * Config::kSmemQBytes; }
   __device__ u32 dout(int s) const { return base + Config::kDoOffset + s * Config::kSmemQBytes; }
   __device__ u32 ds(int i) const { return base + Config::kDsOffset + (i & 1) * Config::kSmemDsBytes; }
-  /// Head dim 256 (Config::kSplitS): the P^T tiles, double-buffered like dS^T.
+  /// Tiles of 256 columns (Config::kSplitS): the P^T tiles, double-buffered like dS^T.
   __device__ u32 pt(int i) const { return base + Config::kPtOffset + (i & 1) * Config::kSmemDsBytes; }
   __device__ u32 dq(int c) const { return base + Config::kDqOffset + c * Config::kSmemDqBytes; }
   /// LSE (log2 units) and D of slot s's query rows.
@@ -118,20 +118,25 @@ __device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
                                                const fagen_bwd_tma_maps &maps, int n_block,
                                                int kv_head, int batch, const SequenceSpan &span) {
   constexpr bool kVarlen = Config::kVarlen;
-  constexpr int kBlockM = Config::kBlockM, kBlocks = Config::kDim / 64;
+  constexpr int kBlockM = Config::kBlockM;
+  // The real columns' blocks (the padding blocks past them hold zeros: bwd_ws_zero_padding).
+  constexpr int kQk = Config::kQkBlocks, kV = Config::kVBlocks;
+  constexpr int kQBytes = kBlockM * 128 * kQk, kDoBytes = kBlockM * 128 * kV;
   const AttentionShape shape = span.shape;
   // Varlen: rows of the packed tensors, batch 0 (rows past a sequence's end are the next
   // sequence's: keys there are masked, query rows get LSE +inf below, hence P = dS = 0).
   const int map_batch = kVarlen ? 0 : batch;
   const int lane = threadIdx.x % 32;
   if (lane == 0) {
-    mbarrier_arrive_expect_tx(sm.kv_full(), 2 * Config::kSmemKBytes);
+    mbarrier_arrive_expect_tx(sm.kv_full(), Config::kBlockN * 128 * (kQk + kV));
     const int key_row = int(span.k_row0) + n_block * Config::kBlockN;
-    for (int b = 0; b < kBlocks; ++b) {
-      tma_load_4d(sm.k() + b * Config::kBlockN * 128, maps.k, sm.kv_full(), 64 * b, key_row,
-                  kv_head, map_batch);
-      tma_load_4d(sm.v() + b * Config::kBlockN * 128, maps.v, sm.kv_full(), 64 * b, key_row,
-                  kv_head, map_batch);
+    for (int b = 0; b < kQk || b < kV; ++b) {
+      if (b < kQk)
+        tma_load_4d(sm.k() + b * Config::kBlockN * 128, maps.k, sm.kv_full(), 64 * b, key_row,
+                    kv_head, map_batch);
+      if (b < kV)
+        tma_load_4d(sm.v() + b * Config::kBlockN * 128, maps.v, sm.kv_full(), 64 * b, key_row,
+                    kv_head, map_batch);
     }
   }
   const float kInf = __int_as_float(0x7f800000);
@@ -158,11 +163,12 @@ __device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
     }
     const int q_row = int(span.q_row0) + tile.m_block * kBlockM;
     if (lane == 0) {
-      mbarrier_arrive_expect_tx(sm.q_full(s), (Config::kSeparateDo ? 1 : 2) * Config::kSmemQBytes);
-      for (int b = 0; b < kBlocks; ++b) {
-        tma_load_4d(sm.q(s) + b * kBlockM * 128, maps.q, sm.q_full(s), 64 * b, q_row, tile.head,
-                    map_batch);
-        if constexpr (!Config::kSeparateDo)
+      mbarrier_arrive_expect_tx(sm.q_full(s), kQBytes + (Config::kSeparateDo ? 0 : kDoBytes));
+      for (int b = 0; b < kQk || b < kV; ++b) {
+        if (b < kQk)
+          tma_load_4d(sm.q(s) + b * kBlockM * 128, maps.q, sm.q_full(s), 64 * b, q_row,
+                      tile.head, map_batch);
+        if (!Config::kSeparateDo && b < kV)
           tma_load_4d(sm.dout(s) + b * kBlockM * 128, maps.dout, sm.q_full(s), 64 * b, q_row,
                       tile.head, map_batch);
       }
@@ -174,8 +180,8 @@ __device__ __forceinline__ void bwd_ws_produce(const WsBwdSmem<Config> &sm,
       const int sd = it % Config::kDoStages, round_d = it / Config::kDoStages;
       if (lane == 0) {
         mbarrier_wait(sm.do_empty(sd), (round_d & 1) ^ 1);
-        mbarrier_arrive_expect_tx(sm.do_full(sd), Config::kSmemQBytes);
-        for (int b = 0; b < kBlocks; ++b)
+        mbarrier_arrive_expect_tx(sm.do_full(sd), kDoBytes);
+        for (int b = 0; b < kV; ++b)
           tma_load_4d(sm.dout(sd) + b * kBlockM * 128, maps.dout, sm.do_full(sd), 64 * b, q_row,
                       tile.head, map_batch);
       }
@@ -303,6 +309,25 @@ __device__ __forceinline__ void bwd_ws_add_dq(const WsBwdSmem<Config> &sm,
     bulk_commit_group();
 }
 
+/// Stores the real columns of a warp's rows of a (64, kCols) accumulator that holds columns col0
+/// .. col0 + kCols of a tile of kDim columns whose first kHeadDim are real (store_o_rows at
+/// `gmem`, column col0): all kCols, the rest of the head dim, or none (ws_bwd_dim's padding:
+/// hd 96 in 128 columns; hd 192, and dV of 192/128, in two halves of 128).
+template <class Element, int kCols, int kHeadDim, int kDim>
+__device__ __forceinline__ void bwd_ws_store_real_cols(Element *gmem, int64_t row_stride,
+                                                       int rows, const float (&acc)[kCols / 8][4],
+                                                       int col0) {
+  if constexpr (kHeadDim == kDim) {
+    store_o_rows<Element, kCols>(gmem, row_stride, rows, acc);
+  } else {
+    constexpr int kRest = kHeadDim % kCols;
+    if (col0 + kCols <= kHeadDim)
+      store_o_rows<Element, kCols>(gmem, row_stride, rows, acc);
+    else if (kRest != 0 && col0 < kHeadDim)
+      store_o_rows<Element, kCols, kRest == 0 ? kCols : kRest>(gmem, row_stride, rows, acc);
+  }
+}
+
 /// A consumer warpgroup's dK (times the softmax scale for the identity score mod) and dV: a
 /// warp's 16 key rows from `row` (in the sequence), columns col0 .. col0 + kKvCols.
 template <class Config>
@@ -322,16 +347,14 @@ __device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
   }
   const int64_t key_row = span.k_row0 + row; // in the packed tensors (dense: the sequence)
   const int rows = span.shape.seqlen_k - row;
-  // The real head dim's columns (ws_bwd_dim pads hd 96 to 128).
-  constexpr int kCols = Config::kKvCols < Config::kHeadDimQK ? Config::kKvCols : Config::kHeadDimQK;
-  store_o_rows<Element, Config::kKvCols, kCols>(
+  bwd_ws_store_real_cols<Element, Config::kKvCols, Config::kHeadDimQK, Config::kDim>(
       static_cast<Element *>(params.dk) + sm80::batch_offset<kVarlen>(batch, params.dk_batch_stride) +
           kv_head * params.dk_head_stride + key_row * params.dk_row_stride + col0,
-      params.dk_row_stride, rows, dk);
-  store_o_rows<Element, Config::kKvCols, kCols>(
+      params.dk_row_stride, rows, dk, col0);
+  bwd_ws_store_real_cols<Element, Config::kKvCols, Config::kHeadDimV, Config::kDim>(
       static_cast<Element *>(params.dv) + sm80::batch_offset<kVarlen>(batch, params.dv_batch_stride) +
           kv_head * params.dv_head_stride + key_row * params.dv_row_stride + col0,
-      params.dv_row_stride, rows, dv);
+      params.dv_row_stride, rows, dv, col0);
 }
 
 /// Hands slot `s` (its Q, dO, LSE and D; Config::kSeparateDo: its Q, LSE and D, and dO slot
@@ -430,7 +453,7 @@ template <class Config>
 __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
                                                const fagen_bwd_params &params, int n_block,
                                                int kv_head, int batch, const SequenceSpan &span) {
-  static_assert(!Config::kSeparateDo, "Q and dO share their slots below head dim 256");
+  static_assert(!Config::kSeparateDo, "Q and dO share their slots in tiles below 256 columns");
   using Element = typename Config::Element;
   const AttentionShape shape = span.shape;
   using Mask = typename Config::Mask;
@@ -467,9 +490,9 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
       // S^T = K Q^T, dP^T = V dO^T; then P^T and dS^T.
       float st[kBlockM / 8][4], dpt[kBlockM / 8][4];
       wgmma_fence();
-      gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(st, k_rows, sm.q(s));
+      gemm_qk_issue<Element, 64 * Config::kQkBlocks, kBlockN, kBlockM>(st, k_rows, sm.q(s));
       wgmma_commit();
-      gemm_qk_issue<Element, kDim, kBlockN, kBlockM>(dpt, v_rows, sm.dout(s));
+      gemm_qk_issue<Element, 64 * Config::kVBlocks, kBlockN, kBlockM>(dpt, v_rows, sm.dout(s));
       wgmma_commit();
       // Dropout's keep flags of the tile, the forward's, drawn while S^T and dP^T are in flight.
       WsKeepBits<Config> keep;
@@ -528,10 +551,11 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
     bulk_wait_group<0>();
 }
 
-/// Head dim 256 (Config::kSplitS): both consumer warpgroups hold all kBlockN = 64 keys. Each
-/// computes S^T and dP^T of its half of the query tile's columns, writes its halves of P^T and
-/// dS^T to shared memory, and, once both halves are there, accumulates its half of the dK and
-/// dV columns (wgmma from shared memory) and the dQ sub-blocks of those columns.
+/// Tiles of 256 columns (head dims 192 and 256, Config::kSplitS): both consumer warpgroups hold
+/// all kBlockN = 64 keys. Each computes S^T and dP^T of its half of the query tile's columns,
+/// writes its halves of P^T and dS^T to shared memory, and, once both halves are there,
+/// accumulates its half of the dK and dV columns (wgmma from shared memory) and the dQ
+/// sub-blocks of those columns.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm,
                                                      const fagen_bwd_params &params, int n_block,
@@ -560,15 +584,16 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     // S^T = K Q^T, dP^T = V dO^T of the warpgroup's query columns; then P^T and dS^T.
     float st[kSCols / 8][4], dpt[kSCols / 8][4];
     wgmma_fence();
-    gemm_qk_issue<Element, Config::kDim, kBlockN, kSCols, kBlockM>(st, sm.k(),
-                                                                   sm.q(s) + col0 * 128);
+    // Over the real columns' blocks (Config::kQkBlocks, kVBlocks): the padding ones hold zeros.
+    gemm_qk_issue<Element, 64 * Config::kQkBlocks, kBlockN, kSCols, kBlockM>(st, sm.k(),
+                                                                             sm.q(s) + col0 * 128);
     wgmma_commit();
     if constexpr (Config::kSeparateDo) { // dO's wait between the two groups
       mbarrier_wait(sm.do_full(sd), (it / Config::kDoStages) & 1);
       wgmma_fence();
     }
-    gemm_qk_issue<Element, Config::kDim, kBlockN, kSCols, kBlockM>(dpt, sm.v(),
-                                                                   sm.dout(sd) + col0 * 128);
+    gemm_qk_issue<Element, 64 * Config::kVBlocks, kBlockN, kSCols, kBlockM>(
+        dpt, sm.v(), sm.dout(sd) + col0 * 128);
     wgmma_commit();
     // Dropout's keep flags of the warpgroup's columns, drawn while S^T and dP^T are in flight.
     WsKeepBits<Config> keep;
@@ -640,6 +665,27 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     bulk_wait_group<0>();
 }
 
+/// Zeroes the tiles' padding blocks (Config::kPaddingBlocks: the 64-column blocks past the real
+/// columns, which TMA never loads) in every slot of K, V, Q and dO, by all the CTA's threads,
+/// before the barrier that starts the pipeline: the GEMMs of dK, dV and dQ read zeros there.
+template <class Config>
+__device__ __forceinline__ void bwd_ws_zero_padding(const WsBwdSmem<Config> &sm) {
+  constexpr int kBlocks = Config::kDim / 64;
+  const auto zero = [&](u32 tile, int rows, int first_block) {
+    const int words = (kBlocks - first_block) * rows * 128 / 16;
+    uint4 *at = sm.template at<uint4>(tile + first_block * rows * 128);
+    for (int i = threadIdx.x; i < words; i += Config::kThreads)
+      at[i] = make_uint4(0u, 0u, 0u, 0u);
+  };
+  zero(sm.k(), Config::kBlockN, Config::kQkBlocks);
+  zero(sm.v(), Config::kBlockN, Config::kVBlocks);
+  for (int s = 0; s < Config::kStages; ++s)
+    zero(sm.q(s), Config::kBlockM, Config::kQkBlocks);
+  for (int s = 0; s < Config::kDoStages; ++s)
+    zero(sm.dout(s), Config::kBlockM, Config::kVBlocks);
+  fence_proxy_async_smem(); // the zeros before the wgmma that read them
+}
+
 /// Launch: grid (ceil(seqlen_k / kBlockN), heads_kv, batch), block kThreads, kSmemBytes of
 /// dynamic shared memory, after bwd_ws_preprocess on the same stream; `maps` as
 /// abi/tma_params.h describes (fagen_bwd_tma_maps), from the same tensors.
@@ -655,6 +701,8 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
   const SequenceSpan span = sequence_span<Config::kVarlen>(params.fwd, batch);
   if (Config::kVarlen && n_block * Config::kBlockN >= span.shape.seqlen_k)
     return; // past this sequence's keys
+  if constexpr (Config::kPaddingBlocks)
+    bwd_ws_zero_padding<Config>(sm);
   if (threadIdx.x == 0) {
     prefetch_tensor_map(maps.q);
     prefetch_tensor_map(maps.k);

@@ -316,17 +316,19 @@ TEST(Plan, SparseBlocksShrinkTheTiles) {
 
 TEST(Plan, BackwardDefaultsFitEveryArch) {
   for (int qk = 32; qk <= 256; qk += 8)
-    for (int v : {32, qk, 256})
+    for (int v : {32, 128, qk, 256})
       for (const std::string &arch : knownArchs()) {
         std::string yaml = "variants: [{name: v, dtype: bf16, head_dim_qk: " + std::to_string(qk) +
                            ", head_dim_v: " + std::to_string(v) + ", passes: [bwd]}]";
         std::vector<KernelPlan> plans = planOf(yaml, {arch});
         ASSERT_EQ(plans.size(), 1u) << qk << " " << v << " " << arch;
         const KernelPlan &k = plans[0];
-        // sm_90a: the sm90ws backward at equal head dims 64, 96, 128 and 256 (+ a producer
-        // warpgroup).
-        const bool ws =
-            arch == "sm_90a" && qk == v && (qk == 64 || qk == 96 || qk == 128 || qk == 256);
+        // sm_90a: the sm90ws backward at equal head dims 64, 96, 128, 192 and 256, and 192/128
+        // (+ a producer warpgroup).
+        const bool ws = arch == "sm_90a" &&
+                        ((qk == v && (qk == 64 || qk == 96 || qk == 128 || qk == 192 ||
+                                      qk == 256)) ||
+                         (qk == 192 && v == 128));
         EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
         EXPECT_LE(k.smemBytes, archSmemLimit(arch)) << k.name;
         EXPECT_EQ(k.threads, 32 * k.warps + (ws ? 128 : 0));
@@ -764,7 +766,7 @@ TEST(Plan, Sm90WsBackwardServes) {
                     k.variant == "bs" || k.variant == "vl" || k.variant == "drop" ||
                     k.variant == "dropwin" || k.variant == "det" || k.variant == "detvl" ||
                     k.variant == "c256" || k.variant == "drop256" || k.variant == "vl256" ||
-                    k.variant == "hd96" || k.variant == "cap64w";
+                    k.variant == "hd96" || k.variant == "cap64w" || k.variant == "mla";
     EXPECT_EQ(k.templ, ws ? "sm90ws" : "sm80") << k.name;
     EXPECT_FALSE(bool(checkKernelPlan(k))) << k.name;
     EXPECT_FALSE(k.persistent) << k.name;
@@ -781,9 +783,10 @@ TEST(Plan, Sm90WsBackwardServes) {
                    k.sparsity == Sparsity::None &&
                    (k.mask == Mask::None || k.mask == Mask::Causal)))
         << k.name;
-    if (k.headDimQK == 256) {
+    if (ws_bwd_split_s(ws_bwd_dim(k.headDimQK))) {
       // Two consumer warpgroups over 64 keys that split S^T by query columns, two Q stages
-      // beside one dO stage.
+      // beside one dO stage (hd 256; 192/128 in its tiles).
+      EXPECT_EQ(ws_bwd_dim(k.headDimQK), 256) << k.name;
       EXPECT_EQ(configOf(k).text(), k.dqWriter ? "m64n64w8s2 dqw" : "m64n64w8s2") << k.name;
       continue;
     }
