@@ -15,8 +15,8 @@ namespace fagen {
 /// The head dim the tiles hold: the real one padded to whole 64-column swizzle blocks (96 ->
 /// 128; TMA fills the padding columns with zeros), and above 128 to 256, the tiles of
 /// ws_bwd_split_s, whose consumer warpgroups take 128 columns each (192 -> 256: the fourth
-/// block holds zeros, never loaded). S^T, dP^T, dK, dV and dQ are exact and their padding
-/// columns 0. dq_accum rows are this wide too.
+/// block holds zeros, never loaded). S^T, dP^T, dK, dV and dQ are exact. dq_accum rows are
+/// this wide too (hd 192's last 64 columns never added to: WsBwdConfig::kDqPadBlock).
 FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_dim(int head_dim) {
   return head_dim > 128 ? 256 : (head_dim + 63) / 64 * 64;
 }

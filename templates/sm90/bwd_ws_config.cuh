@@ -158,6 +158,15 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// of its dK / dV columns.
   static constexpr int kRowBlocks = kBlockM / 64;
   static constexpr int kDqBlocks = kSplitS ? kKvCols / 64 : 1;
+  /// Head dim 192 (and 192/128) in 256 columns: the second consumer's second dQ block lies past
+  /// the head dim (never read back: _post reads the real columns) and is neither computed nor
+  /// added.
+  static constexpr bool kDqPadBlock = kSplitS && kQkBlocks < kConsumers * kDqBlocks;
+  static_assert(!kDqPadBlock || kQkBlocks == 3, "one dQ block of padding (hd 192)");
+  /// Whether consumer c's dQ block b holds real columns.
+  static __device__ __forceinline__ bool dq_block_real(int c, int b) {
+    return !kDqPadBlock || c * kDqBlocks + b < kQkBlocks;
+  }
   static constexpr int kSubBlockFloats = 64 * 64;
   /// Where dQ element (row, col) of a query tile lies in its block of dq_accum
   /// (common/ws_bwd_layout.h); bwd_ws_postprocess reads it back.

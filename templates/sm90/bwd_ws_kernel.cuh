@@ -391,14 +391,16 @@ __device__ __forceinline__ void bwd_ws_write_dq(const WsBwdSmem<Config> &sm,
   int32_t *sems = kDet ? params.dq_semaphore + slot * sm80::semaphore_slot_stride(params) +
                              batch * params.semaphore_batch_stride
                        : nullptr;
-  const auto hand_back = [] { // the staging blocks are free for the consumers' next tile
+  // The staging blocks are free for the consumers' next block b (of the tile, or of the next).
+  const auto hand_back = [](int b) {
 #pragma unroll
     for (int c = 0; c < Config::kConsumers; ++c)
-      named_barrier_arrive<160>(Config::kDqEmptyBarrier + c);
+      if (Config::dq_block_real(c, b))
+        named_barrier_arrive<160>(Config::kDqEmptyBarrier + c);
   };
   WsQueryWalk<Config> tile(params.fwd, batch, kv_head, n_block, span.shape);
   if (tile.valid())
-    hand_back();
+    hand_back(0);
   while (tile.valid()) {
     const int head = tile.head, m_block = tile.m_block;
     int32_t *sem = kDet ? sems + head * params.semaphore_head_stride + m_block : nullptr;
@@ -417,6 +419,8 @@ __device__ __forceinline__ void bwd_ws_write_dq(const WsBwdSmem<Config> &sm,
     for (int b = 0; b < Config::kDqBlocks; ++b) {
 #pragma unroll
       for (int c = 0; c < Config::kConsumers; ++c) {
+        if (!Config::dq_block_real(c, b))
+          continue;
         named_barrier_sync<160>(Config::kDqFullBarrier + c);
         if (lane == 0) {
           float *sub = block + (c * Config::kDqBlocks + b) * Config::kSubBlockFloats;
@@ -431,11 +435,11 @@ __device__ __forceinline__ void bwd_ws_write_dq(const WsBwdSmem<Config> &sm,
         bulk_wait_group_read<0>();
       __syncwarp();
       if (b + 1 < Config::kDqBlocks)
-        hand_back();
+        hand_back(b + 1);
     }
     tile.advance();
     if (tile.valid())
-      hand_back();
+      hand_back(0);
     if (kDet && lane == 0) {
       bulk_wait_group<0>();
       fence_proxy_async_global(); // the completed additions before the release
@@ -628,6 +632,18 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     wgmma_commit();
     if constexpr (Config::kIssueDqAtOnce) {
       static_assert(Config::kDqBlocks == 2, "two dQ blocks a warpgroup");
+      if (Config::kDqPadBlock && !Config::dq_block_real(consumer, 1)) { // its one real block
+        float dq0[8][4];
+        wgmma_fence();
+        gemm_dq_issue<Element, kBlockN>(dq0, ds, sm.k() + block0 * kBlockN * 128);
+        wgmma_commit();
+        bwd_ws_release_slot<1>(sm, s, sd, dv, dk);
+        wgmma_wait<0>();
+        fence_operands(dq0);
+        bwd_ws_add_dq<Config>(sm, params, dq0, dq_seq, tile.head, tile.m_block, block0, consumer,
+                              tid);
+        continue;
+      }
       float dq0[8][4], dq1[8][4];
       wgmma_fence();
       gemm_dq_issue<Element, kBlockN>(dq0, ds, sm.k() + block0 * kBlockN * 128);
@@ -647,6 +663,8 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     }
 #pragma unroll
     for (int b = 0; b < Config::kDqBlocks; ++b) {
+      if (!Config::dq_block_real(consumer, b)) // past the head dim (Config::kDqPadBlock)
+        break;
       float dq[8][4];
       wgmma_fence();
       gemm_dq_issue<Element, kBlockN>(dq, ds, sm.k() + (block0 + b) * kBlockN * 128);
