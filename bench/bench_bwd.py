@@ -10,8 +10,12 @@ timed). triton.testing.do_bench: CUDA events, warm-up, L2 cleared before each ru
 
     python3 bench/bench_bwd.py --bundle bench.fab [--out results.json] [--deterministic]
     python3 bench/bench_bwd.py --bundle old=a.fab --bundle new=b.fab   # A/B in one process
+    python3 bench/bench_bwd.py --bundle b.fab --head-dims 192x128       # Q/K 192, V 128 (MLA)
 
-Before timing, fagen's dQ, dK, dV are compared with SDPA flash's on the same inputs (max |diff|
+Head dims QKxV (e.g. 192x128) give V and dO their own head dim; heads = 2048 / QK, backward FLOPs
+2*B*H*S^2*(3 QK + 2 V) (the five GEMMs; 10*B*H*S^2*D when equal), the reference the first SDPA
+backend that runs the shape. Before timing, fagen's dQ, dK, dV are compared with SDPA flash's
+(or that reference's) on the same inputs (max |diff|
 relative to max |grad| must stay under 2e-2 in bf16, else the row is marked WRONG and the run
 fails). --deterministic times the bundle's deterministic kernels beside the default ones, and
 checks that their gradients after the timed runs equal the first run's bit for bit (else WRONG).
@@ -127,13 +131,33 @@ def fagen_dropout_row(name, bundle, q, k, v, do, causal, p, row, layout):
     row[label + "_ms"] = bench_ms(run)
 
 
+def parse_head_dims(text):
+    """'64,128,192x128' -> [(64, 64), (128, 128), (192, 128)]: (Q/K head dim, V head dim)."""
+    dims = []
+    for item in text.split(","):
+        parts = item.strip().split("x")
+        try:
+            qk, v = (int(parts[0]), int(parts[-1])) if len(parts) <= 2 else (None, None)
+        except ValueError:
+            qk = None
+        if qk is None or qk <= 0 or v <= 0:
+            raise SystemExit(f"--head-dims: '{item}' is not a head dim (128) or QKxV (192x128)")
+        dims.append((qk, v))
+    return dims
+
+
+def dims_label(dqk, dv):
+    return str(dqk) if dqk == dv else f"{dqk}x{dv}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--bundle", required=True, action="append",
                     help="a bundle with bf16 fwd + bwd kernels (bench/bench.yaml); repeat as "
                          "LABEL=PATH to time several bundles side by side (an A/B of templates)")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
-    ap.add_argument("--head-dims", default="64,128,256")
+    ap.add_argument("--head-dims", default="64,128,256",
+                    help="head dims, each D or QKxV (Q/K and V apart, e.g. 192x128)")
     ap.add_argument("--seqlens", default=",".join(map(str, SEQLENS)))
     ap.add_argument("--deterministic", action="store_true",
                     help="also time the deterministic backward kernels")
@@ -163,20 +187,22 @@ def main():
     det_modes = (False, True) if args.deterministic else (False,)
     torch.manual_seed(0)
     failed = False
-    for d in [int(x) for x in args.head_dims.split(",")]:
+    for d, dv in parse_head_dims(args.head_dims):
         for causal in (False, True):
             for s in [int(x) for x in args.seqlens.split(",")]:
                 b, h = fa3.shape(d, s)
                 # fagen takes [B, S, H, D]-indexed tensors, SDPA [B, H, S, D]: views of the same
-                # memory, laid out as --layout says.
+                # memory, laid out as --layout says. V and dO have head dim dv.
                 if args.layout == "bhsd":
-                    q, k, v, do = (torch.randn(b, h, s, d, device=dev, dtype=torch.bfloat16)
-                                   .transpose(1, 2) for _ in range(4))
+                    q, k, v, do = (torch.randn(b, h, s, w, device=dev, dtype=torch.bfloat16)
+                                   .transpose(1, 2) for w in (d, d, dv, dv))
                 else:
-                    q, k, v, do = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16)
-                                   for _ in range(4))
-                flops = 10.0 * b * h * s * s * d * (0.5 if causal else 1.0)
-                row = dict(head_dim=d, causal=causal, seqlen=s, batch=b, heads=h)
+                    q, k, v, do = (torch.randn(b, s, h, w, device=dev, dtype=torch.bfloat16)
+                                   for w in (d, d, dv, dv))
+                visible = b * h * s * s * (0.5 if causal else 1.0)
+                flops = 2.0 * visible * (3 * d + 2 * dv)  # backward: S, dP, dV, dK, dQ
+                step_flops = flops + 2.0 * visible * (d + dv)  # + the forward
+                row = dict(head_dim=d, head_dim_v=dv, causal=causal, seqlen=s, batch=b, heads=h)
                 ref_grads = None
                 sdpa_runs = [("flash", SDPBackend.FLASH_ATTENTION, 0.0),
                              ("cudnn", SDPBackend.CUDNN_ATTENTION, 0.0)]
@@ -190,8 +216,9 @@ def main():
                                                                  dropout_p=drop_p)
                         dot = do.transpose(1, 2)
                         grads = torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True)
-                        if name == "flash":
+                        if ref_grads is None and drop_p == 0:  # flash's, else cuDNN's
                             ref_grads = [g.transpose(1, 2) for g in grads]
+                            row["reference"] = name
                         row[name + "_ms"] = bench_ms(
                             lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
                         del out
@@ -216,8 +243,8 @@ def main():
                              + ["flash", "cudnn", "flash_drop"]):
                     if row.get(name + "_ms"):
                         row[name + "_tflops"] = flops / row[name + "_ms"] / 1e9
-                    if row.get(name + "_step_ms"):  # forward (flops / 2.5) + backward
-                        row[name + "_step_tflops"] = 1.4 * flops / row[name + "_step_ms"] / 1e9
+                    if row.get(name + "_step_ms"):  # forward + backward
+                        row[name + "_step_tflops"] = step_flops / row[name + "_step_ms"] / 1e9
                 failed = failed or row.get("wrong", False)
                 meta["rows"].append(row)
                 print(json.dumps(row), flush=True)
@@ -234,7 +261,8 @@ def main():
     print("\n" + head + "  kernel")
     for r in meta["rows"]:
         t = {n: r.get(n + "_tflops") for n in cols + ["flash", "cudnn"]}
-        line = "%3d %-6s %6d " % (r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"])
+        line = "%3s %-6s %6d " % (dims_label(r["head_dim"], r["head_dim_v"]),
+                                  "yes" if r["causal"] else "no", r["seqlen"])
         line += " ".join("%8s" % fmt(t[c]) for c in cols) + " %8s %8s " % (fmt(t["flash"]), fmt(t["cudnn"]))
         line += " ".join("%12s" % ratio(t[l], t["flash"]) for l in labels) + " "
         line += " ".join("%12s" % ratio(t[l], t["cudnn"]) for l in labels)
@@ -251,7 +279,8 @@ def main():
         print(head + " ".join("%12s" % (l[:6] + "/cudnn") for l in labels))
         for r in meta["rows"]:
             t = {n: r.get(n + "_step_tflops") for n in labels + ["flash", "cudnn"]}
-            line = "%3d %-6s %6d " % (r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"])
+            line = "%3s %-6s %6d " % (dims_label(r["head_dim"], r["head_dim_v"]),
+                                  "yes" if r["causal"] else "no", r["seqlen"])
             line += " ".join("%8s" % fmt(t[l]) for l in labels)
             line += " %8s %8s " % (fmt(t["flash"]), fmt(t["cudnn"]))
             line += " ".join("%12s" % ratio(t[l], t["flash"]) for l in labels) + " "
@@ -264,7 +293,8 @@ def main():
             "%8s %10s" % (l[:8], l[:5] + " cost") for l in labels + ["flash"])
         print(head + " " + " ".join("%12s" % (l[:6] + "/flash") for l in labels) + "  kernel")
         for r in meta["rows"]:
-            line = "%3d %-6s %6d " % (r["head_dim"], "yes" if r["causal"] else "no", r["seqlen"])
+            line = "%3s %-6s %6d " % (dims_label(r["head_dim"], r["head_dim_v"]),
+                                  "yes" if r["causal"] else "no", r["seqlen"])
             for l in labels + ["flash"]:
                 drop, dense = r.get(l + "_drop_ms"), r.get(l + "_ms")
                 line += "%8s %10s " % (fmt(r.get(l + "_drop_tflops")),
