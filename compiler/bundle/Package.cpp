@@ -78,9 +78,11 @@ std::string verifiedOn(const std::string &templ, Pass pass, const std::string &a
   // (docs/perf/sm80-decode.md); other archs compiled, not run.
   if (templ == "sm80decode")
     return arch == "sm_90" ? "NVIDIA H100 (fagen check, 2026-12-06)" : "";
-  // The sm90ws backward: tests/gpu/check-bwd90.yaml on an H100 (docs/perf/sm90-bwd.md).
+  // The sm90ws backward: tests/gpu/check-bwd90.yaml on an H100 (docs/perf/sm90-bwd.md; head
+  // dims 192 and 192/128 the day after).
   if (templ == "sm90ws" && pass == Pass::Backward)
-    return arch == "sm_90a" ? "NVIDIA H100 (fagen check, 2026-12-06)" : "";
+    return arch == "sm_90a" ? "NVIDIA H100 (fagen check, 2026-12-06; hd 192, 192/128 2026-12-07)"
+                            : "";
   // Only what tests/gpu/run.sh has run and passed on real hardware (docs/perf/). An sm_80 cubin
   // does not load on the H200, and no A100 or B200 is available here: those stay "compiled,
   // not run".
