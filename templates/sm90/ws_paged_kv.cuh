@@ -24,6 +24,20 @@ __device__ __forceinline__ const fagen_decode_params &ws_paged_params(const fage
   return reinterpret_cast<const fagen_decode_params &>(p);
 }
 
+/// Entry `entry` of sequence `batch`'s block-table row when it is a page id of the cache, else -1
+/// (reported; sm80::checked_page), by a lane that reads entries apart. A length the sequence
+/// span clamped to seqlen_k (seqused_k past the keys) is reported first, by the same lane: the
+/// status record keeps the first report, and the pages past the sequence's own that the clamped
+/// length reaches are its consequence, so that a bad length is what the caller is told.
+__device__ __forceinline__ int ws_checked_page(const fagen_decode_params &params, int batch,
+                                               int entry, int seqlen_k) {
+  if (const int used = params.seqused_k[batch]; used != seqlen_k)
+    sm80::report_kv_status(params.kv_status, FAGEN_KV_STATUS_SEQUSED_K, batch, 0, used,
+                           /*reporter=*/true);
+  return sm80::checked_page(params.block_table + batch * params.block_table_batch_stride, entry,
+                            params.num_pages, params.kv_status, batch, /*reporter=*/true);
+}
+
 /// The copies of key or value tile n_block of sequence `batch` (kv head `kv_head`), a (kBlockN,
 /// kDim) tile of kDim / 64 swizzled column blocks at `slot`, by the 128 threads of the producer
 /// warpgroup: thread t copies 16-byte chunk t % 8 of rows t / 8 + 16 i of each column block (so
@@ -57,10 +71,7 @@ __device__ __forceinline__ void ws_gather_paged_tile(u32 slot, u32 full, const v
   const Element *lane_page = kv;
   bool lane_has_page = false;
   if (lane < kEntries && (entry0 + lane) * kPageSize < seqlen_k) {
-    const int page =
-        sm80::checked_page(params.block_table + batch * params.block_table_batch_stride,
-                           entry0 + lane, params.num_pages, params.kv_status, batch,
-                           /*reporter=*/true);
+    const int page = ws_checked_page(params, batch, entry0 + lane, seqlen_k);
     if (page >= 0) {
       lane_page = kv + page * page_stride;
       lane_has_page = true;
@@ -114,9 +125,7 @@ __device__ __forceinline__ void ws_load_paged_tile(u32 slot, u32 full, const fag
   const int key0 = n_block * kBlockN, entry0 = key0 / kPageSize;
   int lane_page = -1;
   if (lane < kRuns && key0 + lane * kRun < seqlen_k)
-    lane_page = sm80::checked_page(params.block_table + batch * params.block_table_batch_stride,
-                                   entry0 + lane * kRun / kPageSize, params.num_pages,
-                                   params.kv_status, batch, /*reporter=*/true);
+    lane_page = ws_checked_page(params, batch, entry0 + lane * kRun / kPageSize, seqlen_k);
   const int left = seqlen_k - key0; // rows of the tile in the sequence
   const int tail = kZeroTail && left > 0 && left < kBlockN && left % kRun != 0 ? left / kRun : -1;
   constexpr u32 kRunBytes = kRun * 128 * (kDim / 64);
