@@ -512,13 +512,18 @@ int main(int argc, char **argv) {
   TuneOptions tuneOptions;
   std::string shapes;
   CLI::App *tune = app.add_subcommand(
-      "tune", "measure each kernel's candidate configs (dense forward and backward kernels) on "
-              "this GPU into a tuning database");
+      "tune", "measure each kernel's candidate configs (dense forward and backward kernels; "
+              "decode kernels' split rule) on this GPU into a tuning database");
   tune->add_option("spec", tuneOptions.specPath, "the attention spec (YAML)")->required();
   tune->add_option("--arch", tuneOptions.archs, archHelp);
   tune->add_option("--shapes", shapes,
                    "representative sequence lengths of the shape buckets, e.g. 512,2048,8192 "
                    "(the default)");
+  std::string decodeContexts;
+  tune->add_option("--decode-contexts", decodeContexts,
+                   "cache lengths the decode kernels' split rule is measured on, each at batch "
+                   "1, 4 and 16 with 8 kv heads and one query token, e.g. 2048,16384,65536 (the "
+                   "default); one rule wins over all of them");
   tune->add_option("-o,--output", tuneOptions.dbPath,
                    "the tuning database to append to (default tuning.db); an interrupted run "
                    "resumes from it");
@@ -589,6 +594,13 @@ int main(int argc, char **argv) {
       if (!seqlens)
         return reportError(seqlens.takeError(), kExitUsage);
       tuneOptions.seqlens = *seqlens;
+    }
+    if (!decodeContexts.empty()) {
+      llvm::Expected<std::vector<int>> contexts =
+          parseSeqlenList(decodeContexts, "--decode-contexts", "2048,16384,65536");
+      if (!contexts)
+        return reportError(contexts.takeError(), kExitUsage);
+      tuneOptions.decodeContexts = *contexts;
     }
     // A spec that cannot be read exits as in build and plan (the tuner would call it rejected).
     std::string text, error;

@@ -41,6 +41,20 @@ TuneConfig stageOnePoint(TuneConfig config, const KernelPlan &base, const Search
 
 SearchSpace searchSpaceFor(const KernelPlan &base) {
   SearchSpace space;
+  if (isDecodePlan(base)) {
+    // The tile stays the planner's (its stages fill the shared memory of two CTAs an SM); the
+    // split rule around the header's default (templates/common/decode_split.h: 1 x 4).
+    space.blockM = {base.blockM};
+    space.blockN = {base.blockN};
+    space.warps = {base.warps};
+    space.stages = {base.stages};
+    space.rescaleTau = {0};
+    space.exp2EmuPercent = {0};
+    space.stagedEpilogue = {false};
+    space.decodeCtasPerSm = {1, 2};
+    space.decodeMinTiles = {1, 2, 4, 8, 16};
+    return space;
+  }
   if (base.pass == Pass::Backward) {
     // The grid is wider than either template takes: the planner's checks (the templates'
     // static_asserts and shared memory) prune it, so no fact is restated here.
@@ -74,23 +88,30 @@ std::vector<Candidate> tileCandidates(const KernelPlan &base, const SearchSpace 
   std::vector<Candidate> out;
   unsigned refused = 0;
   const TuneConfig exact = stageOnePoint(configOf(base), base, space);
-  addCandidate(base, exact, "tile", out, refused);
+  const char *stage = isDecodePlan(base) ? "split" : "tile";
+  addCandidate(base, exact, stage, out, refused);
   refused = 0; // the default is not part of the grid's count
   for (int m : space.blockM)
     for (int n : space.blockN)
       for (int w : space.warps)
         for (int s : space.stages)
           for (bool rotate : space.rotateQueryWalk)
-            for (std::optional<bool> writer : space.dqWriter) {
-              TuneConfig c = exact;
-              c.blockM = m;
-              c.blockN = n;
-              c.warps = w;
-              c.stages = s;
-              c.rotateQueryWalk = rotate;
-              c.dqWriter = writer;
-              addCandidate(base, c, "tile", out, refused);
-            }
+            for (std::optional<bool> writer : space.dqWriter)
+              for (int perSm : space.decodeCtasPerSm)
+                for (int minTiles : space.decodeMinTiles) {
+                  TuneConfig c = exact;
+                  c.blockM = m;
+                  c.blockN = n;
+                  c.warps = w;
+                  c.stages = s;
+                  c.rotateQueryWalk = rotate;
+                  c.dqWriter = writer;
+                  if (perSm != 0)
+                    c.decodeCtasPerSm = perSm;
+                  if (minTiles != 0)
+                    c.decodeMinTiles = minTiles;
+                  addCandidate(base, c, stage, out, refused);
+                }
   if (pruned)
     *pruned = refused;
   return out;
@@ -176,7 +197,34 @@ std::vector<ShapeBucket> makeBuckets(std::vector<int> seqlens, int headDim, int 
   return out;
 }
 
-llvm::Expected<std::vector<int>> parseSeqlenList(const std::string &text) {
+std::vector<ShapeBucket> decodeBuckets(std::vector<int> contexts, int groupSize) {
+  std::sort(contexts.begin(), contexts.end());
+  contexts.erase(std::unique(contexts.begin(), contexts.end()), contexts.end());
+  std::vector<ShapeBucket> out;
+  for (int batch : {1, 4, 16})
+    for (int context : contexts) {
+      ShapeBucket b;
+      b.name = "b" + std::to_string(batch) + "k" + std::to_string(context);
+      b.seqlenMin = 1;
+      b.seqlenMax = kSeqlenUnbounded;
+      b.batch = batch;
+      b.headsKV = 8;
+      b.headsQ = 8 * std::max(1, groupSize);
+      b.seqlenQ = 1;
+      b.seqlenK = context;
+      out.push_back(b);
+    }
+  return out;
+}
+
+const std::vector<int> &defaultDecodeContexts() {
+  static const std::vector<int> contexts = {2048, 16384, 65536};
+  return contexts;
+}
+
+llvm::Expected<std::vector<int>> parseSeqlenList(const std::string &text,
+                                                 const std::string &option,
+                                                 const std::string &example) {
   std::vector<int> out;
   llvm::SmallVector<llvm::StringRef, 8> parts;
   llvm::StringRef(text).split(parts, ',', -1, false);
@@ -184,14 +232,15 @@ llvm::Expected<std::vector<int>> parseSeqlenList(const std::string &text) {
     int value = 0;
     if (part.trim().getAsInteger(10, value) || value < 1 || value > (1 << 20))
       return llvm::createStringError(std::errc::invalid_argument,
-                                     "--shapes: '%s' is not a sequence length in 1..1048576 "
-                                     "(expected a list like 512,2048,8192)",
-                                     part.str().c_str());
+                                     "%s: '%s' is not a sequence length in 1..1048576 "
+                                     "(expected a list like %s)",
+                                     option.c_str(), part.str().c_str(), example.c_str());
     out.push_back(value);
   }
   if (out.empty())
     return llvm::createStringError(std::errc::invalid_argument,
-                                   "--shapes needs at least one sequence length, e.g. 512,2048,8192");
+                                   "%s needs at least one sequence length, e.g. %s",
+                                   option.c_str(), example.c_str());
   return out;
 }
 

@@ -44,6 +44,10 @@ struct SearchSpace {
   /// sm90ws backward: the dQ writer or the consumers adding dQ, {false, true} (stage 1; the
   /// deterministic mode only the writer); unset: the plan's.
   std::vector<std::optional<bool>> dqWriter = {std::nullopt};
+  /// sm80decode: the split rule's CTAs per SM and fewest key tiles a split takes (0: the
+  /// plan's, every other template).
+  std::vector<int> decodeCtasPerSm = {0};
+  std::vector<int> decodeMinTiles = {0};
   unsigned softmaxTiles = 2; ///< stage 2 runs on this many best tiles per bucket
 };
 
@@ -95,11 +99,21 @@ std::vector<TuneConfig> bestTiles(const std::vector<const TuningRecord *> &recor
 /// 2048/head_dim (at least 1), heads_kv = heads_q / groupSize (at least 1).
 std::vector<ShapeBucket> makeBuckets(std::vector<int> seqlens, int headDim, int groupSize);
 
+/// A decode kernel's buckets: the calls its split rule is measured on, one query token at
+/// batch 1, 4 and 16 over each cache length in `contexts`, 8 kv heads and `groupSize` query
+/// heads each; every bucket serves every call (the rule is one for all), named "b4k16384".
+std::vector<ShapeBucket> decodeBuckets(std::vector<int> contexts, int groupSize);
+
+/// The cache lengths of decodeBuckets without --decode-contexts: 2048, 16384, 65536.
+const std::vector<int> &defaultDecodeContexts();
+
 /// The default representative seqlens: 512 (1..1024), 2048 (1025..4096), 8192 (4097..).
 const std::vector<int> &defaultBucketSeqlens();
 
-/// Parses "--shapes 512,2048,8192".
-llvm::Expected<std::vector<int>> parseSeqlenList(const std::string &text);
+/// Parses "--shapes 512,2048,8192" (or another option's list of lengths; errors name `option`).
+llvm::Expected<std::vector<int>> parseSeqlenList(const std::string &text,
+                                                 const std::string &option = "--shapes",
+                                                 const std::string &example = "512,2048,8192");
 
 /// The GQA group size (heads_q / heads_kv) of the first variant of `plan` that states heads
 /// in `spec`; 1 when none does.

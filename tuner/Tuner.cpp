@@ -115,9 +115,10 @@ int Tuner::run(const std::vector<Workload> &workloads) {
     for (size_t b = 0; b < w.buckets.size(); ++b)
       buckets.push_back(b);
     measurements += unsigned(candidates.size() * buckets.size());
-    Log.note(llvm::formatv("{0}: {1} tile candidates ({2} of the grid refused by the planner's "
-                           "checks), {3} buckets",
-                           w.key, candidates.size(), pruned, buckets.size())
+    Log.note(llvm::formatv("{0}: {1} {2} candidates ({3} of the grid refused by the planner's "
+                           "checks), {4} buckets",
+                           w.key, candidates.size(),
+                           isDecodePlan(w.base) ? "split-rule" : "tile", pruned, buckets.size())
                  .str());
     std::vector<Job> more = pendingJobs(workloads, wi, candidates, buckets, resumed);
     jobs.insert(jobs.end(), more.begin(), more.end());
@@ -126,7 +127,18 @@ int Tuner::run(const std::vector<Workload> &workloads) {
     Log.note(llvm::formatv("stage tile: {0} of {1} measurements already in {2} (resumed)",
                            resumed, measurements, Db.path())
                  .str());
+  // Decode kernels' split rules apart: the same stage, named for what it searches.
+  std::vector<Job> rules;
+  for (auto it = jobs.begin(); it != jobs.end();)
+    if (isDecodePlan(workloads[it->workload].base)) {
+      rules.push_back(std::move(*it));
+      it = jobs.erase(it);
+    } else {
+      ++it;
+    }
   if (int rc = runStage("tile", workloads, std::move(jobs)))
+    return rc;
+  if (int rc = runStage("split", workloads, std::move(rules)))
     return rc;
 
   // Stage 2: rescaling threshold and exp2 emulation on each bucket's best tiles.
@@ -188,6 +200,37 @@ int Tuner::finish(const std::vector<Workload> &workloads) {
     llvm::errs() << "fagen tune: wrote " << Opt.reportPath << "\n";
   }
   int rc = kExitOk;
+  // A decode kernel's split rule: one config over all its calls (what `fagen build --tuning`
+  // takes), against the planner's default rule on the same calls.
+  for (const Workload &w : workloads) {
+    if (!isDecodePlan(w.base))
+      continue;
+    auto measuredHere = [&](const TuningRecord &r) {
+      return matches(r) &&
+             std::find(w.buckets.begin(), w.buckets.end(), r.bucket) != w.buckets.end();
+    };
+    std::optional<RuleWinner> rule = Db.ruleWinner(w.key, measuredHere);
+    if (!rule) {
+      llvm::errs() << "fagen tune: no split rule of " << w.key << " passed on all "
+                   << w.buckets.size() << " calls: see the records in " << Db.path() << "\n";
+      rc = kExitRejected;
+      continue;
+    }
+    const TuneConfig own = configOf(w.base);
+    std::optional<RuleWinner> def = Db.ruleWinner(
+        w.key, [&](const TuningRecord &r) { return measuredHere(r) && r.config == own; });
+    const TuneConfig &c = rule->record.config;
+    llvm::outs() << llvm::formatv("{0}: split rule {1}x{2} (CTAs per SM x fewest key tiles a "
+                                  "split takes), geometric mean over {3} calls {4:f4} ms",
+                                  w.key, c.decodeCtasPerSm, c.decodeMinTiles, rule->buckets,
+                                  rule->geomeanMs);
+    if (def && def->buckets == rule->buckets)
+      llvm::outs() << llvm::formatv("; the default {0}x{1}: {2:f4} ms ({3:f2}x)",
+                                    own.decodeCtasPerSm, own.decodeMinTiles, def->geomeanMs,
+                                    def->geomeanMs / rule->geomeanMs);
+    llvm::outs() << "\n";
+  }
+  llvm::outs().flush();
   for (const Workload &w : workloads) {
     std::map<std::string, TuningRecord> best =
         Db.winners(w.key, [&](const TuningRecord &r) {
@@ -209,9 +252,12 @@ int Tuner::finish(const std::vector<Workload> &workloads) {
 
 /// Whether `fagen tune` can time this kernel: a dense forward or backward (deterministic or
 /// not; the timing launches through forwardProblem, which knows no variant's run-time
-/// arguments), not a decode kernel (whose calls have few query tokens: not tuned yet).
+/// arguments), or a decode kernel over a contiguous cache (its split rule, on decodeBuckets).
 bool isTunable(const KernelPlan &p) {
-  return !isDecodePlan(p) && (p.mask == Mask::None || p.mask == Mask::Causal) &&
+  if (isDecodePlan(p)) // its split rule, on a contiguous cache
+    return !p.isPaged() && (p.mask == Mask::None || p.mask == Mask::Causal) &&
+           p.maskAlign == MaskAlign::BottomRight && p.scoreMod == ScoreMod::None;
+  return (p.mask == Mask::None || p.mask == Mask::Causal) &&
          p.maskAlign == MaskAlign::BottomRight && p.scoreMod == ScoreMod::None && !p.dropout &&
          !p.varlen && p.sparsity == Sparsity::None;
 }
@@ -251,14 +297,18 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
     w.key = key;
     w.base = p;
     w.groupSize = groupSizeOf(p, *spec);
-    w.buckets = makeBuckets(seqlens, p.headDimQK, w.groupSize);
+    w.buckets = isDecodePlan(p) ? decodeBuckets(opt.decodeContexts.empty()
+                                                    ? defaultDecodeContexts()
+                                                    : opt.decodeContexts,
+                                                w.groupSize)
+                                : makeBuckets(seqlens, p.headDimQK, w.groupSize);
     out.push_back(std::move(w));
   }
   for (const std::string &key : untuned)
     llvm::errs() << "fagen tune: not tuned (keeps the planner's defaults): " << key
                  << ": only dense forward and backward kernels (no mask or a bottom-right causal "
-                    "one; no score mod, dropout, varlen, block sparsity or decode) are tuned so "
-                    "far\n";
+                    "one; no score mod, dropout, varlen or block sparsity) and the split rule of "
+                    "decode kernels over a contiguous cache (the same masks) are tuned so far\n";
   return out;
 }
 

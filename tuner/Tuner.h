@@ -23,6 +23,8 @@ struct TuneOptions {
   std::string specPath;
   std::vector<std::string> archs; ///< replaces the spec's targets when non-empty
   std::vector<int> seqlens;       ///< bucket seqlens; empty = defaultBucketSeqlens()
+  /// Decode kernels' cache lengths (decodeBuckets); empty = defaultDecodeContexts().
+  std::vector<int> decodeContexts;
   std::string dbPath = "tuning.db";
   std::string reportPath;         ///< SVG plot of every candidate; "" = none
   unsigned jobs = 0;              ///< parallel nvcc jobs; 0 = one per core

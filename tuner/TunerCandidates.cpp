@@ -6,9 +6,13 @@ namespace fagen {
 namespace tuner {
 
 /// The two numerics shapes: odd sizes, Sq < Sk and Sq > Sk (causal rows that see no key),
-/// both layouts, the workload's GQA ratio.
-std::vector<CheckShape> numericsShapes(int groupSize) {
+/// both layouts, the workload's GQA ratio. A decode kernel's: one query token over 4099 keys
+/// (65 key tiles: split by every rule of the search) and its most tokens over 1000 keys in
+/// three sequences, the other layout.
+std::vector<CheckShape> numericsShapes(const KernelPlan &plan, int groupSize) {
   int g = std::max(1, groupSize);
+  if (isDecodePlan(plan))
+    return {{1, g, 1, 1, 4099, false}, {3, g, 1, plan.qTokens, 1000, true}};
   return {{1, g, 1, 257, 577, false}, {2, g, 1, 577, 129, true}};
 }
 
@@ -150,7 +154,8 @@ std::optional<CudaFailure> Tuner::checkNumerics(StageRun &s, size_t i, std::stri
   n.passed = true;
   n.backward = job.candidate.plan.pass == Pass::Backward;
   double worst[3] = {-1, -1, -1};
-  std::vector<CheckShape> shapes = numericsShapes(s.workloads[job.workload].groupSize);
+  std::vector<CheckShape> shapes =
+      numericsShapes(job.candidate.plan, s.workloads[job.workload].groupSize);
   for (size_t si = 0; si < shapes.size(); ++si) {
     const unsigned seed = 4321u + unsigned(si);
     bool passed = false;

@@ -82,12 +82,14 @@ TimingOutcome Tuner::timeCandidate(const fagen_bundle *bundle, int index,
     out.message = std::string("plan: ") + fagen_status_name(st) + ": " + fagen_last_error();
     return out;
   }
-  // The backward's workspace (dq_accum, D, the dQ semaphores): its size is the candidate's
-  // (dq_accum rows are whole query tiles), so each candidate gets its own.
+  // The backward's workspace (dq_accum, D, the dQ semaphores), or a decode's (its splits'
+  // partial O and LSE): its size is the candidate's (dq_accum rows are whole query tiles; the
+  // split count is the candidate's rule's), so each candidate gets its own.
+  const bool decode = isDecodePlan(candidate);
   DeviceMemory scratch(Api);
-  CUdeviceptr bwdWorkspace = 0;
-  if (backward && plan.workspace_bytes > 0)
-    FAGEN_TUNE_CU(scratch.alloc(bwdWorkspace, plan.workspace_bytes));
+  CUdeviceptr callWorkspace = 0;
+  if ((backward || decode) && plan.workspace_bytes > 0)
+    FAGEN_TUNE_CU(scratch.alloc(callWorkspace, plan.workspace_bytes));
   // Everything goes to the legacy default stream (null): the flush, the events and the
   // launches are ordered, and the host never waits inside the loop, so the GPU always has the
   // next launch queued when an event fires. The flush lies outside each start/stop pair.
@@ -98,12 +100,13 @@ TimingOutcome Tuner::timeCandidate(const fagen_bundle *bundle, int index,
     if (backward) // _pre, the main kernel and _post, as a caller's call runs them
       return fagen_run_backward(&plan, ptr(s.q), ptr(s.k), ptr(s.v), ptr(s.o),
                                 reinterpret_cast<const float *>(s.lse), ptr(s.dout), ptr(s.dq),
-                                ptr(s.dk), ptr(s.dv), ptr(bwdWorkspace), plan.workspace_bytes,
+                                ptr(s.dk), ptr(s.dv), ptr(callWorkspace), plan.workspace_bytes,
                                 nullptr, stream);
     return fagen_run_forward_with_workspace(
         &plan, reinterpret_cast<const void *>(s.q), reinterpret_cast<const void *>(s.k),
         reinterpret_cast<const void *>(s.v), reinterpret_cast<void *>(s.o),
-        reinterpret_cast<float *>(s.lse), workspace(plan), plan.workspace_bytes, nullptr, stream);
+        reinterpret_cast<float *>(s.lse), decode ? ptr(callWorkspace) : workspace(plan),
+        plan.workspace_bytes, nullptr, stream);
   };
   // Warm-up: Opt.warmup launches, more if they take under Opt.warmupMs (one launch timed to
   // size them; at most 1000).

@@ -9,6 +9,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
 #include <regex>
 #include <set>
 #include <tuple>
@@ -61,6 +62,8 @@ const char *statusName(RecordStatus status) {
 //===----------------------------------------------------------------------===//
 
 int recordFormat(const TuningRecord &r) {
+  if (r.config.decodeCtasPerSm != 0 || r.config.decodeMinTiles != 0)
+    return 4;
   if (r.config.dqWriter)
     return 3;
   return r.numerics && r.numerics->backward ? 2 : 1;
@@ -91,6 +94,10 @@ llvm::json::Value toJson(const TuningRecord &r) {
                 {"kernel", r.kernel}};
   if (c.dqWriter)
     config["dq_writer"] = *c.dqWriter;
+  if (c.decodeCtasPerSm != 0 || c.decodeMinTiles != 0) {
+    config["decode_ctas_per_sm"] = c.decodeCtasPerSm;
+    config["decode_min_tiles"] = c.decodeMinTiles;
+  }
   const Validators &v = r.validators;
   Object validators{{"gpu", v.gpu},       {"sms", v.sms},
                     {"cc", v.cc},         {"driver", v.driver},
@@ -249,6 +256,11 @@ llvm::Expected<TuningRecord> recordFromJson(const llvm::json::Value &value) {
     // the plan's default dQ strategy then).
     if (c->get("dq_writer"))
       r.config.dqWriter = f.boolean("dq_writer");
+    // Only a decode kernel's records have its split rule (format 4).
+    if (c->get("decode_ctas_per_sm") || c->get("decode_min_tiles")) {
+      r.config.decodeCtasPerSm = int(f.integer("decode_ctas_per_sm"));
+      r.config.decodeMinTiles = int(f.integer("decode_min_tiles"));
+    }
     r.kernel = f.string("kernel");
   }
   if (const llvm::json::Object *v = top.object("validators")) {
@@ -424,6 +436,47 @@ TuningDb::winners(const std::string &workload,
       it->second = r;
   }
   return best;
+}
+
+std::optional<RuleWinner>
+TuningDb::ruleWinner(const std::string &workload,
+                     const std::function<bool(const TuningRecord &)> &accept) const {
+  // The newest Ok record of each (config, bucket); the buckets any config was measured on.
+  std::map<TuneConfig, std::map<std::string, const TuningRecord *>> measured;
+  std::set<std::string> buckets;
+  for (const TuningRecord &r : Records) {
+    if (r.workload != workload || (accept && !accept(r)))
+      continue;
+    buckets.insert(r.bucket.name);
+    if (r.status == RecordStatus::Ok && r.timings && r.timings->medianMs > 0)
+      measured[r.config][r.bucket.name] = &r;
+  }
+  std::optional<RuleWinner> best;
+  for (const auto &[config, byBucket] : measured) {
+    if (byBucket.size() != buckets.size())
+      continue; // not measured (or failed) on every bucket
+    double logSum = 0;
+    for (const auto &[bucket, r] : byBucket)
+      logSum += std::log(r->timings->medianMs);
+    const double geomean = std::exp(logSum / double(byBucket.size()));
+    if (!best || geomean < best->geomeanMs) {
+      best = RuleWinner{*byBucket.begin()->second, geomean, int(byBucket.size())};
+    }
+  }
+  return best;
+}
+
+std::string ruleProvenance(const RuleWinner &w) {
+  const TuningRecord &r = w.record;
+  std::string out = llvm::formatv("tuned split rule {0}x{1} over {2} calls on {3} ({4} SMs, cc "
+                                  "{5}): geometric mean {6:f3} ms",
+                                  r.config.decodeCtasPerSm, r.config.decodeMinTiles, w.buckets,
+                                  r.validators.gpu, r.validators.sms, r.validators.cc,
+                                  w.geomeanMs)
+                        .str();
+  if (!r.date.empty())
+    out += ", " + r.date;
+  return out;
 }
 
 std::vector<std::string> TuningDb::workloads() const {

@@ -34,10 +34,11 @@ namespace fagen {
 
 /// The newest record layout this fagen reads and writes; a record of a newer one is refused on
 /// load. 1: forward numerics (O, LSE); 2: also the backward's (dQ, dK, dV); 3: also the sm90ws
-/// backward's dQ strategy (config.dq_writer). A record is
+/// backward's dQ strategy (config.dq_writer); 4: also a decode kernel's split rule
+/// (config.decode_ctas_per_sm, config.decode_min_tiles). A record is
 /// written in the oldest layout that holds it (recordFormat), so a database of forward records
 /// stays readable by a fagen that knows only layout 1.
-constexpr int kTuningDbFormat = 3;
+constexpr int kTuningDbFormat = 4;
 
 /// One point of a template's parameter space: the planner's KernelConfig.
 using TuneConfig = KernelConfig;
@@ -116,7 +117,17 @@ struct TuningRecord {
   std::string date;      ///< UTC, ISO 8601, when it was measured
 };
 
-/// The layout version a record is written in: 2 with a backward's numerics, else 1.
+/// A decode kernel's split rule serves every call, so one config wins over all of a workload's
+/// buckets (TuningDb::ruleWinner): `record` is its record on the first bucket, `geomeanMs` the
+/// geometric mean of its medians over the `buckets` buckets.
+struct RuleWinner {
+  TuningRecord record;
+  double geomeanMs = 0;
+  int buckets = 0;
+};
+
+/// The layout version a record is written in: 4 with a decode split rule, 3 with a dQ
+/// strategy, 2 with a backward's numerics, else 1.
 int recordFormat(const TuningRecord &record);
 /// The record as a JSON object (keys are printed sorted).
 llvm::json::Value toJson(const TuningRecord &record);
@@ -157,6 +168,14 @@ public:
   winners(const std::string &workload,
           const std::function<bool(const TuningRecord &)> &accept = nullptr) const;
 
+  /// The config of `workload` with the lowest geometric mean of its medians over the buckets
+  /// its accepted records cover, among the configs measured Ok on every one of them (ties: the
+  /// first in config order); none when no config was. A decode kernel's split rule is chosen
+  /// this way: it serves every call, so it must be good across the measured calls, not on one.
+  std::optional<RuleWinner>
+  ruleWinner(const std::string &workload,
+             const std::function<bool(const TuningRecord &)> &accept = nullptr) const;
+
   /// Every workload in the database, sorted.
   std::vector<std::string> workloads() const;
 
@@ -174,6 +193,9 @@ llvm::Error checkValidators(const TuningRecord &record, const Toolchain &toolcha
 /// One line for a bundle's tuning provenance: "tuning.db: s2048 on NVIDIA H200 (132 SMs,
 /// cc 9.0), 0.812 ms, 338.5 TFLOP/s, 2026-11-30T10:00:00Z".
 std::string provenance(const TuningRecord &record);
+/// The same for a decode split rule: "tuned split rule 2x1 over 9 calls on NVIDIA H100 80GB
+/// HBM3 (132 SMs, cc 9.0): geometric mean 0.031 ms, 2026-12-07T10:00:00Z".
+std::string ruleProvenance(const RuleWinner &winner);
 
 } // namespace fagen
 

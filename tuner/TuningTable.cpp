@@ -29,7 +29,47 @@ llvm::Expected<TuningTable> loadTuningTable(const std::string &dbPath, const Too
   };
   TuningTable table;
   std::string gpu;
+  auto sameGpu = [&](const TuningRecord &record) -> llvm::Error {
+    if (!gpu.empty() && record.validators.gpu != gpu)
+      return llvm::createStringError(
+          std::errc::invalid_argument,
+          "%s holds winners measured on two GPUs (%s and %s): a bundle is tuned for one; keep "
+          "one GPU's records in a database",
+          dbPath.c_str(), gpu.c_str(), record.validators.gpu.c_str());
+    gpu = record.validators.gpu;
+    return llvm::Error::success();
+  };
   for (const std::string &workload : db->workloads()) {
+    // A decode kernel's split rule: one config over every measured call (ruleWinner), of
+    // this toolchain and fagen unless allowed.
+    if (llvm::StringRef(workload).contains(" decode ")) {
+      std::optional<RuleWinner> rule = db->ruleWinner(workload, matches);
+      std::string note;
+      if (!rule && allowMismatch) {
+        rule = db->ruleWinner(workload);
+        note = " (another toolchain or fagen version: allowed by --tuning-allow-mismatch)";
+      }
+      if (!rule) {
+        // Records of another toolchain only: the same refusal as a kernel config's.
+        for (const TuningRecord &r : db->records())
+          if (r.workload == workload && r.status == RecordStatus::Ok && !matches(r))
+            return checkValidators(r, toolchain, FAGEN_VERSION_STRING);
+        return llvm::createStringError(
+            std::errc::invalid_argument,
+            "%s: no split rule of '%s' was measured on every call the database holds for it: "
+            "run the same `fagen tune` again (it resumes) to finish the measurements",
+            dbPath.c_str(), workload.c_str());
+      }
+      if (llvm::Error err = sameGpu(rule->record))
+        return std::move(err);
+      TunedConfig c;
+      c.seqlenMin = 1;
+      c.seqlenMax = kSeqlenUnbounded;
+      c.config = rule->record.config;
+      c.provenance = ruleProvenance(*rule) + note;
+      table[workload].push_back(std::move(c));
+      continue;
+    }
     // Records of this toolchain and fagen first; others only when allowed, and only where no
     // matching record exists for the bucket.
     std::map<std::string, TuningRecord> best = db->winners(workload, matches);
@@ -44,13 +84,8 @@ llvm::Expected<TuningTable> loadTuningTable(const std::string &dbPath, const Too
       best.emplace(bucket, record);
     }
     for (auto &[bucket, record] : best) {
-      if (!gpu.empty() && record.validators.gpu != gpu)
-        return llvm::createStringError(
-            std::errc::invalid_argument,
-            "%s holds winners measured on two GPUs (%s and %s): a bundle is tuned for one; keep "
-            "one GPU's records in a database",
-            dbPath.c_str(), gpu.c_str(), record.validators.gpu.c_str());
-      gpu = record.validators.gpu;
+      if (llvm::Error err = sameGpu(record))
+        return std::move(err);
       std::string note = matches(record) ? "" : " (another toolchain or fagen version: allowed by "
                                                 "--tuning-allow-mismatch)";
       TunedConfig c;

@@ -16,6 +16,7 @@
 //===----------------------------------------------------------------------===//
 #include "compiler/bundle/Bundle.h"
 #include "templates/abi/decode_params.h"
+#include "templates/common/decode_split.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -171,6 +172,8 @@ Fields kernelFields(const KernelRecord &k) {
           {"block_m", std::to_string(k.blockM)},
           {"block_n", std::to_string(k.blockN)},
           {"cubin", std::to_string(k.cubinSection)},
+          {"decode_ctas_per_sm", std::to_string(k.decodeCtasPerSm)},
+          {"decode_min_tiles", std::to_string(k.decodeMinTiles)},
           {"deterministic", std::to_string(int(k.deterministic))},
           {"dropout", std::to_string(int(k.dropout))},
           {"dtype", toText(k.dtype)},
@@ -426,6 +429,15 @@ bool checkKernelConsistency(const KernelRecord &k, RecordReader &r) {
     if (k.pageSize != 0 && !FAGEN_PAGE_SIZE_VALID(k.pageSize))
       return r.fail("page_size is " + n(k.pageSize) + "; a paged decode kernel's pages are a "
                     "power of two in 16..256 tokens");
+    if (k.decodeCtasPerSm == 0 || k.decodeMinTiles == 0)
+      return r.fail("a kernel of template sm80decode needs its split rule: decode_ctas_per_sm "
+                    "in 1.." + n(kDecodeMaxCtasPerSm) + " and decode_min_tiles in 1.." +
+                    n(kDecodeMaxMinTiles) + ", got " + n(k.decodeCtasPerSm) + " and " +
+                    n(k.decodeMinTiles));
+  } else if (k.decodeCtasPerSm != 0 || k.decodeMinTiles != 0) {
+    return r.fail("decode_ctas_per_sm and decode_min_tiles are " + n(k.decodeCtasPerSm) +
+                  " and " + n(k.decodeMinTiles) + " on a kernel of template '" + k.templ +
+                  "'; only sm80decode kernels have a split rule (expected 0 and 0)");
   } else if (k.pageSize != 0 && ((k.templ != "sm80" && k.templ != "sm90ws") || !k.isForward() ||
                                   !k.varlen || !FAGEN_PAGE_SIZE_VALID(k.pageSize))) {
     return r.fail("page_size is " + n(k.pageSize) + " on a " + toText(k.pass) +
@@ -479,6 +491,8 @@ bool parseKernelRecord(int line, Fields fields, size_t cubinCount, Bundle &out,
             r.str("arch", k.arch, false) && r.integer("block_m", 1, 1024, k.blockM) &&
             r.integer("block_n", 1, 1024, k.blockN) &&
             r.integer("cubin", 0, int64_t(cubinCount) - 1, cubin) &&
+            r.integer("decode_ctas_per_sm", 0, kDecodeMaxCtasPerSm, k.decodeCtasPerSm) &&
+            r.integer("decode_min_tiles", 0, kDecodeMaxMinTiles, k.decodeMinTiles) &&
             r.flag("deterministic", k.deterministic) && r.flag("dropout", k.dropout) &&
             r.oneOf("dtype", k.dtype) && r.integer("exp2_emu_percent", 0, 100, k.exp2EmuPercent) &&
             r.integer("exp2_poly_degree", 1, 16, k.exp2PolyDegree) &&

@@ -18,7 +18,7 @@
 namespace fagen {
 
 /// Bumped on any incompatible change of the file layout or the manifest keys.
-constexpr uint32_t kBundleFormatVersion = 8;
+constexpr uint32_t kBundleFormatVersion = 9;
 
 /// Upper end of an open seqlen range.
 constexpr int64_t kSeqlenUnbounded = int64_t(1) << 40;
@@ -32,6 +32,10 @@ struct KernelRecord : Variant {
                          ///< "sm80decode" (split-KV decode: NAME, NAME_combine, NAME_merge)
   /// sm80decode: the most query tokens per sequence of the forward calls it serves; 0 else.
   int qTokens = 0;
+  /// sm80decode: the split rule of its calls (templates/common/decode_split.h
+  /// decode_num_splits: one wave of decodeCtasPerSm CTAs per SM, splits of at least
+  /// decodeMinTiles key tiles); 0 else.
+  int decodeCtasPerSm = 0, decodeMinTiles = 0;
   std::string variant;   ///< the spec variant's name
   int sparseRows = 0, sparseCols = 0;     ///< static layout: table size in blocks
   int prePostThreads = 0;                 ///< bwd: threads of NAME_pre and NAME_post;

@@ -48,6 +48,8 @@ Bundle assembleBundle(const Toolchain &toolchain, const std::vector<CompiledKern
     r.tmaStoreO = p.tmaStoreO;
     r.prePostThreads = backward || isDecodePlan(p) ? p.prePostThreads : 0;
     r.qTokens = isDecodePlan(p) ? p.qTokens : 0;
+    r.decodeCtasPerSm = isDecodePlan(p) ? p.decodeCtasPerSm : 0;
+    r.decodeMinTiles = isDecodePlan(p) ? p.decodeMinTiles : 0;
     r.blockM = p.blockM;
     r.blockN = p.blockN;
     r.warps = p.warps;

@@ -3,6 +3,7 @@
 #include "compiler/plan/PlanRules.h"
 #include "templates/abi/decode_params.h"
 #include "templates/abi/tma_params.h"
+#include "templates/common/decode_split.h"
 #include "templates/common/ws_bwd_layout.h"
 #include "templates/common/ws_registers.h"
 
@@ -288,6 +289,10 @@ std::string kernelName(const KernelPlan &p) {
   // adding their own blocks (_dc).
   if (p.pass == Pass::Backward && p.templ == "sm90ws" && p.dqWriter != sm90WsBwdDqWriter(p))
     name += p.dqWriter ? "_dw" : "_dc";
+  // A decode kernel's split rule where it is not the default (a tuned one): _split2x1.
+  if (isDecodePlan(p) &&
+      (p.decodeCtasPerSm != kDecodeCtasPerSm || p.decodeMinTiles != kDecodeMinTilesPerSplit))
+    name += llvm::formatv("_split{0}x{1}", p.decodeCtasPerSm, p.decodeMinTiles).str();
   return name;
 }
 
@@ -315,6 +320,8 @@ llvm::Error checkKernelPlan(const KernelPlan &p) {
     problem = "the rotated query walk is an option of the sm90ws backward template";
   if (problem.empty() && p.dqWriter && !(p.templ == "sm90ws" && p.pass == Pass::Backward))
     problem = "the dQ writer is an option of the sm90ws backward template";
+  if (problem.empty() && !isDecodePlan(p) && (p.decodeCtasPerSm != 0 || p.decodeMinTiles != 0))
+    problem = "the split rule is a parameter of the decode template (sm80decode)";
   if (problem.empty())
     problem = sparseBlockProblem(p);
   if (problem.empty() && p.isPaged() && !isDecodePlan(p))
@@ -337,12 +344,15 @@ std::string KernelConfig::text() const {
     s += " rotq";
   if (dqWriter.value_or(false))
     s += " dqw";
+  if (decodeCtasPerSm != 0 || decodeMinTiles != 0)
+    s += llvm::formatv(" split{0}x{1}", decodeCtasPerSm, decodeMinTiles).str();
   return s;
 }
 
 static auto configTie(const KernelConfig &c) {
   return std::tie(c.blockM, c.blockN, c.warps, c.stages, c.rescaleTau, c.exp2EmuPercent,
-                  c.exp2PolyDegree, c.stagedEpilogue, c.rotateQueryWalk, c.dqWriter);
+                  c.exp2PolyDegree, c.stagedEpilogue, c.rotateQueryWalk, c.dqWriter,
+                  c.decodeCtasPerSm, c.decodeMinTiles);
 }
 
 bool KernelConfig::operator==(const KernelConfig &o) const {
@@ -363,6 +373,8 @@ KernelConfig configOf(const KernelPlan &p) {
   c.rotateQueryWalk = p.rotateQueryWalk;
   if (p.pass == Pass::Backward && p.templ == "sm90ws")
     c.dqWriter = p.dqWriter;
+  c.decodeCtasPerSm = p.decodeCtasPerSm;
+  c.decodeMinTiles = p.decodeMinTiles;
   return c;
 }
 
@@ -379,6 +391,8 @@ llvm::Expected<KernelPlan> applyConfig(const KernelPlan &base, const KernelConfi
   p.stagedEpilogue = c.stagedEpilogue;
   p.rotateQueryWalk = c.rotateQueryWalk;
   p.dqWriter = c.dqWriter.value_or(base.dqWriter);
+  p.decodeCtasPerSm = c.decodeCtasPerSm;
+  p.decodeMinTiles = c.decodeMinTiles;
   finalizePlan(p);
   if (llvm::Error err = checkKernelPlan(p))
     return err;
@@ -640,6 +654,20 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
         llvm::Expected<KernelPlan> decode = decodePlan(v, arch);
         if (!decode)
           return decode.takeError();
+        // A tuned split rule (`fagen tune`'s one config over the measured calls).
+        auto rule = tuning ? tuning->find(workloadKey(*decode)) : TuningTable::const_iterator();
+        if (tuning && rule != tuning->end() && !rule->second.empty()) {
+          const TunedConfig &c = rule->second.front();
+          llvm::Expected<KernelPlan> tuned = applyConfig(*decode, c.config);
+          if (!tuned)
+            return llvm::createStringError(
+                std::errc::invalid_argument,
+                "the split rule for %s (%s) cannot be built: %s: re-tune with this fagen",
+                workloadKey(*decode).c_str(), c.provenance.c_str(),
+                llvm::toString(tuned.takeError()).c_str());
+          tuned->tuning = c.provenance;
+          decode = std::move(tuned);
+        }
         auto [found, inserted] =
             byKey.try_emplace(std::make_tuple(decode->name, decode->arch, decode->seqlenMin),
                               *decode);

@@ -31,9 +31,13 @@ struct KernelConfig {
   /// sm90ws backward: the dQ writer warp or not (KernelPlan::dqWriter); unset for other
   /// templates, and in a tuning record made before the field existed (the plan's default).
   std::optional<bool> dqWriter;
+  /// sm80decode: the split rule (KernelPlan::decodeCtasPerSm, decodeMinTiles); 0 for other
+  /// templates.
+  int decodeCtasPerSm = 0, decodeMinTiles = 0;
 
   /// "m128n64w4s2" plus " tau8" / " emu25d3" / " staged" / " rotq" / " dqw" (the dQ writer)
-  /// where not the default.
+  /// where not the default; a decode plan's split rule as " split1x4" (CTAs per SM x the
+  /// fewest tiles a split takes).
   std::string text() const;
   bool operator==(const KernelConfig &o) const;
   bool operator!=(const KernelConfig &o) const { return !(*this == o); }
@@ -64,6 +68,12 @@ struct KernelPlan : Variant {
   /// sm80decode: the most query tokens per sequence of the calls it serves (spec
   /// decode.q_tokens); 0 for other templates.
   int qTokens = 0;
+  /// sm80decode: the split rule the runtime plans a call's split count with
+  /// (templates/common/decode_split.h decode_num_splits: one wave of decodeCtasPerSm CTAs per
+  /// SM, no split shorter than decodeMinTiles key tiles); the header's defaults, or a tuning
+  /// record's. Not in the kernel's code; its name spells a rule other than the defaults
+  /// (_split2x1). 0 for other templates.
+  int decodeCtasPerSm = 0, decodeMinTiles = 0;
   int sparseRows = 0, sparseCols = 0;     ///< static layout: table size in blocks
   std::vector<uint8_t> sparseTable;       ///< static layout: rows x cols, 1 = computed
   int prePostThreads = 0;                 ///< bwd: threads of the _pre and _post kernels;

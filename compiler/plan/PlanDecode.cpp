@@ -8,6 +8,7 @@
 
 #include "compiler/plan/PlanRules.h"
 #include "templates/abi/decode_params.h"
+#include "templates/common/decode_split.h"
 #include "templates/common/smem_layout.h"
 
 #include "llvm/Support/FormatVariadic.h"
@@ -69,6 +70,12 @@ std::string decodeConfigProblem(const KernelPlan &p) {
                          p.blockN, p.pageSize);
   if (p.rescaleTau != 0 || p.exp2EmuPercent != 0)
     return "the decode template has no rescale_tau or exp2 emulation (both must be 0)";
+  if (p.decodeCtasPerSm < 1 || p.decodeCtasPerSm > kDecodeMaxCtasPerSm ||
+      p.decodeMinTiles < 1 || p.decodeMinTiles > kDecodeMaxMinTiles)
+    return llvm::formatv("the decode split rule must aim at 1..{0} CTAs per SM with splits of at "
+                         "least 1..{1} key tiles, got {2} and {3}",
+                         kDecodeMaxCtasPerSm, kDecodeMaxMinTiles, p.decodeCtasPerSm,
+                         p.decodeMinTiles);
   const int smem =
       sm80DecodeSmemBytes(p.headDimQK, p.headDimV, p.blockM, p.blockN, p.stages, p.warps);
   if (smem > archSmemLimit(p.arch))
@@ -130,6 +137,8 @@ llvm::Expected<KernelPlan> decodePlan(const VariantSpec &v, const std::string &a
     p.warps = 2;
   }
   p.stages = decodeStages(p);
+  p.decodeCtasPerSm = kDecodeCtasPerSm;
+  p.decodeMinTiles = kDecodeMinTilesPerSplit;
   p.tuning = "default";
   finalizePlan(p);
   if (std::string problem = decodeConfigProblem(p); !problem.empty())

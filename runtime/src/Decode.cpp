@@ -171,7 +171,8 @@ void fillDecodePlan(const fagen_fwd_problem &p, const fagen_paged_kv *paged,
   setGrid(plan.pre_post_block, k.prePostThreads, 1, 1);
   setDecodeSplits(plan, k,
                   decode_num_splits(int64_t(p.batch) * p.heads_kv * mBlocks,
-                                    visibleKeyTiles(k, dp.fwd), sms));
+                                    visibleKeyTiles(k, dp.fwd), sms, k.decodeCtasPerSm,
+                                    k.decodeMinTiles));
 }
 
 void setDecodeSplits(fagen_plan &plan, const KernelRecord &k, int splits) {

@@ -4,6 +4,7 @@
 
 #include "templates/abi/bwd_params.h"
 #include "templates/abi/decode_params.h"
+#include "templates/common/decode_split.h"
 #include "compiler/bundle/Bundle.h"
 #include "fagen/fagen.h"
 
@@ -127,6 +128,8 @@ inline KernelRecord testDecodeKernel(const std::string &name, const std::string 
   KernelRecord k = testKernel(name, arch, dtype, headDim, mask, cubin);
   k.templ = "sm80decode";
   k.qTokens = qTokens;
+  k.decodeCtasPerSm = kDecodeCtasPerSm;
+  k.decodeMinTiles = kDecodeMinTilesPerSplit;
   k.blockM = 16;
   k.blockN = 64;
   k.warps = 4;

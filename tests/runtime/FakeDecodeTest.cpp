@@ -108,6 +108,33 @@ TEST_F(FakeDecodeTest, PlansSplitsFromTheShapeAndTheSms) {
   EXPECT_EQ(plan.grid[1], 1);
 }
 
+/// The decode bundle with kernel 4's split rule as `fagen tune` may record it: two CTAs per SM,
+/// splits of one key tile at least.
+struct FakeDecodeRuleTest : FakeDecodeTest {
+  Bundle initial() const override {
+    Bundle b = makeDecodeBundle();
+    b.kernels[4].decodeCtasPerSm = 2;
+    b.kernels[4].decodeMinTiles = 1;
+    return b;
+  }
+};
+
+TEST_F(FakeDecodeRuleTest, PlansSplitsWithTheKernelsRule) {
+  // 8 CTAs without splits aim at 2 x 132 slots: 33 splits of the 2048 key tiles (16 with the
+  // default rule).
+  fagen_fwd_problem p = decodeProblem(1, 1, 131072);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), kDecode);
+  EXPECT_EQ(fagen_plan_decode_splits(&plan), 33);
+  EXPECT_EQ(plan.grid[0], 33);
+  EXPECT_EQ(plan.workspace_bytes, fagen_decode_workspace_layout(33, 1, 32, 1, 128, 0).total_bytes);
+  // MQA, 32 CTAs, 16 key tiles: 8 splits of 2 tiles (4 of 4 with the default rule).
+  p = decodeProblem(2, 4, 1000, 64, 1);
+  ASSERT_EQ(fagen_plan_forward(bundle, &p, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(fagen_plan_decode_splits(&plan), 8);
+}
+
 TEST_F(FakeDecodeTest, TheSplitCountCanBeSet) {
   fagen_fwd_problem p = decodeProblem(1, 1, 131072); // planned: 16 splits
   fagen_plan plan;

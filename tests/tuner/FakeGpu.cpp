@@ -2,7 +2,8 @@
 //
 // Enough of the driver API for the tuner's whole path: device memory is host memory, a kernel
 // launch computes its pass with the CPU reference (the forward; the backward's dQ, dK and dV
-// in its main kernel, _pre and _post only tick), for the small shapes of the numerics check
+// in its main kernel, _pre and _post only tick; a decode kernel's O and LSE in its main kernel,
+// NAME_combine and NAME_merge only tick), for the small shapes of the numerics check
 // (larger launches only advance the clock), and events read a simulated GPU clock that each
 // launch advances by a deterministic, config-dependent time, so that the tuner finds a winner.
 // Forward kernels whose name contains $FAKE_GPU_WRONG (default "_e25"), and backward kernels
@@ -16,6 +17,7 @@
 #include "check/Reference.h"
 #include "tests/common/FakeDriverCommon.h"
 #include "templates/abi/bwd_params.h"
+#include "templates/abi/decode_params.h"
 #include "templates/abi/fwd_params.h"
 
 #include <cstdio>
@@ -172,7 +174,15 @@ FAKE_API CUresult cuFuncSetAttribute(void *, int, int) { return 0; }
 FAKE_API CUresult cuLaunchKernel(void *f, unsigned, unsigned, unsigned, unsigned, unsigned,
                                  unsigned, unsigned, void *, void **params, void **) {
   const std::string &name = *static_cast<std::string *>(f);
-  if (name.rfind("fagen_bwd", 0) != 0) {
+  if (name.find("_sm80decode_") != std::string::npos) {
+    // A decode kernel computes O and LSE itself, whatever its split count; NAME_combine and
+    // NAME_merge only tick.
+    if (!endsWith(name, "_combine") && !endsWith(name, "_merge")) {
+      fagen_decode_params p;
+      std::memcpy(&p, params[0], sizeof p);
+      runForward(name, p.fwd);
+    }
+  } else if (name.rfind("fagen_bwd", 0) != 0) {
     fagen_fwd_params p;
     std::memcpy(&p, params[0], sizeof p);
     runForward(name, p);

@@ -2,7 +2,8 @@
 # tune-fake-gpu.sh FAGEN FAKE_LIBCUDA WORKDIR: `fagen tune` end to end on the simulated GPU of
 # tests/tuner/FakeGpu.cpp (real nvcc, simulated device): a full run, the numerics gate, the
 # database, resume, the report, a corrupt database; then a backward workload (its own search
-# space, the gradients' numerics gate, format-2 records) and a build that takes its winners.
+# space, the gradients' numerics gate, format-2 records) and a build that takes its winners;
+# then a decode kernel's split rule (format-4 records, one rule over every call, the build).
 set -eu
 fagen=$1 fake=$2 dir=$3
 rm -rf "$dir/run" && mkdir -p "$dir/run" && cd "$dir/run"
@@ -90,4 +91,37 @@ unset FAGEN_LIBCUDA
 grep -q 'tuning=tuned s256 (1..) on Fake GPU' bplan.txt || { cat bplan.txt; fail "plan did not take the backward record"; }
 "$fagen" build bwd.yaml --arch sm_90 --tuning bwd.db -q -o bwd.fab || fail "build --tuning (backward) failed"
 "$fagen" inspect bwd.fab | grep -q 'tuning: tuned s256 (1..) on Fake GPU' || fail "no backward provenance"
-echo "tune-fake-gpu: ok ($lines records; backward $(wc -l < bwd.db))"
+
+# A decode kernel's split rule: 10 rules on 3 x 2 calls, one query token each; the fake gets
+# rule 2x2's output wrong. One rule wins over every call; the build takes it.
+export FAGEN_LIBCUDA="$fake" FAKE_GPU_WRONG=_split2x2
+cat > dec.yaml <<'YAML'
+variants:
+  - {name: serve, dtype: bf16, head_dim: 64, mask: causal, heads: {q: 8, kv: 2}, passes: [decode]}
+YAML
+"$fagen" tune dec.yaml --arch sm_90 --decode-contexts 1024,256 --runs 3 -o dec.db > dout.txt 2> derr.txt \
+  || { cat derr.txt; fail "the decode run failed"; }
+grep -q 'fwd bf16 hd64x64 causal decode sm_90: 10 split-rule candidates' derr.txt \
+  || { cat derr.txt; fail "no decode search space"; }
+grep -q '"name":"b16k1024"' dec.db || fail "no decode bucket b16k1024"
+grep '"status":"ok"' dec.db | grep -q '"format":4' || fail "a decode ok record is not format 4"
+grep '"status":"numerics-failed"' dec.db | grep -q '_split2x2' || fail "the wrong rule was not gated"
+[ "$(grep -c '"status":"ok"' dec.db)" -eq 54 ] || fail "expected 9 passing rules x 6 calls"
+rule=$(sed -n 's/^fwd bf16 hd64x64 causal decode sm_90: split rule \([0-9]*x[0-9]*\) .*over 6 calls.*/\1/p' dout.txt)
+[ -n "$rule" ] || { cat dout.txt; fail "no split rule line"; }
+grep -q "the default 1x4: " dout.txt || { cat dout.txt; fail "no comparison with the default rule"; }
+set +e
+"$fagen" tune dec.yaml --arch sm_90 --decode-contexts 0 -o dec.db > /dev/null 2> derr2.txt
+rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "a bad --decode-contexts exited $rc, expected 2"
+grep -q -- "--decode-contexts: '0' is not a sequence length" derr2.txt || { cat derr2.txt; fail "no --decode-contexts error"; }
+unset FAGEN_LIBCUDA FAKE_GPU_WRONG
+"$fagen" build dec.yaml --arch sm_90 --tuning dec.db -q -o dec.fab || fail "build --tuning (decode) failed"
+"$fagen" inspect dec.fab > dinspect.txt
+grep -q "tuning: tuned split rule $rule over 6 calls on Fake GPU" dinspect.txt \
+  || { cat dinspect.txt; fail "no split-rule provenance"; }
+if [ "$rule" != 1x4 ]; then
+  grep -q "sm80decode_m16n64w4s[0-9]*_split$rule" dinspect.txt || { cat dinspect.txt; fail "the kernel name lacks the rule"; }
+fi
+echo "tune-fake-gpu: ok ($lines records; backward $(wc -l < bwd.db); decode $(wc -l < dec.db))"

@@ -85,7 +85,7 @@ std::vector<uint8_t> rawBundle(const std::string &manifest,
   size_t end = 24 + 32 * sections.size();
   std::vector<uint8_t> b(end, 0);
   std::memcpy(b.data(), "FAGENBND", 8);
-  put(b, 8, 8, 4);
+  put(b, 8, 9, 4);
   put(b, 12, sections.size(), 4);
   for (size_t i = 0; i < sections.size(); ++i) {
     size_t offset = (b.size() + 15) / 16 * 16;
@@ -108,7 +108,8 @@ std::string manifestOf(const std::vector<uint8_t> &b) {
 
 const char *kBundleLine = "bundle archs=sm_80 fagen_version=1 toolchain=\n";
 const char *kKernelLine =
-    "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 deterministic=0 dropout=0 dtype=fp16 "
+    "kernel arch=sm_80 block_m=128 block_n=64 cubin=0 decode_ctas_per_sm=0 decode_min_tiles=0 "
+    "deterministic=0 dropout=0 dtype=fp16 "
     "exp2_emu_percent=0 exp2_poly_degree=3 head_dim_qk=64 head_dim_v=64 mask=none "
     "mask_align=bottom_right name=k page_size=0 params_version=6 pass=fwd persistent=0 pre_post_threads=0 q_tokens=0 registers=168 "
     "rescale_tau=0 score_mod=none seqlen_max=1099511627776 seqlen_min=0 smem_bytes=49152 "
@@ -222,16 +223,16 @@ TEST(BundleTest, NamesTheProblem) {
             std::string::npos);
 
   b = good;
-  put(b, 8, 9, 4);
+  put(b, 8, 10, 4);
   // A newer format is fixed by a newer fagen, not by rebuilding the bundle.
-  EXPECT_EQ(parseError(b), "bundle format version 9 is newer than this fagen reads (format 8): "
+  EXPECT_EQ(parseError(b), "bundle format version 10 is newer than this fagen reads (format 9): "
                            "the bundle was written by a newer fagen; upgrade fagen (and the "
                            "runtime library) to read it");
 
   // Version 2 bundles (before the variant and backward keys) are refused the same way.
   b = good;
   put(b, 8, 2, 4);
-  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 8): "
+  EXPECT_EQ(parseError(b), "bundle format version 2 is not supported by this fagen (expects 9): "
                            "rebuild the bundle with this fagen version");
 
   b = good;
@@ -401,6 +402,8 @@ TEST(BundleTest, DecodeKernelsRoundTripAndAreChecked) {
     std::string line = kKernelLine;
     for (auto [from, to] : {std::pair<std::string, std::string>{"template=sm80", "template=sm80decode"},
                             {"q_tokens=0", "q_tokens=4"},
+                            {"decode_ctas_per_sm=0", "decode_ctas_per_sm=1"},
+                            {"decode_min_tiles=0", "decode_min_tiles=4"},
                             {"pre_post_threads=0", "pre_post_threads=128"}})
       line.replace(line.find(from), from.size(), to);
     const size_t eq = edit.find('=');
@@ -415,6 +418,23 @@ TEST(BundleTest, DecodeKernelsRoundTripAndAreChecked) {
             std::string::npos);
   EXPECT_NE(decodeLine("q_tokens=17").find("q_tokens 17"), std::string::npos);
   EXPECT_NE(decodeLine("pre_post_threads=0").find("pre_post_threads 0"), std::string::npos);
+  // Its split rule: both numbers in their ranges (templates/common/decode_split.h); none on
+  // another template.
+  EXPECT_EQ(parsed.kernels[4].decodeCtasPerSm, kDecodeCtasPerSm);
+  EXPECT_EQ(parsed.kernels[4].decodeMinTiles, kDecodeMinTilesPerSplit);
+  EXPECT_EQ(decodeLine("decode_ctas_per_sm=4"), "");
+  EXPECT_EQ(decodeLine("decode_min_tiles=64"), "");
+  EXPECT_NE(decodeLine("decode_ctas_per_sm=0").find("needs its split rule: decode_ctas_per_sm in "
+                                                    "1..4 and decode_min_tiles in 1..64, got 0 "
+                                                    "and 4"),
+            std::string::npos);
+  EXPECT_NE(decodeLine("decode_min_tiles=0").find("got 1 and 0"), std::string::npos);
+  EXPECT_NE(decodeLine("decode_ctas_per_sm=5").find("decode_ctas_per_sm"), std::string::npos);
+  EXPECT_NE(decodeLine("decode_min_tiles=65").find("decode_min_tiles"), std::string::npos);
+  EXPECT_NE(kernelLineError("decode_min_tiles=0", "decode_min_tiles=4")
+                .find("decode_ctas_per_sm and decode_min_tiles are 0 and 4 on a kernel of "
+                      "template 'sm80'; only sm80decode kernels have a split rule"),
+            std::string::npos);
   EXPECT_NE(decodeLine("pass=bwd").find("pass bwd"), std::string::npos);
   EXPECT_NE(decodeLine("dropout=1").find("has no dropout, varlen, alibi or block sparsity"),
             std::string::npos);

@@ -202,6 +202,64 @@ TEST(DecodePlan, ConfigProblemsMirrorTheTemplatesAsserts) {
                   "allows 232448"));
 }
 
+TEST(DecodePlan, TheSplitRuleIsTheHeadersOrATunedOne) {
+  std::vector<KernelPlan> plans = plansOf(
+      "variants: [{name: d, dtype: bf16, head_dim: 128, mask: causal, passes: [fwd, decode]}]",
+      {"sm_90a"});
+  const KernelPlan *d = decodeOf(plans);
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->decodeCtasPerSm, kDecodeCtasPerSm);
+  EXPECT_EQ(d->decodeMinTiles, kDecodeMinTilesPerSplit);
+  EXPECT_EQ(configOf(*d).text(), "m16n64w4s3 split1x4");
+  for (const KernelPlan &p : plans) // the forward has none
+    if (!isDecodePlan(p))
+      EXPECT_EQ(configOf(p).decodeCtasPerSm + configOf(p).decodeMinTiles, 0) << p.name;
+  // Another rule: the same code, the name spells it.
+  KernelConfig c = configOf(*d);
+  c.decodeCtasPerSm = 2;
+  c.decodeMinTiles = 1;
+  llvm::Expected<KernelPlan> tuned = applyConfig(*d, c);
+  ASSERT_TRUE(bool(tuned)) << llvm::toString(tuned.takeError());
+  EXPECT_EQ(tuned->name, d->name + "_split2x1");
+  EXPECT_EQ(tuned->smemBytes, d->smemBytes);
+  c.decodeCtasPerSm = 0;
+  llvm::Expected<KernelPlan> bad = applyConfig(*d, c);
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError())
+                .find("the decode split rule must aim at 1..4 CTAs per SM with splits of at "
+                      "least 1..64 key tiles, got 0 and 1"),
+            std::string::npos);
+  // No other template takes one.
+  const KernelPlan &fwd = isDecodePlan(plans[0]) ? plans[1] : plans[0];
+  KernelConfig f = configOf(fwd);
+  f.decodeMinTiles = 4;
+  bad = applyConfig(fwd, f);
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError())
+                .find("the split rule is a parameter of the decode template (sm80decode)"),
+            std::string::npos);
+
+  // A tuning table's rule replaces the default: the plan takes its config and provenance.
+  llvm::Expected<AttentionSpec> spec = parseSpec(
+      "variants: [{name: d, dtype: bf16, head_dim: 128, mask: causal, passes: [decode]}]",
+      "t.yaml");
+  ASSERT_TRUE(bool(spec));
+  TunedConfig rule;
+  rule.seqlenMin = 1;
+  rule.seqlenMax = kSeqlenUnbounded;
+  rule.config = configOf(*d);
+  rule.config.decodeMinTiles = 8;
+  rule.provenance = "tuned split rule 1x8 over 9 calls";
+  TuningTable table{{workloadKey(*d), {rule}}};
+  llvm::Expected<std::vector<KernelPlan>> withRule = planKernels(*spec, {"sm_90a"}, &table);
+  ASSERT_TRUE(bool(withRule)) << llvm::toString(withRule.takeError());
+  ASSERT_EQ(withRule->size(), 1u);
+  EXPECT_EQ((*withRule)[0].decodeMinTiles, 8);
+  EXPECT_EQ((*withRule)[0].name, d->name + "_split1x8");
+  EXPECT_EQ((*withRule)[0].tuning, "tuned split rule 1x8 over 9 calls");
+  EXPECT_EQ((*withRule)[0].seqlenMin, d->seqlenMin); // every call, as the default's
+}
+
 TEST(DecodePlan, PagedConfigProblemsMirrorTheTemplatesAsserts) {
   std::vector<KernelPlan> plans = plansOf("variants: [{name: d, dtype: fp16, head_dim: 64, passes: "
                                           "[decode], kv_cache: paged, page_size: 256}]",
@@ -299,6 +357,31 @@ TEST(DecodeSplit, TheRuleFillsTheGpuWithoutEmptySplits) {
         if (splits > 1)
           EXPECT_GE((tiles + splits - 1) / splits, kDecodeMinTilesPerSplit);
       }
+}
+
+TEST(DecodeSplit, TheRuleTakesAKernelsPair) {
+  // Two CTAs per SM double the slots; the fewest tiles a split takes bounds the count.
+  EXPECT_EQ(decode_num_splits(8, 2048, 132, 2, 4), 33);
+  EXPECT_EQ(decode_num_splits(8, 32, 132, 1, 1), 16);  // 2k keys: 16 of 132 / 8
+  EXPECT_EQ(decode_num_splits(8, 32, 132, 1, 16), 2);  // splits of 16 tiles at least
+  EXPECT_EQ(decode_num_splits(128, 2048, 132, 2, 4), 2); // batch 16: two waves' worth
+  // The defaults are the header's pair; values outside the ranges count as the nearest inside.
+  EXPECT_EQ(decode_num_splits(8, 2048, 132),
+            decode_num_splits(8, 2048, 132, kDecodeCtasPerSm, kDecodeMinTilesPerSplit));
+  EXPECT_EQ(decode_num_splits(8, 2048, 132, 0, 0), decode_num_splits(8, 2048, 132, 1, 1));
+  EXPECT_EQ(decode_num_splits(1, 1 << 20, 132, 99, 999),
+            decode_num_splits(1, 1 << 20, 132, kDecodeMaxCtasPerSm, kDecodeMaxMinTiles));
+  for (int perSm = 1; perSm <= kDecodeMaxCtasPerSm; ++perSm)
+    for (int minTiles : {1, 2, 4, 8, 16, kDecodeMaxMinTiles})
+      for (int64_t ctas : {1, 8, 100, 1000})
+        for (int tiles : {1, 7, 33, 2048}) {
+          const int splits = decode_num_splits(ctas, tiles, 132, perSm, minTiles);
+          ASSERT_GE(splits, 1);
+          ASSERT_LE(splits, kDecodeMaxSplits);
+          EXPECT_LE(splits * ctas, std::max<int64_t>(ctas, int64_t(perSm) * 132));
+          if (splits > 1)
+            EXPECT_GE((tiles + splits - 1) / splits, minTiles);
+        }
 }
 
 TEST(DecodeSplit, WorkspaceLayout) {

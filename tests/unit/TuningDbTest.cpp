@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 
+#include <cmath>
 #include <set>
 
 using namespace fagen;
@@ -208,11 +209,11 @@ TEST(TuningDb, BackwardRecordsRoundTripInFormat2) {
   std::string forward = formatRecordLine(okRecord("s2048", tile(128, 64, 4, 2), 1.0));
   EXPECT_NE(forward.find("\"format\":1"), std::string::npos) << forward;
   std::string newer = line;
-  newer.replace(newer.find("\"format\":2"), 10, "\"format\":4");
+  newer.replace(newer.find("\"format\":2"), 10, "\"format\":5");
   llvm::Expected<TuningRecord> refused = parseRecordLine(newer);
   ASSERT_FALSE(bool(refused));
-  EXPECT_NE(llvm::toString(refused.takeError()).find("record format 4, this fagen reads formats "
-                                                     "1 to 3: re-tune"),
+  EXPECT_NE(llvm::toString(refused.takeError()).find("record format 5, this fagen reads formats "
+                                                     "1 to 4: re-tune"),
             std::string::npos);
   // A gradient error missing is named.
   std::string broken = line;
@@ -332,6 +333,75 @@ TEST(TuningDb, WinnersArePerBucketFastestOkRecords) {
             (std::vector<std::string>{"fwd bf16 hd128x128 causal sm_90a",
                                       "fwd fp16 hd64x64 none sm_90a"}));
   EXPECT_TRUE(fileDb->winners("fwd bf16 hd64x64 causal sm_90a").empty());
+}
+
+/// A decode kernel's record: rule perSm x minTiles on call `cell` ("b1k2048").
+TuningRecord ruleRecord(const std::string &cell, int perSm, int minTiles, double ms) {
+  TuneConfig c = tile(16, 64, 4, 3);
+  c.decodeCtasPerSm = perSm;
+  c.decodeMinTiles = minTiles;
+  TuningRecord r = okRecord("s512", c, ms, "fwd bf16 hd128x128 causal decode sm_90a");
+  r.bucket = bucket(cell, 1, kSeqlenUnbounded, 1);
+  r.kernel = "fagen_fwd_bf16_hd128_causal_sm80decode_m16n64w4s3";
+  r.stage = "split";
+  return r;
+}
+
+TEST(TuningDb, DecodeSplitRulesRoundTripInFormat4AndWinOverEveryCall) {
+  TuningRecord r = ruleRecord("b1k2048", 2, 8, 0.02);
+  std::string line = formatRecordLine(r);
+  EXPECT_NE(line.find("\"format\":4"), std::string::npos) << line;
+  EXPECT_NE(line.find("\"decode_ctas_per_sm\":2"), std::string::npos) << line;
+  EXPECT_NE(line.find("\"decode_min_tiles\":8"), std::string::npos) << line;
+  llvm::Expected<TuningRecord> back = parseRecordLine(line);
+  ASSERT_TRUE(bool(back)) << llvm::toString(back.takeError());
+  EXPECT_TRUE(back->config == r.config);
+  EXPECT_EQ(back->config.text(), "m16n64w4s3 split2x8");
+  // Another kernel's record keeps its older format and has no rule.
+  EXPECT_EQ(formatRecordLine(okRecord("s512", tile(128, 64, 4, 2), 1.0)).find("decode_"),
+            std::string::npos);
+
+  // Rule 1x4 is fastest on one call, 2x1 over both (geometric means 0.0245 and 0.0141); 1x1
+  // failed on a call and 2x8 was measured on one only: neither can win.
+  TempDir dir;
+  llvm::Expected<TuningDb> db = TuningDb::load(dir.file("d.db"));
+  ASSERT_TRUE(bool(db));
+  TuningRecord failed = ruleRecord("b16k2048", 1, 1, 0.001);
+  failed.status = RecordStatus::NumericsFailed;
+  failed.timings.reset();
+  ASSERT_FALSE(bool(db->append({ruleRecord("b1k2048", 1, 4, 0.01), ruleRecord("b16k2048", 1, 4, 0.06),
+                                ruleRecord("b1k2048", 2, 1, 0.02), ruleRecord("b16k2048", 2, 1, 0.01),
+                                ruleRecord("b1k2048", 1, 1, 0.001), failed,
+                                ruleRecord("b1k2048", 2, 8, 0.001)})));
+  std::optional<RuleWinner> w = db->ruleWinner("fwd bf16 hd128x128 causal decode sm_90a");
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->record.config.decodeCtasPerSm, 2);
+  EXPECT_EQ(w->record.config.decodeMinTiles, 1);
+  EXPECT_EQ(w->buckets, 2);
+  EXPECT_NEAR(w->geomeanMs, std::sqrt(0.02 * 0.01), 1e-12);
+  EXPECT_EQ(ruleProvenance(*w).rfind("tuned split rule 2x1 over 2 calls on NVIDIA H200 (132 SMs, "
+                                     "cc 9.0): geometric mean 0.014 ms", 0),
+            0u)
+      << ruleProvenance(*w);
+  // A filter narrows the calls: on b1k2048 alone 1x1 and 2x8 tie at 0.001 (the first in config
+  // order wins).
+  w = db->ruleWinner("fwd bf16 hd128x128 causal decode sm_90a",
+                     [](const TuningRecord &r) { return r.bucket.name == "b1k2048"; });
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->record.config.text(), "m16n64w4s3 split1x1");
+  EXPECT_FALSE(db->ruleWinner("fwd bf16 hd64x64 none decode sm_90a").has_value());
+
+  // The build's table: one rule for every call, with its provenance.
+  llvm::Expected<TuningTable> table =
+      loadTuningTable(dir.file("d.db"), Toolchain{"/usr/local/cuda/bin/nvcc", "13.0.88"},
+                      /*allowMismatch=*/true);
+  ASSERT_TRUE(bool(table)) << llvm::toString(table.takeError());
+  const std::vector<TunedConfig> &rule = (*table)["fwd bf16 hd128x128 causal decode sm_90a"];
+  ASSERT_EQ(rule.size(), 1u);
+  EXPECT_EQ(rule[0].config.text(), "m16n64w4s3 split2x1");
+  EXPECT_EQ(rule[0].seqlenMin, 1);
+  EXPECT_EQ(rule[0].seqlenMax, kSeqlenUnbounded);
+  EXPECT_NE(rule[0].provenance.find("tuned split rule 2x1 over 2 calls"), std::string::npos);
 }
 
 TEST(TuningDb, ValidatorMismatchIsRefusedWithTheFix) {
