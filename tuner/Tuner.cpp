@@ -304,11 +304,19 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
                                 : makeBuckets(seqlens, p.headDimQK, w.groupSize);
     out.push_back(std::move(w));
   }
-  for (const std::string &key : untuned)
+  for (const std::string &key : untuned) {
+    if (llvm::StringRef(key).contains(" decode ") && llvm::StringRef(key).contains(" paged")) {
+      llvm::errs() << "fagen tune: not timed: " << key
+                   << ": a paged decode kernel takes the split rule tuned for its variant's "
+                      "contiguous-cache decode kernel (the same spec without kv_cache: paged), "
+                      "else the default\n";
+      continue;
+    }
     llvm::errs() << "fagen tune: not tuned (keeps the planner's defaults): " << key
                  << ": only dense forward and backward kernels (no mask or a bottom-right causal "
                     "one; no score mod, dropout, varlen or block sparsity) and the split rule of "
                     "decode kernels over a contiguous cache (the same masks) are tuned so far\n";
+  }
   return out;
 }
 

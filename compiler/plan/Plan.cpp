@@ -654,20 +654,10 @@ llvm::Expected<std::vector<KernelPlan>> planKernels(const AttentionSpec &spec,
         llvm::Expected<KernelPlan> decode = decodePlan(v, arch);
         if (!decode)
           return decode.takeError();
-        // A tuned split rule (`fagen tune`'s one config over the measured calls).
-        auto rule = tuning ? tuning->find(workloadKey(*decode)) : TuningTable::const_iterator();
-        if (tuning && rule != tuning->end() && !rule->second.empty()) {
-          const TunedConfig &c = rule->second.front();
-          llvm::Expected<KernelPlan> tuned = applyConfig(*decode, c.config);
-          if (!tuned)
-            return llvm::createStringError(
-                std::errc::invalid_argument,
-                "the split rule for %s (%s) cannot be built: %s: re-tune with this fagen",
-                workloadKey(*decode).c_str(), c.provenance.c_str(),
-                llvm::toString(tuned.takeError()).c_str());
-          tuned->tuning = c.provenance;
-          decode = std::move(tuned);
-        }
+        if (tuning)
+          decode = planner::tunedDecodePlan(std::move(*decode), *tuning);
+        if (!decode)
+          return decode.takeError();
         auto [found, inserted] =
             byKey.try_emplace(std::make_tuple(decode->name, decode->arch, decode->seqlenMin),
                               *decode);

@@ -147,6 +147,32 @@ llvm::Expected<KernelPlan> decodePlan(const VariantSpec &v, const std::string &a
   return p;
 }
 
+llvm::Expected<KernelPlan> tunedDecodePlan(KernelPlan decode, const TuningTable &tuning) {
+  auto it = tuning.find(workloadKey(decode));
+  bool twin = false;
+  if (it == tuning.end() && decode.isPaged()) {
+    KernelPlan contiguous = decode;
+    contiguous.pageSize = 0;
+    it = tuning.find(workloadKey(contiguous));
+    twin = true;
+  }
+  if (it == tuning.end() || it->second.empty())
+    return decode;
+  const TunedConfig &rule = it->second.front();
+  KernelConfig c = configOf(decode);
+  c.decodeCtasPerSm = rule.config.decodeCtasPerSm;
+  c.decodeMinTiles = rule.config.decodeMinTiles;
+  llvm::Expected<KernelPlan> tuned = applyConfig(decode, c);
+  if (!tuned)
+    return llvm::createStringError(std::errc::invalid_argument,
+                                   "the split rule for %s (%s) cannot be built: %s: re-tune "
+                                   "with this fagen",
+                                   workloadKey(decode).c_str(), rule.provenance.c_str(),
+                                   llvm::toString(tuned.takeError()).c_str());
+  tuned->tuning = twin ? rule.provenance + " (the contiguous cache's kernel's)" : rule.provenance;
+  return tuned;
+}
+
 } // namespace planner
 
 } // namespace fagen

@@ -60,6 +60,10 @@ std::string decodeConfigProblem(const KernelPlan &p);
 /// The decode kernel of variant `v` (which lists decode in its passes) for `arch`, or a spec
 /// error at `passes: [decode]` naming what the template does not serve.
 llvm::Expected<KernelPlan> decodePlan(const VariantSpec &v, const std::string &arch);
+/// `decode` with the split rule `fagen tune` recorded for it (`tuning`: one pair over the
+/// measured calls), or, a paged decode kernel, which the tuner cannot time, its contiguous
+/// twin's; unchanged where the table has neither.
+llvm::Expected<KernelPlan> tunedDecodePlan(KernelPlan decode, const TuningTable &tuning);
 
 // Plan.cpp
 /// Tiles must divide the block of a block mask or layout (variants.cuh static_asserts it).

@@ -98,6 +98,8 @@ export FAGEN_LIBCUDA="$fake" FAKE_GPU_WRONG=_split2x2
 cat > dec.yaml <<'YAML'
 variants:
   - {name: serve, dtype: bf16, head_dim: 64, mask: causal, heads: {q: 8, kv: 2}, passes: [decode]}
+  - {name: paged, dtype: bf16, head_dim: 64, mask: causal, heads: {q: 8, kv: 2}, passes: [decode],
+     kv_cache: paged, page_size: 64}
 YAML
 "$fagen" tune dec.yaml --arch sm_90 --decode-contexts 1024,256 --runs 3 -o dec.db > dout.txt 2> derr.txt \
   || { cat derr.txt; fail "the decode run failed"; }
@@ -121,7 +123,13 @@ unset FAGEN_LIBCUDA FAKE_GPU_WRONG
 "$fagen" inspect dec.fab > dinspect.txt
 grep -q "tuning: tuned split rule $rule over 6 calls on Fake GPU" dinspect.txt \
   || { cat dinspect.txt; fail "no split-rule provenance"; }
+grep -q 'not timed: fwd bf16 hd64x64 causal paged64 decode sm_90: a paged decode kernel takes' derr.txt \
+  || { cat derr.txt; fail "no note on the paged kernel"; }
+[ "$(grep -c "tuning: tuned split rule $rule over 6 calls" dinspect.txt)" -eq 2 ] \
+  || { cat dinspect.txt; fail "the paged kernel did not take its twin's rule"; }
+grep -q "(the contiguous cache's kernel's)" dinspect.txt || fail "the paged kernel's provenance"
 if [ "$rule" != 1x4 ]; then
   grep -q "sm80decode_m16n64w4s[0-9]*_split$rule" dinspect.txt || { cat dinspect.txt; fail "the kernel name lacks the rule"; }
+  grep -q "paged64_sm80decode_m16n64w4s[0-9]*_split$rule" dinspect.txt || fail "the paged name lacks the rule"
 fi
 echo "tune-fake-gpu: ok ($lines records; backward $(wc -l < bwd.db); decode $(wc -l < dec.db))"
