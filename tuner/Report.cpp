@@ -99,7 +99,7 @@ std::string formatSummary(const std::vector<TuningRecord> &records,
                           const std::map<std::string, TuneConfig> &defaults) {
   std::vector<TuningRecord> latest = latestRecords(records);
   Grouped g = group(latest);
-  std::string out = llvm::formatv("{0,-36} {1,-8} {2,-14} {3,9}  {4,-26} {5,9} {6,7}  {7}\n",
+  std::string out = llvm::formatv("{0,-36} {1,-9} {2,-14} {3,9}  {4,-26} {5,9} {6,7}  {7}\n",
                                   "workload", "bucket", "seqlens", "default", "winner",
                                   "TFLOP/s", "speedup", "candidates ok/all")
                         .str();
@@ -124,7 +124,7 @@ std::string formatSummary(const std::vector<TuningRecord> &records,
                                                                      best->timings->medianMs)
                                             .str()
                                       : "-";
-      out += llvm::formatv("{0,-36} {1,-8} {2,-14} {3,9}  {4,-26} {5,9} {6,7}  {7}/{8}\n", w,
+      out += llvm::formatv("{0,-36} {1,-9} {2,-14} {3,9}  {4,-26} {5,9} {6,7}  {7}/{8}\n", w,
                            b.name, rangeText(b), defText, winText, bestText, ratio, ok,
                            cell->second.size())
                  .str();

@@ -291,7 +291,9 @@ int Tuner::timeBucket(const StageRun &s, size_t wi, size_t b, const std::vector<
     Log.note("fagen tune: " + cudaError);
     return kExitRejected;
   }
-  const double flops = passFlops(w.base.pass, bucket, w.base.headDimQK, causal);
+  // A decode call's few tokens (bottom-right aligned) see every key: no causal halving.
+  const double flops =
+      passFlops(w.base.pass, bucket, w.base.headDimQK, causal && !isDecodePlan(w.base));
   for (size_t i : here) {
     const KernelPlan &candidate = s.jobs[i].candidate.plan;
     TimingOutcome t = timeCandidate(s.loaded, s.indexOf(candidate.name), candidate, problem, sets);

@@ -440,29 +440,60 @@ TuningDb::winners(const std::string &workload,
 
 std::optional<RuleWinner>
 TuningDb::ruleWinner(const std::string &workload,
-                     const std::function<bool(const TuningRecord &)> &accept) const {
-  // The newest Ok record of each (config, bucket); the buckets any config was measured on.
+                     const std::function<bool(const TuningRecord &)> &accept,
+                     std::vector<std::string> *missing) const {
+  auto wanted = [&](const TuningRecord &r) {
+    return r.workload == workload && (!accept || accept(r));
+  };
+  // The GPU that measured the workload last: a database may hold several GPUs' runs.
+  const TuningRecord *newest = nullptr;
+  for (const TuningRecord &r : Records)
+    if (wanted(r))
+      newest = &r;
+  if (missing)
+    missing->clear();
+  if (!newest)
+    return std::nullopt;
+  // A bucket is its name and its shape; only buckets where some config passed count.
+  auto bucketKey = [](const ShapeBucket &b) {
+    return llvm::formatv("{0} (B={1} Hq={2} Hkv={3} Sq={4} Sk={5})", b.name, b.batch, b.headsQ,
+                         b.headsKV, b.seqlenQ, b.seqlenK)
+        .str();
+  };
   std::map<TuneConfig, std::map<std::string, const TuningRecord *>> measured;
   std::set<std::string> buckets;
   for (const TuningRecord &r : Records) {
-    if (r.workload != workload || (accept && !accept(r)))
+    if (!wanted(r) || !r.validators.sameGpu(newest->validators) ||
+        r.status != RecordStatus::Ok || !r.timings || !(r.timings->medianMs > 0))
       continue;
-    buckets.insert(r.bucket.name);
-    if (r.status == RecordStatus::Ok && r.timings && r.timings->medianMs > 0)
-      measured[r.config][r.bucket.name] = &r;
+    const std::string key = bucketKey(r.bucket);
+    buckets.insert(key);
+    measured[r.config][key] = &r; // the newest record of (config, bucket)
   }
   std::optional<RuleWinner> best;
+  const std::map<std::string, const TuningRecord *> *mostComplete = nullptr;
   for (const auto &[config, byBucket] : measured) {
+    if (!mostComplete || byBucket.size() > mostComplete->size())
+      mostComplete = &byBucket;
     if (byBucket.size() != buckets.size())
       continue; // not measured (or failed) on every bucket
     double logSum = 0;
-    for (const auto &[bucket, r] : byBucket)
+    const TuningRecord *last = nullptr;
+    std::vector<const TuningRecord *> used;
+    for (const auto &[bucket, r] : byBucket) {
       logSum += std::log(r->timings->medianMs);
-    const double geomean = std::exp(logSum / double(byBucket.size()));
-    if (!best || geomean < best->geomeanMs) {
-      best = RuleWinner{*byBucket.begin()->second, geomean, int(byBucket.size())};
+      used.push_back(r);
+      if (!last || r > last)
+        last = r;
     }
+    const double geomean = std::exp(logSum / double(byBucket.size()));
+    if (!best || geomean < best->geomeanMs)
+      best = RuleWinner{*last, geomean, int(byBucket.size()), std::move(used)};
   }
+  if (!best && missing && mostComplete)
+    for (const std::string &b : buckets)
+      if (!mostComplete->count(b))
+        missing->push_back(b);
   return best;
 }
 

@@ -118,12 +118,14 @@ struct TuningRecord {
 };
 
 /// A decode kernel's split rule serves every call, so one config wins over all of a workload's
-/// buckets (TuningDb::ruleWinner): `record` is its record on the first bucket, `geomeanMs` the
-/// geometric mean of its medians over the `buckets` buckets.
+/// buckets (TuningDb::ruleWinner): `record` is its newest record (its date and validators),
+/// `geomeanMs` the geometric mean of its medians over the `buckets` buckets, `used` the records
+/// of those medians (pointers into the database).
 struct RuleWinner {
   TuningRecord record;
   double geomeanMs = 0;
   int buckets = 0;
+  std::vector<const TuningRecord *> used;
 };
 
 /// The layout version a record is written in: 4 with a decode split rule, 3 with a dQ
@@ -169,12 +171,15 @@ public:
           const std::function<bool(const TuningRecord &)> &accept = nullptr) const;
 
   /// The config of `workload` with the lowest geometric mean of its medians over the buckets
-  /// its accepted records cover, among the configs measured Ok on every one of them (ties: the
-  /// first in config order); none when no config was. A decode kernel's split rule is chosen
-  /// this way: it serves every call, so it must be good across the measured calls, not on one.
+  /// (name and shape) where some accepted Ok record of the GPU that measured the workload last
+  /// lies, among the configs measured Ok on every one of them (ties: the first in config
+  /// order); none when no config was, and then `missing` (when given) names the buckets the
+  /// most complete config lacks. A decode kernel's split rule is chosen this way: it serves
+  /// every call, so it must be good across the measured calls, not on one.
   std::optional<RuleWinner>
   ruleWinner(const std::string &workload,
-             const std::function<bool(const TuningRecord &)> &accept = nullptr) const;
+             const std::function<bool(const TuningRecord &)> &accept = nullptr,
+             std::vector<std::string> *missing = nullptr) const;
 
   /// Every workload in the database, sorted.
   std::vector<std::string> workloads() const;

@@ -4,6 +4,7 @@
 
 #include "tuner/TuningDb.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FormatVariadic.h"
 
 #include <algorithm>
@@ -43,30 +44,40 @@ llvm::Expected<TuningTable> loadTuningTable(const std::string &dbPath, const Too
     // A decode kernel's split rule: one config over every measured call (ruleWinner), of
     // this toolchain and fagen unless allowed.
     if (llvm::StringRef(workload).contains(" decode ")) {
-      std::optional<RuleWinner> rule = db->ruleWinner(workload, matches);
-      std::string note;
-      if (!rule && allowMismatch) {
-        rule = db->ruleWinner(workload);
-        note = " (another toolchain or fagen version: allowed by --tuning-allow-mismatch)";
-      }
-      if (!rule) {
-        // Records of another toolchain only: the same refusal as a kernel config's.
-        for (const TuningRecord &r : db->records())
-          if (r.workload == workload && r.status == RecordStatus::Ok && !matches(r))
-            return checkValidators(r, toolchain, FAGEN_VERSION_STRING);
+      bool anyMatching = false;
+      for (const TuningRecord &r : db->records())
+        anyMatching |= r.workload == workload && r.status == RecordStatus::Ok && matches(r);
+      std::vector<std::string> missing;
+      std::optional<RuleWinner> rule =
+          anyMatching || !allowMismatch ? db->ruleWinner(workload, matches, &missing)
+                                        : db->ruleWinner(workload, nullptr, &missing);
+      const TuningRecord *anyOk = nullptr;
+      for (const TuningRecord &r : db->records())
+        if (!anyOk && r.workload == workload && r.status == RecordStatus::Ok)
+          anyOk = &r;
+      if (!anyOk)
+        continue; // no pair passed anywhere: the kernel keeps the default (tune reported it)
+      if (!rule && !anyMatching && !allowMismatch) // another toolchain's records only
+        return checkValidators(*anyOk, toolchain, FAGEN_VERSION_STRING);
+      if (!rule)
         return llvm::createStringError(
             std::errc::invalid_argument,
-            "%s: no split rule of '%s' was measured on every call the database holds for it: "
-            "run the same `fagen tune` again (it resumes) to finish the measurements",
-            dbPath.c_str(), workload.c_str());
-      }
+            "%s: no split rule of '%s' was measured on every call its records hold; the most "
+            "complete pair lacks %s: run the same `fagen tune` again (it resumes where it "
+            "stopped), or tune into a new database",
+            dbPath.c_str(), workload.c_str(), llvm::join(missing, ", ").c_str());
       if (llvm::Error err = sameGpu(rule->record))
         return std::move(err);
+      const bool mismatched = std::any_of(rule->used.begin(), rule->used.end(),
+                                          [&](const TuningRecord *r) { return !matches(*r); });
       TunedConfig c;
       c.seqlenMin = 1;
       c.seqlenMax = kSeqlenUnbounded;
       c.config = rule->record.config;
-      c.provenance = ruleProvenance(*rule) + note;
+      c.provenance = ruleProvenance(*rule) +
+                     (mismatched ? " (another toolchain or fagen version: allowed by "
+                                   "--tuning-allow-mismatch)"
+                                 : "");
       table[workload].push_back(std::move(c));
       continue;
     }

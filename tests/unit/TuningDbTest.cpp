@@ -402,6 +402,51 @@ TEST(TuningDb, DecodeSplitRulesRoundTripInFormat4AndWinOverEveryCall) {
   EXPECT_EQ(rule[0].seqlenMin, 1);
   EXPECT_EQ(rule[0].seqlenMax, kSeqlenUnbounded);
   EXPECT_NE(rule[0].provenance.find("tuned split rule 2x1 over 2 calls"), std::string::npos);
+  EXPECT_EQ(rule[0].provenance.find("another toolchain"), std::string::npos);
+
+  // A bucket of the same name but another shape is another call: 2x1 lacks it, and so does
+  // every other pair, so no pair wins and the build names what is missing.
+  TuningRecord reshaped = ruleRecord("b16k2048", 2, 16, 0.07);
+  reshaped.bucket.batch = 32;
+  ASSERT_FALSE(bool(db->append({reshaped})));
+  std::vector<std::string> missing;
+  EXPECT_FALSE(db->ruleWinner("fwd bf16 hd128x128 causal decode sm_90a", nullptr, &missing));
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_NE(missing[0].find("b16k2048 (B=32"), std::string::npos) << missing[0];
+  table = loadTuningTable(dir.file("d.db"), Toolchain{"/usr/local/cuda/bin/nvcc", "13.0.88"},
+                          /*allowMismatch=*/true);
+  ASSERT_FALSE(bool(table));
+  EXPECT_NE(llvm::toString(table.takeError())
+                .find("no split rule of 'fwd bf16 hd128x128 causal decode sm_90a' was measured "
+                      "on every call its records hold; the most complete pair lacks b16k2048 (B=32"),
+            std::string::npos);
+  // Measured on another GPU since: only that GPU's records count (one pair, one call).
+  TuningRecord h100 = ruleRecord("b1k2048", 1, 2, 0.5);
+  h100.validators.gpu = "NVIDIA H100";
+  ASSERT_FALSE(bool(db->append({h100})));
+  w = db->ruleWinner("fwd bf16 hd128x128 causal decode sm_90a");
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->record.config.text(), "m16n64w4s3 split1x2");
+  EXPECT_EQ(w->buckets, 1);
+}
+
+TEST(TuningDb, DecodeSplitRulesOfAnotherToolchainNeedTheFlag) {
+  TempDir dir;
+  llvm::Expected<TuningDb> db = TuningDb::load(dir.file("o.db"));
+  ASSERT_TRUE(bool(db));
+  TuningRecord a = ruleRecord("b1k2048", 2, 1, 0.02), b = ruleRecord("b16k2048", 2, 1, 0.01);
+  a.validators.fagen = b.validators.fagen = "0.0.1-old";
+  ASSERT_FALSE(bool(db->append({a, b})));
+  const Toolchain tc{"/usr/local/cuda/bin/nvcc", "13.0.88"};
+  llvm::Expected<TuningTable> table = loadTuningTable(dir.file("o.db"), tc, false);
+  ASSERT_FALSE(bool(table));
+  EXPECT_NE(llvm::toString(table.takeError()).find("--tuning-allow-mismatch"), std::string::npos);
+  table = loadTuningTable(dir.file("o.db"), tc, true);
+  ASSERT_TRUE(bool(table)) << llvm::toString(table.takeError());
+  const std::vector<TunedConfig> &rule = (*table)["fwd bf16 hd128x128 causal decode sm_90a"];
+  ASSERT_EQ(rule.size(), 1u);
+  EXPECT_NE(rule[0].provenance.find("split rule 2x1 over 2 calls"), std::string::npos);
+  EXPECT_NE(rule[0].provenance.find("allowed by --tuning-allow-mismatch"), std::string::npos);
 }
 
 TEST(TuningDb, ValidatorMismatchIsRefusedWithTheFix) {
