@@ -205,14 +205,22 @@ __device__ __forceinline__ void gemm_dq_issue(float (&dq)[8][4], u32 ds_smem, u3
 /// acc (kBlockN keys, 128 columns) += a (kBlockN keys, kBlockM query rows) * b (kBlockM query
 /// rows, 128 columns), issued by one warpgroup, both from shared memory: a is a P^T or dS^T tile
 /// (key-major: K-major), b_smem the first of two 64-column blocks of the Q or dO tile (MN-major).
-template <class Element, int kBlockN, int kBlockM>
+/// kBlocks (2, 1 or 0) of the two 64-column blocks: the second consumer's columns past the head
+/// dim (hd 192: one block of dK and dV; 192/128: one of dK, none of dV) are padding, which it
+/// neither multiplies nor stores (acc's columns from 64 * kBlocks stay 0).
+template <class Element, int kBlockN, int kBlockM, int kBlocks = 2>
 __device__ __forceinline__ void gemm_kv_split_issue(float (&acc)[16][4], u32 a_smem, u32 b_smem) {
+  static_assert(kBlocks >= 0 && kBlocks <= 2, "one warpgroup's 128 columns");
   const SmemDescSw128<16, 1024> a(a_smem);
   const SmemDescSw128<kBlockM * 128, 1024> b(b_smem);
 #pragma unroll
-  for (int k = 0; k < kBlockM / 16; ++k)
-    Wgmma<128, Element>::ss_tb(acc, a.at((k / 4) * kBlockN * 128 + (k % 4) * 32),
-                               b.at(k * 16 * 128), 1);
+  for (int k = 0; k < kBlockM / 16; ++k) {
+    const uint64_t da = a.at((k / 4) * kBlockN * 128 + (k % 4) * 32), db = b.at(k * 16 * 128);
+    if constexpr (kBlocks == 2)
+      Wgmma<128, Element>::ss_tb(acc, da, db, 1);
+    else if constexpr (kBlocks == 1) // the first 8 fragments: columns 0 .. 63
+      Wgmma<64, Element>::ss_tb(reinterpret_cast<float(&)[8][4]>(acc), da, db, 1);
+  }
 }
 
 /// P^T (in st, from S^T) and dS^T (in dpt, from dP^T) of one query tile's columns col0 ..
@@ -559,7 +567,11 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
   using Mask = typename Config::Mask;
   constexpr int kBlockM = Config::kBlockM, kBlockN = Config::kBlockN, kSCols = Config::kSCols;
   const AttentionShape shape = span.shape;
-  const int consumer = threadIdx.x / 128 - 1, tid = threadIdx.x % 128;
+  // The warpgroup's index through a shuffle: a warp-uniform value, so that ptxas takes the
+  // branches on it (the second consumer's padding blocks) for uniform ones and keeps their
+  // wgmma asynchronous (a branch it must call divergent serializes every wgmma: C7518, C7520).
+  const int consumer = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0) - 1;
+  const int tid = threadIdx.x % 128;
   const int warp = tid / 32, lane = tid % 32;
   // The warpgroup's query columns of S^T and its 64-column blocks of dK, dV and dQ.
   const int key0 = n_block * kBlockN, col0 = consumer * kSCols;
@@ -617,8 +629,15 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
     // kIssueDqAtOnce both issued with dV and dK, the second computed while the first is staged
     // and added; else each issued once the previous one is added.
     wgmma_fence();
-    gemm_kv_split_issue<Element, kBlockN, kBlockM>(dv, pts, sm.dout(sd) + block0 * kBlockM * 128);
-    gemm_kv_split_issue<Element, kBlockN, kBlockM>(dk, ds, sm.q(s) + block0 * kBlockM * 128);
+    if (!Config::kPaddingBlocks || consumer == 0) {
+      gemm_kv_split_issue<Element, kBlockN, kBlockM>(dv, pts, sm.dout(sd) + block0 * kBlockM * 128);
+      gemm_kv_split_issue<Element, kBlockN, kBlockM>(dk, ds, sm.q(s) + block0 * kBlockM * 128);
+    } else { // the second consumer's real blocks only (hd 192, 192/128)
+      gemm_kv_split_issue<Element, kBlockN, kBlockM, Config::kVBlocks - 2>(
+          dv, pts, sm.dout(sd) + block0 * kBlockM * 128);
+      gemm_kv_split_issue<Element, kBlockN, kBlockM, Config::kQkBlocks - 2>(
+          dk, ds, sm.q(s) + block0 * kBlockM * 128);
+    }
     wgmma_commit();
     if constexpr (Config::kIssueDqAtOnce) {
       static_assert(Config::kDqBlocks == 2, "two dQ blocks a warpgroup");
