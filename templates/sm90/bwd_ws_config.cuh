@@ -40,9 +40,9 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr int kDim = ws_bwd_dim(kHeadDimQK);
   static constexpr int kDqAccumCols = kDim;
   /// The 64-column blocks of Q and K (kQkBlocks) and of V and dO (kVBlocks) that hold real
-  /// columns (ws_bwd_real_blocks): TMA loads those, S^T and dP^T run over those; the blocks
-  /// past them up to kDim / 64 (hd 192: one; V and dO of 192/128: two) are zeroed once at the
-  /// start, so that dK, dV and dQ read zeros there.
+  /// columns (ws_bwd_real_blocks): TMA loads those, and every GEMM runs over those only; the
+  /// blocks past them up to kDim / 64 (hd 192: one; V and dO of 192/128: two) are zeroed once
+  /// at the start (bwd_ws_zero_padding).
   static constexpr int kQkBlocks = ws_bwd_real_blocks(kHeadDimQK);
   static constexpr int kVBlocks = ws_bwd_real_blocks(kHeadDimV);
   static constexpr bool kPaddingBlocks = kQkBlocks < kDim / 64 || kVBlocks < kDim / 64;

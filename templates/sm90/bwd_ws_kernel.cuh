@@ -694,7 +694,9 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
 
 /// Zeroes the tiles' padding blocks (Config::kPaddingBlocks: the 64-column blocks past the real
 /// columns, which TMA never loads) in every slot of K, V, Q and dO, by all the CTA's threads,
-/// before the barrier that starts the pipeline: the GEMMs of dK, dV and dQ read zeros there.
+/// before the barrier that starts the pipeline. No GEMM reads them (S^T and dP^T run over the
+/// real blocks; the second consumer's dK, dV and dQ skip them): a guard, so that a GEMM over a
+/// whole tile would read zeros rather than what the previous kernel left in shared memory.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_zero_padding(const WsBwdSmem<Config> &sm) {
   constexpr int kBlocks = Config::kDim / 64;
