@@ -69,9 +69,11 @@ llvm::Expected<std::string> materializeTemplates(const std::string &cacheDir) {
     return llvm::createStringError(ec, "cannot create the cache folder %s: %s (set "
                                        "FAGEN_CACHE_DIR to a writable folder)",
                                    cacheDir.c_str(), ec.message().c_str());
-  llvm::SmallString<256> tmp;
-  if (std::error_code ec =
-          llvm::sys::fs::createUniqueDirectory(cacheDir + "/templates/tmp", tmp))
+  // createUniqueDirectory puts a relative prefix under the system's temporary folder: the
+  // prefix is made absolute, so that the folder is filled beside `dir` and renamed in place.
+  llvm::SmallString<256> prefix(cacheDir + "/templates/tmp"), tmp;
+  llvm::sys::fs::make_absolute(prefix);
+  if (std::error_code ec = llvm::sys::fs::createUniqueDirectory(prefix, tmp))
     return llvm::createStringError(ec, "cannot create a folder under %s: %s", cacheDir.c_str(),
                                    ec.message().c_str());
   for (unsigned i = 0; i < kEmbeddedTemplateCount; ++i) {
