@@ -281,11 +281,11 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
     return plans.takeError();
   std::vector<int> seqlens = opt.seqlens.empty() ? defaultBucketSeqlens() : opt.seqlens;
   std::vector<Workload> out;
-  std::set<std::string> untuned;
+  std::map<std::string, bool> untuned; ///< key -> a paged decode kernel's
   for (const KernelPlan &p : *plans) {
     std::string key = workloadKey(p);
     if (!isTunable(p)) {
-      untuned.insert(key);
+      untuned[key] = isDecodePlan(p) && p.isPaged();
       continue;
     }
     if (!opt.kernelFilter.empty() && p.name.find(opt.kernelFilter) == std::string::npos &&
@@ -304,8 +304,8 @@ llvm::Expected<std::vector<Workload>> planWorkloads(const TuneOptions &opt) {
                                 : makeBuckets(seqlens, p.headDimQK, w.groupSize);
     out.push_back(std::move(w));
   }
-  for (const std::string &key : untuned) {
-    if (llvm::StringRef(key).contains(" decode ") && llvm::StringRef(key).contains(" paged")) {
+  for (const auto &[key, pagedDecode] : untuned) {
+    if (pagedDecode) {
       llvm::errs() << "fagen tune: not timed: " << key
                    << ": a paged decode kernel takes the split rule tuned for its variant's "
                       "contiguous-cache decode kernel (the same spec without kv_cache: paged), "

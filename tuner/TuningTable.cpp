@@ -43,18 +43,18 @@ llvm::Expected<TuningTable> loadTuningTable(const std::string &dbPath, const Too
   for (const std::string &workload : db->workloads()) {
     // A decode kernel's split rule: one config over every measured call (ruleWinner), of
     // this toolchain and fagen unless allowed.
-    if (llvm::StringRef(workload).contains(" decode ")) {
+    if (isDecodeWorkload(workload)) {
       bool anyMatching = false;
+      const TuningRecord *anyOk = nullptr;
       for (const TuningRecord &r : db->records())
-        anyMatching |= r.workload == workload && r.status == RecordStatus::Ok && matches(r);
+        if (r.workload == workload && r.status == RecordStatus::Ok) {
+          anyOk = anyOk ? anyOk : &r;
+          anyMatching |= matches(r);
+        }
       std::vector<std::string> missing;
       std::optional<RuleWinner> rule =
           anyMatching || !allowMismatch ? db->ruleWinner(workload, matches, &missing)
                                         : db->ruleWinner(workload, nullptr, &missing);
-      const TuningRecord *anyOk = nullptr;
-      for (const TuningRecord &r : db->records())
-        if (!anyOk && r.workload == workload && r.status == RecordStatus::Ok)
-          anyOk = &r;
       if (!anyOk)
         continue; // no pair passed anywhere: the kernel keeps the default (tune reported it)
       if (!rule && !anyMatching && !allowMismatch) // another toolchain's records only

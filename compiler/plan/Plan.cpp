@@ -454,9 +454,12 @@ void finalizePlan(KernelPlan &p) {
   p.name = kernelName(p);
 }
 
+static constexpr const char *kDecodeKeyTag = " decode "; ///< a decode key's, before the arch
+
 std::string workloadKey(const KernelPlan &p) {
-  return p.key() + (isDecodePlan(p) ? " decode " : " ") + p.arch;
+  return p.key() + (isDecodePlan(p) ? kDecodeKeyTag : " ") + p.arch;
 }
+bool isDecodeWorkload(const std::string &key) { return key.find(kDecodeKeyTag) != std::string::npos; }
 
 namespace planner {
 

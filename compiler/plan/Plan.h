@@ -181,6 +181,8 @@ using TuningTable = std::map<std::string, std::vector<TunedConfig>>;
 /// dense kernel, "bwd bf16 hd128x128 windowtl softcap drop bsr128 varlen det sm_90" otherwise,
 /// "fwd bf16 hd128x128 causal decode sm_90a" for a decode kernel.
 std::string workloadKey(const KernelPlan &plan);
+/// Whether `key` (workloadKey) is a decode kernel's.
+bool isDecodeWorkload(const std::string &key);
 
 /// The largest dynamic shared memory a block may opt into on `arch`, in bytes.
 int archSmemLimit(const std::string &arch);
