@@ -25,6 +25,9 @@ backend), 3.5x the forward's FLOPs, and prints it as a second table.
 --dropout P also times the backward with dropout p (fagen's dropout kernels of the bundle, SDPA
 flash with dropout_p), and prints what dropout costs each: the dropout backward's time over the
 dense one's (the masks differ, so those gradients are only checked to be finite).
+--kernel-times also runs each default backward 20 times under torch.profiler (fagen's, SDPA
+flash's and cuDNN's on the same inputs) and prints each one's kernels' device time per call:
+fagen's _pre / main / _post beside cuDNN's dot_do_o / main / dQ conversion.
 """
 import argparse
 import json
@@ -40,6 +43,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import fa3  # noqa: E402
 from fagen import runtime as fagen_rt  # noqa: E402
+from bench_decode import kernel_times  # noqa: E402
 from tables import fmt, ratio, write_json  # noqa: E402
 
 SEQLENS = (2048, 4096, 8192, 16384)
@@ -83,7 +87,7 @@ def fagen_backward(plan, q, k, v, o, lse, do, row, label, layout, args=None):
 
 
 def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, layout,
-               train_step=False):
+               train_step=False, profile=False):
     """Runs fagen's forward then backward per deterministic mode; fills row[name...] in place
     (train_step: also row[name + "_step_ms"], forward + default backward).
     q, k, v, do: [B, S, H, D]-indexed views of `layout` memory; O, dQ, dK, dV alike."""
@@ -103,6 +107,8 @@ def fagen_rows(name, bundle, q, k, v, do, causal, det_modes, row, ref_grads, lay
             row["wrong"] = True
         first = [t.clone() for t in grads] if det else None
         row[label + "_ms"] = bench_ms(run)
+        if profile and not det:
+            row[label + "_kernel_us"] = kernel_times(run)
         if train_step and not det:
             row[label + "_step_ms"] = bench_ms(lambda: (fplan.run(q, k, v, o, lse), run()))
         if det:  # the timed runs' last result must equal the first bit for bit
@@ -167,6 +173,9 @@ def main():
     ap.add_argument("--train-step", action="store_true",
                     help="also time forward + backward of the same call (a training step's "
                          "attention) against SDPA flash and cuDNN")
+    ap.add_argument("--kernel-times", action="store_true",
+                    help="profile each default backward's kernels (torch.profiler) and print "
+                         "their device times per call, fagen's beside SDPA flash's and cuDNN's")
     ap.add_argument("--layout", default="bshd", choices=("bshd", "bhsd"),
                     help="memory layout of every tensor (both sides see the same memory); "
                          "bshd: FlashAttention-3's benchmark, bhsd: torch's default")
@@ -219,8 +228,11 @@ def main():
                         if ref_grads is None and drop_p == 0:  # flash's, else cuDNN's
                             ref_grads = [g.transpose(1, 2) for g in grads]
                             row["reference"] = name
-                        row[name + "_ms"] = bench_ms(
-                            lambda: torch.autograd.grad(out, (qt, kt, vt), dot, retain_graph=True))
+                        grad = lambda: torch.autograd.grad(out, (qt, kt, vt), dot,  # noqa: E731
+                                                           retain_graph=True)
+                        row[name + "_ms"] = bench_ms(grad)
+                        if args.kernel_times and drop_p == 0:
+                            row[name + "_kernel_us"] = kernel_times(grad)
                         del out
                         if args.train_step and drop_p == 0:
                             def step():
@@ -235,7 +247,7 @@ def main():
                 if ref_grads is not None:
                     for label, bundle in bundles:
                         fagen_rows(label, bundle, q, k, v, do, causal, det_modes, row, ref_grads,
-                                   args.layout, args.train_step)
+                                   args.layout, args.train_step, args.kernel_times)
                         if args.dropout > 0:
                             fagen_dropout_row(label, bundle, q, k, v, do, causal, args.dropout,
                                               row, args.layout)
@@ -303,6 +315,18 @@ def main():
                              for l in labels)
             line += "  " + r.get(labels[0] + "_drop_kernel", "-").replace("fagen_bwd_bf16_", "")
             print(line + ("  WRONG" if r.get("wrong") else ""))
+    if args.kernel_times:
+        print("\nkernel device time per call, us (--kernel-times): each kernel, largest first")
+        for r in meta["rows"]:
+            for name in labels + ["flash", "cudnn"]:
+                times = r.get(name + "_kernel_us")
+                if not times:
+                    continue
+                kernels = " + ".join("%.1f %s" % (us, k.split("(")[0][-40:])
+                                     for k, us in sorted(times.items(), key=lambda kv: -kv[1]))
+                print("%3s %-6s %6d %-8s %9.1f = %s" % (
+                    dims_label(r["head_dim"], r["head_dim_v"]), "yes" if r["causal"] else "no",
+                    r["seqlen"], name[:8], sum(times.values()), kernels))
     if args.out:
         write_json(args.out, meta)
     return 1 if failed else 0
