@@ -110,6 +110,16 @@ FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_dq_accum_offset(int row, int col, in
          (col % 2) + 2 * (row % 16 / 8);
 }
 
+/// The inverse of ws_bwd_dq_accum_offset for whole float4: float4 q of a query tile's block
+/// (floats 4 q .. 4 q + 3) holds columns (col, col + 1) of rows row and row + 8, with
+/// (row, col) as these two give them (_post reads the block with contiguous 16-byte loads).
+FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_dq_accum_row(int q, int block_m) {
+  return (q / 1024) % (block_m / 64) * 64 + (q / 32 % 4) * 16 + (q % 32) / 4;
+}
+FAGEN_WS_BWD_LAYOUT_HD constexpr int ws_bwd_dq_accum_col(int q, int block_m) {
+  return (q / 1024) / (block_m / 64) * 64 + (q % 1024 / 128) * 8 + 2 * (q % 4);
+}
+
 } // namespace fagen
 
 #endif // FAGEN_TEMPLATES_COMMON_WS_BWD_LAYOUT_H

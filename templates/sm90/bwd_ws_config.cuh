@@ -169,7 +169,8 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   }
   static constexpr int kSubBlockFloats = 64 * 64;
   /// Where dQ element (row, col) of a query tile lies in its block of dq_accum
-  /// (common/ws_bwd_layout.h); bwd_ws_postprocess reads it back.
+  /// (common/ws_bwd_layout.h); bwd_ws_postprocess reads the block back by its inverse
+  /// (ws_bwd_dq_accum_row / _col).
   static __host__ __device__ constexpr int dq_accum_offset(int row, int col) {
     return ws_bwd_dq_accum_offset(row, col, kBlockM);
   }

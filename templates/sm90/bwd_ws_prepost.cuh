@@ -35,14 +35,27 @@ __device__ __forceinline__ void bwd_ws_preprocess(const fagen_bwd_params &params
   sm80::bwd_preprocess<Config>(params);
 }
 
-/// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype,
-/// read back in WsBwdConfig::dq_accum_offset's order. Launch: like bwd_ws_preprocess, after
-/// bwd_ws_kernel.
+/// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype. The
+/// query tile's block is read with contiguous 16-byte loads, all of a thread's in flight at once
+/// (each float4 holds two columns of two rows: ws_bwd_dq_accum_row / _col), converted into a
+/// row-major tile in shared memory (rows padded by 4 words: the warp's stores land in 32
+/// banks), and written out row by row with 16-byte stores: the 8-byte loads of each row's
+/// columns from the accumulator order took 73-81 us at hd 128 / 256 where cuDNN's conversion
+/// takes 55-56 (H200, 16k tokens of hidden 2048; docs/perf/sm90-bwd.md). This form: compiled,
+/// not run.
+/// Launch: like bwd_ws_preprocess, after bwd_ws_kernel.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &params) {
   using Element = typename Config::Element;
   constexpr bool kVarlen = Config::kVarlen;
-  constexpr int kBlockM = Config::kBlockM, kChunks = Config::kHeadDimQK / 8; // real columns
+  constexpr int kBlockM = Config::kBlockM, kThreads = Config::kPrePostThreads;
+  constexpr int kChunks = Config::kHeadDimQK / 8; // real columns, 8 a 16-byte store
+  constexpr int kRowWords = Config::kDim / 2 + 4; // a row of bf16 / fp16 pairs, padded
+  constexpr int kLoads = kBlockM * Config::kDim / 4 / kThreads; // float4 a thread
+  static_assert(kBlockM * Config::kDim % (4 * kThreads) == 0, "whole float4 a thread");
+  constexpr int kBatch = kLoads < 8 ? kLoads : 8; // in flight at once
+  static_assert(kLoads % kBatch == 0, "whole batches");
+  __shared__ __align__(16) u32 tile[kBlockM * kRowWords];
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const fagen_fwd_params &f = params.fwd;
   const SequenceSpan span = sequence_span<kVarlen>(f, batch);
@@ -50,39 +63,48 @@ __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &param
   if (rows <= 0)
     return;
   const float scale = Config::ScoreMod::kIdentity ? f.softmax_scale : 1.f;
-  const float *accum = params.dq_accum + ws_dq_accum_seq<Config>(params, batch, span) +
-                       head * params.dq_accum_head_stride +
-                       int64_t(m_block) * kBlockM * Config::kDim;
+  const float4 *accum = reinterpret_cast<const float4 *>(
+      params.dq_accum + ws_dq_accum_seq<Config>(params, batch, span) +
+      head * params.dq_accum_head_stride + int64_t(m_block) * kBlockM * Config::kDim);
   // The dq_accum copies that key tiles wrote (WsBwdConfig::kDqSlots; with kDqStoreFirst a copy
   // without a key tile holds nothing, and dQ is 0 where none has one), summed in copy order.
-  const int64_t slot_stride = sm80::dq_slot_stride<Config>(params);
+  const int64_t slot_stride = sm80::dq_slot_stride<Config>(params) / 4;
   const int written =
       Config::kDqStoreFirst
           ? min(Config::kDqSlots, ceil_div(span.shape.seqlen_k, Config::kBlockN))
           : Config::kDqSlots;
-  const auto load = [&](int at) {
-    float2 x = written > 0 ? *reinterpret_cast<const float2 *>(accum + at) : make_float2(0.f, 0.f);
 #pragma unroll
-    for (int slot = 1; slot < Config::kDqSlots; ++slot)
-      if (slot < written) {
-        const float2 y = *reinterpret_cast<const float2 *>(accum + slot * slot_stride + at);
-        x.x += y.x, x.y += y.y;
-      }
-    return x;
-  };
+  for (int i0 = 0; i0 < kLoads; i0 += kBatch) {
+    float4 x[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int q = threadIdx.x + kThreads * (i0 + u);
+      x[u] = written > 0 ? __ldcs(accum + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int slot = 1; slot < Config::kDqSlots; ++slot)
+        if (slot < written) {
+          const float4 y = __ldcs(accum + slot * slot_stride + q);
+          x[u].x += y.x, x[u].y += y.y, x[u].z += y.z, x[u].w += y.w;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int q = threadIdx.x + kThreads * (i0 + u);
+      const int row = ws_bwd_dq_accum_row(q, kBlockM), col = ws_bwd_dq_accum_col(q, kBlockM);
+      tile[row * kRowWords + col / 2] = pack2<Element>(x[u].x * scale, x[u].y * scale);
+      tile[(row + 8) * kRowWords + col / 2] = pack2<Element>(x[u].z * scale, x[u].w * scale);
+    }
+  }
+  __syncthreads();
   Element *dq = static_cast<Element *>(params.dq) +
                 sm80::batch_offset<kVarlen>(batch, params.dq_batch_stride) +
                 head * params.dq_head_stride +
                 (span.q_row0 + int64_t(m_block) * kBlockM) * params.dq_row_stride;
-  for (int c = threadIdx.x; c < rows * kChunks; c += Config::kPrePostThreads) {
-    const int r = c / kChunks, col = 8 * (c % kChunks);
-    u32 v[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 x = load(Config::dq_accum_offset(r, col + 2 * i));
-      v[i] = pack2<Element>(x.x * scale, x.y * scale);
-    }
-    st_global_v4(dq + r * params.dq_row_stride + col, v);
+  for (int c = threadIdx.x; c < rows * kChunks; c += kThreads) {
+    const int r = c / kChunks, chunk = c % kChunks;
+    const uint4 v = *reinterpret_cast<const uint4 *>(tile + r * kRowWords + 4 * chunk);
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+    st_global_v4(dq + r * params.dq_row_stride + 8 * chunk, w);
   }
 }
 

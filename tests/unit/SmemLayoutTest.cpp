@@ -128,6 +128,15 @@ TEST(SmemLayout, Sm90WsBackwardDqAccumOrder) {
       }
     for (int n : seen)
       ASSERT_EQ(n, 1);
+    // _post's inverse: float4 q holds (row, col), (row, col + 1), (row + 8, col),
+    // (row + 8, col + 1) of ws_bwd_dq_accum_row / _col.
+    for (int q = 0; q < blockM * dim / 4; ++q) {
+      const int row = ws_bwd_dq_accum_row(q, blockM), col = ws_bwd_dq_accum_col(q, blockM);
+      ASSERT_EQ(ws_bwd_dq_accum_offset(row, col, blockM), 4 * q) << q;
+      ASSERT_EQ(ws_bwd_dq_accum_offset(row, col + 1, blockM), 4 * q + 1) << q;
+      ASSERT_EQ(ws_bwd_dq_accum_offset(row + 8, col, blockM), 4 * q + 2) << q;
+      ASSERT_EQ(ws_bwd_dq_accum_offset(row + 8, col + 1, blockM), 4 * q + 3) << q;
+    }
   }
 }
 
