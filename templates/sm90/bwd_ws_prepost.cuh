@@ -39,10 +39,9 @@ __device__ __forceinline__ void bwd_ws_preprocess(const fagen_bwd_params &params
 /// query tile's block is read with contiguous 16-byte loads, all of a thread's in flight at once
 /// (each float4 holds two columns of two rows: ws_bwd_dq_accum_row / _col), converted into a
 /// row-major tile in shared memory (rows padded by 4 words: the warp's stores land in 32
-/// banks), and written out row by row with 16-byte stores: the 8-byte loads of each row's
-/// columns from the accumulator order took 73-81 us at hd 128 / 256 where cuDNN's conversion
-/// takes 55-56 (H200, 16k tokens of hidden 2048; docs/perf/sm90-bwd.md). This form: compiled,
-/// not run.
+/// banks), and written out row by row with 16-byte stores. 16k tokens of hidden 2048, H100:
+/// 69-70 us at hd 64 / 128 / 256 (cuDNN's conversion 73), where 8-byte loads of each row's
+/// columns in the accumulator order took 78-92 at hd 128 / 256 (docs/perf/sm90-bwd.md).
 /// Launch: like bwd_ws_preprocess, after bwd_ws_kernel.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &params) {
