@@ -233,6 +233,18 @@ private:
   bool DbFailed = false;
 };
 
+// TunerMeasure.cpp
+/// The timing inputs' tensors, each drawn from its own stream.
+enum class TimingTensor { Q, K, V, O, DOut };
+/// Pseudo-random values of roughly unit variance (the sum of four uniforms) in the dtype, for
+/// tensor `t` of bucket `bucket`: the same on every call, different between tensors, so that
+/// S = Q K^T is a product of independent inputs (with K a copy of Q, S's diagonal stood near
+/// sqrt(head dim) above the rest, and the forward's conditional rescaling redid most rows:
+/// tau-8 candidates took 1.3-1.6x the time of tau 0 at 512-1k tokens on an H100 where
+/// bench_fwd.py timed them equal).
+std::vector<uint16_t> timingInput(size_t n, reference::ElementType type, unsigned bucket,
+                                  TimingTensor t);
+
 // TunerCandidates.cpp
 /// Copies the ptxas report of a candidate's kernel into its record.
 void setPtxas(TuningRecord &r, const CompiledKernel &kernel);

@@ -14,9 +14,10 @@ double quantile(const std::vector<double> &sorted, double p) {
   return sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - double(lo));
 }
 
-/// Pseudo-random values of roughly unit variance (the sum of four uniforms), in the dtype.
-std::vector<uint16_t> randomValues(size_t n, reference::ElementType type, uint64_t seed) {
+std::vector<uint16_t> timingInput(size_t n, reference::ElementType type, unsigned bucket,
+                                  TimingTensor t) {
   std::vector<uint16_t> out(n);
+  const uint64_t seed = (uint64_t(bucket) + 1) * 8 + uint64_t(t);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   auto next = [&x] {
     x ^= x << 13;
@@ -197,7 +198,13 @@ std::string Tuner::makeInputSets(const Workload &w, size_t b, DeviceMemory &memo
       std::max<size_t>(kMinInputSets, (size_t(Device.l2Bytes) * 4 + setBytes - 1) / setBytes)));
 
   sets.resize(setCount);
-  std::vector<uint16_t> host = randomValues(std::max({nQ, nK, nV, nO}), type, b + 1);
+  const std::vector<uint16_t> hostQ = timingInput(nQ, type, b, TimingTensor::Q);
+  const std::vector<uint16_t> hostK = timingInput(nK, type, b, TimingTensor::K);
+  const std::vector<uint16_t> hostV = timingInput(nV, type, b, TimingTensor::V);
+  const std::vector<uint16_t> hostO = backward ? timingInput(nO, type, b, TimingTensor::O)
+                                               : std::vector<uint16_t>();
+  const std::vector<uint16_t> hostDOut =
+      backward ? timingInput(nO, type, b, TimingTensor::DOut) : std::vector<uint16_t>();
   std::vector<float> lse = backward ? plausibleLse(bucket, w.base.mask == Mask::Causal)
                                     : std::vector<float>();
   std::string cudaError;
@@ -220,12 +227,12 @@ std::string Tuner::makeInputSets(const Workload &w, size_t b, DeviceMemory &memo
                       llvm::formatv(" ({0} MB of inputs for bucket {1})",
                                     (setBytes * setCount) >> 20, bucket.name)
                           .str();
-    upload(s.q, host.data(), nQ * 2);
-    upload(s.k, host.data(), nK * 2);
-    upload(s.v, host.data(), nV * 2);
+    upload(s.q, hostQ.data(), nQ * 2);
+    upload(s.k, hostK.data(), nK * 2);
+    upload(s.v, hostV.data(), nV * 2);
     if (backward) {
-      upload(s.o, host.data(), nO * 2);
-      upload(s.dout, host.data(), nO * 2);
+      upload(s.o, hostO.data(), nO * 2);
+      upload(s.dout, hostDOut.data(), nO * 2);
       upload(s.lse, lse.data(), nL * 4);
     }
   }
