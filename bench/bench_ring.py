@@ -1,7 +1,8 @@
 """Ring attention (context parallelism, python/fagen/ring.py) on the GPUs of one host: fagen's
 ring against the same ring with SDPA's cuDNN attention as the per-step op (the op PyTorch's own
-context-parallel ring calls; it returns the LSE), and against one GPU. Not run yet: no
-multi-GPU machine has been lent; the ring itself is tested on CPUs (python/tests/test_ring.py).
+context-parallel ring calls; it returns the LSE), and against one GPU. Run as a world of one
+on an H100 (python/README.md has the numbers); on 2-8 GPUs not yet: no multi-GPU machine has
+been lent. The ring itself is tested on CPUs (python/tests/test_ring.py).
 
 Cells: bf16, head dim 128, causal (zig-zag shards), batch 1, 16 query and 16 kv heads
 (--heads, --kv-heads; the cuDNN backend repeats K/V heads for GQA), 128k-512k tokens in all
