@@ -1,7 +1,7 @@
 """Chunked prefill benchmark: fagen's varlen forward over a paged KV cache (fwd_paged_kernel)
-against the contiguous varlen forward of the same template and tile (its twin) on the same keys,
-beside fagen's sm90ws contiguous varlen forward and PyTorch SDPA's flash and cuDNN backends on
-the equivalent dense inputs, in one process.
+against the contiguous varlen forward of the same template and tile (its twin; the stage count
+may differ) on the same keys, beside fagen's sm90ws contiguous varlen forward and PyTorch SDPA's
+flash and cuDNN backends on the equivalent dense inputs, in one process.
 
 Cells: bf16, head dim 128, causal (bottom-right: new token i of a chunk of T sees the cached
 keys and the chunk's tokens up to itself), GQA 32/8; batch x new tokens per sequence x keys
@@ -68,9 +68,11 @@ def cu_seqlens(lengths, dev):
 
 def find_kernels(bundle):
     """{page size: index} of the bundle's paged varlen forwards, the index of their contiguous
-    twin (a paged kernel's name without _pagedN: one for all of them, or None), and that of an
-    sm90ws contiguous varlen forward (or None)."""
+    twin (a paged kernel's name without _pagedN, up to its stage count, which changes no
+    arithmetic: the planner gives gathered pages three; one twin for all of them, or None), and
+    that of an sm90ws contiguous varlen forward (or None)."""
     names = [n.split(" ")[0] for n in bundle.kernel_names]
+    tile = lambda name: re.sub(r"(w\d+)s\d+", r"\1", name)  # noqa: E731
     paged, twins, ws = {}, set(), None
     for i, name in enumerate(names):
         if not name.startswith("fagen_fwd_") or "_varlen_" not in name:
@@ -78,8 +80,9 @@ def find_kernels(bundle):
         m = re.search(r"_paged(\d+)_", name)
         if m:
             paged[int(m.group(1))] = i
-            plain = name.replace(m.group(0), "_")
-            twins.add(names.index(plain) if plain in names else None)
+            plain = tile(name.replace(m.group(0), "_"))
+            same = [j for j, n in enumerate(names) if "_paged" not in n and tile(n) == plain]
+            twins.add(same[0] if len(same) == 1 else None)
         elif "_sm90ws_" in name:
             ws = i
     return paged, (twins.pop() if len(twins) == 1 else None), ws

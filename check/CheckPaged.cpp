@@ -19,6 +19,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <regex>
 
 namespace fagen {
 
@@ -296,7 +297,12 @@ llvm::Error check::pagedCase(check::DeviceMemory &memory, const fagen_bundle *bu
     result.passed = result.passed && named;
   }
 
-  // Paged and contiguous on the same keys: bitwise equal.
+  // Paged and contiguous on the same keys: bitwise equal. The twin: the paged kernel's name
+  // without _pagedN, up to the stage count (the K/V pipeline's depth changes no arithmetic;
+  // the planner gives gathered pages three stages, the contiguous kernel two).
+  const auto tile = [](const std::string &name) {
+    return std::regex_replace(name, std::regex(R"((w\d+)s\d+)"), "$1");
+  };
   const std::string twin = [&] {
     std::string name = k.name;
     const std::string token = "_paged" + std::to_string(k.pageSize);
@@ -305,7 +311,8 @@ llvm::Error check::pagedCase(check::DeviceMemory &memory, const fagen_bundle *bu
   int twinIndex = -1;
   for (int i = 0; i < fagen_bundle_kernel_count(bundle); ++i) {
     const std::string name = fagen_bundle_kernel_name(bundle, i);
-    if (name.substr(0, name.find(' ')) == twin)
+    const std::string plain = name.substr(0, name.find(' '));
+    if (plain.find("_paged") == std::string::npos && tile(plain) == tile(twin))
       twinIndex = i;
   }
   if (twinIndex >= 0) {
@@ -364,7 +371,9 @@ llvm::Error check::pagedCase(check::DeviceMemory &memory, const fagen_bundle *bu
       differ += o[0][i] != o[1][i];
     for (size_t i = 0; i < n.lse; ++i)
       differ += std::memcmp(&lse[0][i], &lse[1][i], 4) != 0;
-    result.worst.push_back({"paged == " + twin + " on the same keys: " +
+    const std::string twinName = fagen_bundle_kernel_name(bundle, twinIndex);
+    result.worst.push_back({"paged == " + twinName.substr(0, twinName.find(' ')) +
+                                " on the same keys: " +
                                 (differ ? std::to_string(differ) + " elements differ"
                                         : std::string("bitwise")),
                             differ != 0});
