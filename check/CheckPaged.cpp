@@ -299,9 +299,15 @@ llvm::Error check::pagedCase(check::DeviceMemory &memory, const fagen_bundle *bu
 
   // Paged and contiguous on the same keys: bitwise equal. The twin: the paged kernel's name
   // without _pagedN, up to the stage count (the K/V pipeline's depth changes no arithmetic;
-  // the planner gives gathered pages three stages, the contiguous kernel two).
+  // the planner gives gathered pages three stages, the contiguous kernel two), for the same
+  // arch (names do not spell it; a bundle's description does: "NAME (PASS ARCH ...").
   const auto tile = [](const std::string &name) {
     return std::regex_replace(name, std::regex(R"((w\d+)s\d+)"), "$1");
+  };
+  const auto archOf = [](const std::string &description) {
+    std::smatch m;
+    return std::regex_search(description, m, std::regex(R"(\(\w+ (sm_\w+) )")) ? m[1].str()
+                                                                              : std::string();
   };
   const std::string twin = [&] {
     std::string name = k.name;
@@ -312,7 +318,8 @@ llvm::Error check::pagedCase(check::DeviceMemory &memory, const fagen_bundle *bu
   for (int i = 0; i < fagen_bundle_kernel_count(bundle); ++i) {
     const std::string name = fagen_bundle_kernel_name(bundle, i);
     const std::string plain = name.substr(0, name.find(' '));
-    if (plain.find("_paged") == std::string::npos && tile(plain) == tile(twin))
+    if (plain.find("_paged") == std::string::npos && tile(plain) == tile(twin) &&
+        archOf(name) == k.arch)
       twinIndex = i;
   }
   if (twinIndex >= 0) {

@@ -287,7 +287,7 @@ bool sm90WsBwdDqWriter(const KernelPlan &p) {
 namespace planner {
 
 /// The wgmma templates' defaults for `p`, measured on the H200 (bf16, 2026-11-30,
-/// docs/perf/sm90-fwd.md), two stages (three never helped):
+/// docs/perf/sm90-fwd.md), two stages (three never helped, but for a paged cache's gather):
 /// - sm90ws (`ws`, the sm_90a default): FlashAttention-3's tiles, hd 64 three consumer
 ///   warpgroups x 128 keys, hd 128 two x 128 keys, hd 256 two x 80 keys; 1.25-1.30x the sm90
 ///   template at 16k. Dense kernels then take builtinSeqlenConfigs' buckets (hd 256
@@ -330,7 +330,8 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
     // stages, so that each tile's gather has two tiles of compute to land under. H100, bf16
     // hd 128 causal GQA 32/8, 16-token pages, `bench/bench_prefill.py` two rounds each in one
     // call (2026-12-07): 0.90-0.97x the time of two stages at every cell; pages loaded by TMA
-    // (128 tokens) 0.97-1.02x, so those keep two.
+    // (128 tokens) 0.97-1.02x, so those keep two. Other head dims take it where it fits (hd 64
+    // and 96 not timed; hd 192 / 256 do not fit three).
     if (p.isPaged() && FAGEN_PAGED_TMA_BOX_ROWS(p.pageSize, p.blockN) == 0) {
       KernelPlan three = p;
       three.stages = 3;

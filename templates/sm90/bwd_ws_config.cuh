@@ -159,8 +159,8 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr int kRowBlocks = kBlockM / 64;
   static constexpr int kDqBlocks = kSplitS ? kKvCols / 64 : 1;
   /// Head dim 192 (and 192/128) in 256 columns: the second consumer's second dQ block lies past
-  /// the head dim (never read back: _post reads the real columns) and is neither computed nor
-  /// added.
+  /// the head dim and is neither computed nor added (nor zeroed where the first key tile stores,
+  /// kDqStoreFirst), and _post does not read it.
   static constexpr bool kDqPadBlock = kSplitS && kQkBlocks < kConsumers * kDqBlocks;
   static_assert(!kDqPadBlock || kQkBlocks == 3, "one dQ block of padding (hd 192)");
   /// Whether consumer c's dQ block b holds real columns.

@@ -36,8 +36,9 @@ __device__ __forceinline__ void bwd_ws_preprocess(const fagen_bwd_params &params
 }
 
 /// dQ = dq_accum (times the softmax scale for the identity score mod) in the input dtype. The
-/// query tile's block is read with contiguous 16-byte loads, all of a thread's in flight at once
-/// (each float4 holds two columns of two rows: ws_bwd_dq_accum_row / _col), converted into a
+/// query tile's block is read with contiguous 16-byte loads, up to eight of a thread's in flight
+/// at once (each float4 holds two columns of two rows: ws_bwd_dq_accum_row / _col; the padding
+/// dQ sub-block of hd 192, WsBwdConfig::kDqPadBlock, is not read), converted into a
 /// row-major tile in shared memory (rows padded by 4 words: the warp's stores land in 32
 /// banks), and written out row by row with 16-byte stores. 16k tokens of hidden 2048, H100:
 /// 69-70 us at hd 64 / 128 / 256 (cuDNN's conversion 73), where 8-byte loads of each row's
@@ -54,6 +55,11 @@ __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &param
   static_assert(kBlockM * Config::kDim % (4 * kThreads) == 0, "whole float4 a thread");
   constexpr int kBatch = kLoads < 8 ? kLoads : 8; // in flight at once
   static_assert(kLoads % kBatch == 0, "whole batches");
+  // Load i of every thread lies in one 64 x 64 sub-block (1024 float4): i kThreads / 1024.
+  static_assert(1024 % kThreads == 0, "a round of loads inside one dQ sub-block");
+  const auto padding = [](int i) { // the sub-block past hd 192's columns, never added to
+    return Config::kDqPadBlock && i * kThreads / 1024 / (kBlockM / 64) >= Config::kQkBlocks;
+  };
   __shared__ __align__(16) u32 tile[kBlockM * kRowWords];
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const fagen_fwd_params &f = params.fwd;
@@ -78,10 +84,11 @@ __device__ __forceinline__ void bwd_ws_postprocess(const fagen_bwd_params &param
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
       const int q = threadIdx.x + kThreads * (i0 + u);
-      x[u] = written > 0 ? __ldcs(accum + q) : make_float4(0.f, 0.f, 0.f, 0.f);
+      x[u] = written > 0 && !padding(i0 + u) ? __ldcs(accum + q)
+                                              : make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
       for (int slot = 1; slot < Config::kDqSlots; ++slot)
-        if (slot < written) {
+        if (slot < written && !padding(i0 + u)) {
           const float4 y = __ldcs(accum + slot * slot_stride + q);
           x[u].x += y.x, x[u].y += y.y, x[u].z += y.z, x[u].w += y.w;
         }

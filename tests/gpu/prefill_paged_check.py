@@ -13,7 +13,8 @@ sequence owns:
 - fagen.prefill_paged against the float64 reference per sequence: out within 2x (+1e-4) the
   error of the same math in the input dtype, LSE within 1e-3;
 - the runtime's paged run equal bit for bit to the contiguous varlen twin (the kernel of the
-  name without _pagedN, where the bundle has it) on the same keys, out and LSE; status clean;
+  name without _pagedN up to its stage count, same arch, where the bundle has it) on the same
+  keys, out and LSE; status clean;
 - a bad page id and a length past seqlen_k: Plan.status names them;
 - once: torch.compile(fullgraph=True) of a function calling fagen.prefill_paged equals eager.
 Prints one line per check and exits non-zero if any failed.
@@ -131,11 +132,13 @@ def case(bundle, index, variant, heads, seed):
     if not (torch.equal(o_paged, out) and torch.equal(lse_paged, lse)):
         raise AssertionError("the runtime's run differs from fagen.prefill_paged's")
     # The twin: the name without _pagedN, up to the stage count (no arithmetic changes with it;
-    # the planner gives gathered pages three stages).
+    # the planner gives gathered pages three stages), of the same arch (the description's).
     names = [n.split(" ")[0] for n in bundle.kernel_names]
+    arch = [re.search(r"\(\w+ (sm_\w+) ", n).group(1) for n in bundle.kernel_names]
     tile = lambda name: re.sub(r"(w\d+)s\d+", r"\1", name)  # noqa: E731
     same = [j for j, n in enumerate(names)
-            if "_paged" not in n and tile(n) == tile(re.sub(r"_paged\d+_", "_", names[index]))]
+            if "_paged" not in n and arch[j] == arch[index]
+            and tile(n) == tile(re.sub(r"_paged\d+_", "_", names[index]))]
     plain = names[same[0]] if same else None
     if plain:
         o_twin, lse_twin = bundle.forward(
