@@ -68,13 +68,9 @@ def cu_seqlens(lengths, dev):
 
 def find_kernels(bundle):
     """{page size: index} of the bundle's paged varlen forwards, the index of their contiguous
-    twin (a paged kernel's name without _pagedN, up to its stage count, which changes no
-    arithmetic: the planner gives gathered pages three; of the same arch; one twin for all of
-    them, or None), and
-    that of an sm90ws contiguous varlen forward (or None)."""
+    twin (fagen.runtime.contiguous_twin: one for all of them, or None), and that of an sm90ws
+    contiguous varlen forward (or None)."""
     names = [n.split(" ")[0] for n in bundle.kernel_names]
-    arch = [re.search(r"\(\w+ (sm_\w+) ", n).group(1) for n in bundle.kernel_names]
-    tile = lambda name: re.sub(r"(w\d+)s\d+", r"\1", name)  # noqa: E731
     paged, twins, ws = {}, set(), None
     for i, name in enumerate(names):
         if not name.startswith("fagen_fwd_") or "_varlen_" not in name:
@@ -82,10 +78,7 @@ def find_kernels(bundle):
         m = re.search(r"_paged(\d+)_", name)
         if m:
             paged[int(m.group(1))] = i
-            plain = tile(name.replace(m.group(0), "_"))
-            same = [j for j, n in enumerate(names)
-                    if "_paged" not in n and arch[j] == arch[i] and tile(n) == plain]
-            twins.add(same[0] if len(same) == 1 else None)
+            twins.add(fagen_rt.contiguous_twin(bundle.kernel_names, i))
         elif "_sm90ws_" in name:
             ws = i
     return paged, (twins.pop() if len(twins) == 1 else None), ws

@@ -297,31 +297,28 @@ llvm::Error check::pagedCase(check::DeviceMemory &memory, const fagen_bundle *bu
     result.passed = result.passed && named;
   }
 
-  // Paged and contiguous on the same keys: bitwise equal. The twin: the paged kernel's name
-  // without _pagedN, up to the stage count (the K/V pipeline's depth changes no arithmetic;
-  // the planner gives gathered pages three stages, the contiguous kernel two), for the same
-  // arch (names do not spell it; a bundle's description does: "NAME (PASS ARCH ...").
-  const auto tile = [](const std::string &name) {
-    return std::regex_replace(name, std::regex(R"((w\d+)s\d+)"), "$1");
+  // Paged and contiguous on the same keys: bitwise equal. The twin: the kernel named as this
+  // one without _pagedN, up to the stage count (the K/V pipeline's depth changes no arithmetic;
+  // the planner gives pages it gathers three stages), of the same arch (a description reads
+  // "NAME (PASS ARCH ..."); only where exactly one kernel is (as fagen.runtime.contiguous_twin).
+  static const std::regex kStages(R"((w\d+)s\d+)"), kPaged(R"(_paged\d+_)");
+  const auto key = [](const std::string &name, const std::string &arch) {
+    return std::regex_replace(std::regex_replace(name, kPaged, "_"), kStages, "$1") + " " + arch;
   };
-  const auto archOf = [](const std::string &description) {
-    std::smatch m;
-    return std::regex_search(description, m, std::regex(R"(\(\w+ (sm_\w+) )")) ? m[1].str()
-                                                                              : std::string();
-  };
-  const std::string twin = [&] {
-    std::string name = k.name;
-    const std::string token = "_paged" + std::to_string(k.pageSize);
-    return name.erase(name.find(token), token.size());
-  }();
-  int twinIndex = -1;
+  const std::string want = key(k.name, k.arch);
+  int twinIndex = -1, twins = 0;
   for (int i = 0; i < fagen_bundle_kernel_count(bundle); ++i) {
-    const std::string name = fagen_bundle_kernel_name(bundle, i);
-    const std::string plain = name.substr(0, name.find(' '));
-    if (plain.find("_paged") == std::string::npos && tile(plain) == tile(twin) &&
-        archOf(name) == k.arch)
+    const std::string description = fagen_bundle_kernel_name(bundle, i);
+    const std::string name = description.substr(0, description.find(' '));
+    const size_t pass = description.find(" (") + 2, arch = description.find(' ', pass) + 1;
+    if (name.find("_paged") == std::string::npos &&
+        key(name, description.substr(arch, description.find(' ', arch) - arch)) == want) {
       twinIndex = i;
+      ++twins;
+    }
   }
+  if (twins != 1)
+    twinIndex = -1;
   if (twinIndex >= 0) {
     const PagedLayout u = makePagedLayout(in, k.pageSize, seed, /*uniform=*/true);
     DevicePaged up;

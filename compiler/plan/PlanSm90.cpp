@@ -335,7 +335,6 @@ KernelPlan sm90Plan(KernelPlan p, bool ws) {
     if (p.isPaged() && FAGEN_PAGED_TMA_BOX_ROWS(p.pageSize, p.blockN) == 0) {
       KernelPlan three = p;
       three.stages = 3;
-      three.warps = three.blockM / 16;
       if (sm90ConfigProblem(three, /*ws=*/true).empty())
         p.stages = 3;
     }

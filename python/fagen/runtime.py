@@ -34,6 +34,7 @@ torch is imported only where a call needs it, so loading and listing a bundle wo
 import ctypes
 import glob
 import os
+import re
 
 FAGEN_OK = 0
 ABI_VERSION = 3
@@ -369,6 +370,21 @@ class Plan:
             lse.data_ptr(), do.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
             _ptr(workspace), _nbytes(workspace), None if args is None else ctypes.byref(args),
             stream))
+
+
+def contiguous_twin(kernel_names, index):
+    """The index of paged kernel `index`'s contiguous twin among a bundle's kernel descriptions
+    (Bundle.kernel_names, "NAME (PASS ARCH ..."): the kernel named as it is without _pagedN, up
+    to the stage count (the K/V pipeline's depth changes no arithmetic; the planner gives pages
+    it gathers three stages), of the same arch; None unless exactly one."""
+    def key(description):
+        name, rest = description.split(" ", 1)
+        arch = rest.split()[1] if len(rest.split()) > 1 else ""
+        return re.sub(r"(w\d+)s\d+", r"\1", re.sub(r"_paged\d+_", "_", name)), arch
+    want = key(kernel_names[index])
+    same = [j for j, n in enumerate(kernel_names)
+            if "_paged" not in n.split(" ")[0] and key(n) == want]
+    return same[0] if len(same) == 1 else None
 
 
 class Bundle:

@@ -131,18 +131,11 @@ def case(bundle, index, variant, heads, seed):
     plan.status()
     if not (torch.equal(o_paged, out) and torch.equal(lse_paged, lse)):
         raise AssertionError("the runtime's run differs from fagen.prefill_paged's")
-    # The twin: the name without _pagedN, up to the stage count (no arithmetic changes with it;
-    # the planner gives gathered pages three stages), of the same arch (the description's).
-    names = [n.split(" ")[0] for n in bundle.kernel_names]
-    arch = [re.search(r"\(\w+ (sm_\w+) ", n).group(1) for n in bundle.kernel_names]
-    tile = lambda name: re.sub(r"(w\d+)s\d+", r"\1", name)  # noqa: E731
-    same = [j for j, n in enumerate(names)
-            if "_paged" not in n and arch[j] == arch[index]
-            and tile(n) == tile(re.sub(r"_paged\d+_", "_", names[index]))]
-    plain = names[same[0]] if same else None
-    if plain:
+    twin = fagen.runtime.contiguous_twin(bundle.kernel_names, index)
+    if twin is not None:
+        plain = bundle.kernel_names[twin].split(" ")[0]
         o_twin, lse_twin = bundle.forward(
-            q, torch.cat(ks), torch.cat(vs), kernel_index=same[0], causal=causal,
+            q, torch.cat(ks), torch.cat(vs), kernel_index=twin, causal=causal,
             mask_align=align, cu_seqlens_q=cu_q, cu_seqlens_k=cu_seqlens(k_lens, DEV),
             max_seqlen_q=max_q, max_seqlen_k=max_k,
             args=fagen.runtime.run_args(cu_seqlens_q=cu_q, cu_seqlens_k=cu_seqlens(k_lens, DEV)))
