@@ -101,7 +101,7 @@ typedef struct fagen_decode_params {
 ///   o           the kernel's dtype; strides batch, head, row
 ///   lse         float32, strides batch, head, row; null: not written
 /// A row whose states all have LSE -inf gets O = 0 and LSE -inf; a state with LSE -inf adds
-/// nothing (its O is not read); a NaN LSE makes the row's O and LSE NaN.
+/// nothing (its O is ignored, NaN or not); a NaN LSE makes the row's O and LSE NaN.
 typedef struct fagen_merge_params {
   const void *o_states;
   const float *lse_states;

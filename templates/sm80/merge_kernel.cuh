@@ -27,23 +27,31 @@ template <class ElementIn_, class Element_, int kHeadDim_, int kStateLanes_> str
   static_assert(is_element<Element>::value, "Element must be fagen::half_t or fagen::bfloat16_t");
 };
 
-/// 8 consecutive elements at `ptr` (16-byte aligned) as floats.
-__device__ __forceinline__ void load8(float (&x)[8], const float *ptr) {
-  u32 a[4], b[4];
-  ld_global_v4(a, ptr);
-  ld_global_v4(b, ptr + 4);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[i] = __uint_as_float(a[i]);
-    x[4 + i] = __uint_as_float(b[i]);
-  }
+/// 8 consecutive elements at `ptr` (16-byte aligned) as loaded: packed pairs of a 16-bit type,
+/// or floats.
+template <class ElementIn> struct Raw8 {
+  u32 w[4];
+};
+template <> struct Raw8<float> {
+  u32 w[8];
+};
+__device__ __forceinline__ void load8(Raw8<float> &x, const float *ptr) {
+  ld_global_v4(*reinterpret_cast<u32(*)[4]>(x.w), ptr);
+  ld_global_v4(*reinterpret_cast<u32(*)[4]>(x.w + 4), ptr + 4);
 }
-template <class Element> __device__ __forceinline__ void load8(float (&x)[8], const Element *ptr) {
-  u32 a[4];
-  ld_global_v4(a, ptr);
+template <class Element> __device__ __forceinline__ void load8(Raw8<Element> &x, const Element *ptr) {
+  ld_global_v4(x.w, ptr);
+}
+/// A Raw8 as 8 floats.
+__device__ __forceinline__ void unpack8(float (&x)[8], const Raw8<float> &r) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+    x[i] = __uint_as_float(r.w[i]);
+}
+template <class Element> __device__ __forceinline__ void unpack8(float (&x)[8], const Raw8<Element> &r) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
-    unpack2<Element>(x[2 * i], x[2 * i + 1], a[i]);
+    unpack2<Element>(x[2 * i], x[2 * i + 1], r.w[i]);
 }
 
 /// 8 floats to `ptr` (16-byte aligned), rounded to Element or as floats.
@@ -95,32 +103,62 @@ template <class Config> __device__ __forceinline__ void merge_states(const fagen
                           batch * p.o_states_strides[1] + head * p.o_states_strides[2] +
                           row * p.o_states_strides[3] + chunk * 8;
 
+  // kBatch of the thread's states at a time, their LSE and O loads all issued before any is
+  // used: the first batch before M is known, so that a merge of few states takes one round
+  // trip (a load behind each state's -inf test went out one at a time). A state of LSE -inf
+  // is loaded and ignored: a NaN there changes nothing.
+  constexpr int kBatch = 4;
+  float lse[kBatch];
+  Raw8<ElementIn> raw[kBatch]; // packed until used: registers for more loads in flight
+  const auto load_batch = [&](int s0) {
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      const int s = s0 + i * kLanes;
+      lse[i] = kNegInf;
+      if (s < p.num_states) {
+        lse[i] = lse_in[s * p.lse_states_strides[0]];
+        load8(raw[i], o_in + s * p.o_states_strides[0]);
+      }
+    }
+  };
+  load_batch(first);
+
   // M, and whether a NaN LSE makes the row NaN (fmaxf would skip it).
   float max_lse = kNegInf;
   int nan = 0;
+#pragma unroll
+  for (int i = 0; i < kBatch; ++i) {
+    max_lse = fmaxf(max_lse, lse[i]);
+    nan |= lse[i] != lse[i];
+  }
 #pragma unroll 4
-  for (int s = first; s < p.num_states; s += kLanes) {
-    const float lse = lse_in[s * p.lse_states_strides[0]];
-    max_lse = fmaxf(max_lse, lse);
-    nan |= lse != lse;
+  for (int s = first + kBatch * kLanes; s < p.num_states; s += kLanes) {
+    const float x = lse_in[s * p.lse_states_strides[0]];
+    max_lse = fmaxf(max_lse, x);
+    nan |= x != x;
   }
   max_lse = across(max_lse, [](float a, float b) { return fmaxf(a, b); });
   nan = across(nan, [](int a, int b) { return a | b; });
   float acc[8] = {}, sum = 0.f;
   if (max_lse != kNegInf && !nan) {
-#pragma unroll 4
-    for (int s = first; s < p.num_states; s += kLanes) {
-      const float lse = lse_in[s * p.lse_states_strides[0]];
-      if (lse == kNegInf)
-        continue; // no key: nothing to add, O not read
-      // M = +inf (an infinite logit) gives inf - inf = NaN here: NaN out, as the forward's.
-      const float w = exp2_approx((lse - max_lse) * kLog2e);
-      float x[8];
-      load8(x, o_in + s * p.o_states_strides[0]);
-      sum += w;
+    for (int s0 = first;;) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i)
-        acc[i] = fmaf(w, x[i], acc[i]);
+      for (int i = 0; i < kBatch; ++i) {
+        if (lse[i] == kNegInf)
+          continue; // no key (or past the last state): nothing to add
+        // M = +inf (an infinite logit) gives inf - inf = NaN here: NaN out, as the forward's.
+        const float w = exp2_approx((lse[i] - max_lse) * kLog2e);
+        float x[8];
+        unpack8(x, raw[i]);
+        sum += w;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          acc[j] = fmaf(w, x[j], acc[j]);
+      }
+      s0 += kBatch * kLanes;
+      if (s0 >= p.num_states)
+        break;
+      load_batch(s0);
     }
   }
   sum = across(sum, add);

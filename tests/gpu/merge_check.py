@@ -6,7 +6,7 @@
 For each (dtype, head dim) that the bundle's decode kernels merge, and 1, 2, 5 and 33 states:
 random O states (batch 2, 3 rows, 8 heads) with random LSEs, and rows that test the rules of
 fagen.h's fagen_merge_problem: a row whose states are all -inf (O = 0, LSE = -inf), a state
-of LSE -inf whose O is NaN (not read: the row stays finite), a NaN LSE (the row is NaN); the
+of LSE -inf whose O is NaN (ignored: the row stays finite), a NaN LSE (the row is NaN); the
 states in a permuted (non-contiguous) layout once. The merged O must be within FlashAttention's
 rule of the float64 merge (at most twice the error of the same merge in fp32 rounded to the
 dtype, plus 1e-5; LSE plus 1e-4). Prints one line per case; exits 1 on a failure.
@@ -30,7 +30,7 @@ def reference(o_states, lse_states, dtype64):
     w = torch.exp(lse - torch.where(empty, torch.zeros_like(m), m))  # -inf states: 0
     w = torch.where(lse == -math.inf, torch.zeros_like(w), w)
     wo = w.permute(0, 1, 3, 2).unsqueeze(-1)                 # [S, B, T, H, 1]
-    o = torch.where(wo == 0, torch.zeros_like(o), o)         # a -inf state's O is not read
+    o = torch.where(wo == 0, torch.zeros_like(o), o)         # a -inf state's O is ignored
     total = w.sum(dim=0)
     out = (wo * o).sum(dim=0) / total.permute(0, 2, 1).unsqueeze(-1)
     out_lse = m + torch.log(total)
@@ -59,7 +59,7 @@ def case(bundle, dtype, head_dim, states, permuted, seed):
     lse_states = 4 * torch.randn(states, b, h, t, device="cuda", generator=g)
     lse_states[:, 0, 0, 0] = -math.inf            # a row that sees no key in any state
     if states > 1:
-        lse_states[1, 1, 2, 1] = -math.inf        # a state without keys: its O is not read
+        lse_states[1, 1, 2, 1] = -math.inf        # a state without keys: its O is ignored
         o_states[1, 1, 1, 2, :] = math.nan
         lse_states[0, 1, 3, 2] = math.nan         # a NaN LSE: the row is NaN
     if permuted:  # states as a [B, S, H, T, D] allocation viewed [S, B, T, H, D]

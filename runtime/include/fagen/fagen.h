@@ -371,7 +371,7 @@ FAGEN_API fagen_status fagen_run_backward(const fagen_plan *plan, const void *q,
  *    O = sum_s exp(LSE_s - M) O_s / sum_s exp(LSE_s - M),  LSE = M + log sum_s exp(LSE_s - M),
  *  M = max_s LSE_s: the attention over the union of the states' keys (split-KV, cascade or
  *  shared-prefix attention, context parallelism). A row's states all -inf: O = 0, LSE = -inf;
- *  a state of LSE -inf adds nothing (its O is not read); a NaN LSE makes the row NaN.
+ *  a state of LSE -inf adds nothing (its O, NaN or not, is ignored); a NaN LSE makes the row NaN.
  *  Strides in elements, the head dim contiguous: O states [num_states, batch, heads, seqlen,
  *  head_dim] in `dtype` (strides state, batch, head, row: multiples of 8), LSE states float32
  *  (strides state, batch, head, row), O out in `dtype` (batch, head, row), LSE out float32
