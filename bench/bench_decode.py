@@ -21,7 +21,9 @@ the cache's bytes; the bandwidth column still counts the cache's bytes only).
 bench/bench-decode.yaml), on the same K and V moved into a cache of page-size-token pages in
 shuffled order, every sequence its full context; its output should equal the contiguous
 kernel's bit for bit (the notes say where not; WRONG past the tolerance), and the table adds its TB/s and its ratio to the contiguous kernel
-(the target: within 5 %).
+(the target: within 5 %), and what an append of the call's tokens adds (the same run with
+k_new / v_new, the last tokens' own keys and values, over cache lengths that exclude them: the
+output must still be the contiguous kernel's bit for bit).
 
 --splits 1,2,4,8,16,32: fagen's kernel also with each of these split counts (Plan.
 set_decode_splits; a split past the last key tile holds none), each output checked against the
@@ -159,7 +161,17 @@ def run_paged(bundle, q, k, v, o_contiguous, page_size, row):
     row["paged_bitwise"] = bool(torch.equal(o, o_contiguous))
     row["paged_max_abs_diff"] = (o.float() - o_contiguous.float()).abs().max().item()
     row["paged_ms"] = bench_ms(lambda: plan.run_paged(q, kc, vc, o, lse, table, used))
-    return not is_wrong(row["paged_max_abs_diff"])
+    # With an append: the last tokens' K and V written again into their own rows (the cache
+    # lengths before them), so the output is still the contiguous kernel's.
+    tokens = q.shape[1]
+    before = used - tokens
+    k_new, v_new = k[:, -tokens:], v[:, -tokens:]
+    plan.run_paged(q, kc, vc, o, lse, table, before, k_new=k_new, v_new=v_new)
+    plan.status()
+    row["append_bitwise"] = bool(torch.equal(o, o_contiguous))
+    row["append_ms"] = bench_ms(lambda: plan.run_paged(q, kc, vc, o, lse, table, before,
+                                                       k_new=k_new, v_new=v_new))
+    return not is_wrong(row["paged_max_abs_diff"]) and row["append_bitwise"]
 
 
 def run_splits(bundle, q, k, v, reference, counts, row):
@@ -287,6 +299,10 @@ def print_table(rows, copy_tbps, paged=False):
             notes.append("paged %.2f %.2fx" % (r["paged_tbps"], r["paged_tbps"] / f))
         if paged and r.get("paged_bitwise") is False:
             notes.append("paged != contiguous")
+        if paged and r.get("append_ms"):
+            notes.append("append +%.1f us" % ((r["append_ms"] - r["paged_ms"]) * 1e3))
+        if paged and r.get("append_bitwise") is False:
+            notes.append("append != contiguous")
         if not r.get("ok", True):
             notes.append("WRONG (max |diff| %.3g)" % r.get("max_abs_diff", float("nan")))
         notes += [n + " expanded" for n, _ in BACKENDS if r.get(n + "_expanded")]

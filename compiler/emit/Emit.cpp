@@ -286,6 +286,9 @@ std::string emitKernelSource(const KernelPlan &p) {
                       "fagen::sm80::decode_combine");
     out += entryPoint("Config::kMergeThreads", p.name + "_merge", "fagen_merge_params",
                       "fagen::sm80::decode_merge");
+    if (p.isPaged())
+      out += entryPoint("FAGEN_APPEND_THREADS", p.name + "_append", "fagen_kv_append_params",
+                        "fagen::sm80::decode_append");
     return out;
   }
   if (p.templ == "sm90ws") {

@@ -50,6 +50,8 @@ std::string kernelName(const KernelPlan &p) {
 std::vector<std::string> entryPointNames(const KernelPlan &p) {
   if (p.pass == Pass::Backward)
     return {p.name, p.name + "_pre", p.name + "_post"};
+  if (isDecodePlan(p) && p.isPaged())
+    return {p.name, p.name + "_combine", p.name + "_merge", p.name + "_append"};
   if (isDecodePlan(p))
     return {p.name, p.name + "_combine", p.name + "_merge"};
   return {p.name};

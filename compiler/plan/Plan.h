@@ -133,7 +133,8 @@ std::string kernelName(const KernelPlan &plan);
 
 /// The entry points of a plan's cubin, main kernel first: {NAME} for a forward plan,
 /// {NAME, NAME_pre, NAME_post} for a backward plan (docs/design/variants-and-backward.md),
-/// {NAME, NAME_combine, NAME_merge} for a decode plan (templates/abi/decode_params.h).
+/// {NAME, NAME_combine, NAME_merge} for a decode plan, and NAME_append for a paged one
+/// (templates/abi/decode_params.h).
 std::vector<std::string> entryPointNames(const KernelPlan &plan);
 
 /// Whether the sm90ws (wgmma, TMA) forward template serves `plan`'s variant: any mask, score

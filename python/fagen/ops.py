@@ -326,10 +326,10 @@ def _merge_states_fake(o_states, lse_states, bundle):
 
 def decode_paged(q, k_cache, v_cache, block_table, seqused_k, *, max_seqlen_k, causal=False,
                  window=None, softcap=0.0, softmax_scale=None, mask_align="bottom_right",
-                 return_lse=False, bundle=None):
+                 return_lse=False, bundle=None, k_new=None, v_new=None):
     """Attention of a few query tokens per sequence over a paged KV cache, as FlashAttention's
-    flash_attn_with_kvcache(q, k_cache, v_cache, cache_seqlens=seqused_k,
-    block_table=block_table) without appending new keys: q [batch, tokens, heads_q, head_dim]
+    flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new, cache_seqlens=seqused_k,
+    block_table=block_table): q [batch, tokens, heads_q, head_dim]
     (tokens at most the kernel's decode.q_tokens), k_cache and v_cache [num_pages, page_size,
     heads_kv, head_dim(_v)] (vLLM's layout), block_table int32 [batch, max_pages] (page ids; any
     order, shared pages allowed), seqused_k int32 [batch] (each sequence's cache length, 0 for an
@@ -337,7 +337,12 @@ def decode_paged(q, k_cache, v_cache, block_table, seqused_k, *, max_seqlen_k, c
     max_seq_len; the split count is planned for it; at most max_pages x page_size). causal,
     window, softcap, softmax_scale, mask_align: as fagen.attention, per sequence. Returns out
     [batch, tokens, heads_q, head_dim_v] (and with return_lse the log-sum-exp, float32 [batch,
-    heads_q, tokens]). A bad page id or length is never loaded through (the runtime's
+    heads_q, tokens]). k_new, v_new [batch, tokens, heads_kv, head_dim(_v)]: the query tokens'
+    own keys and values, written into the caches (in place) as keys seqused_k[b] + t before the
+    attention, which then covers seqused_k[b] + tokens keys (so max_seqlen_k counts them);
+    seqused_k is not changed (add tokens to it for the next step); the new rows' pages must
+    be in the block table and not shared with another sequence of the call. A bad page id or
+    length is never loaded or written through (the runtime's
     fagen_paged_kv_status names it; fagen.runtime's Plan.status). Needs a loaded bundle (or
     `bundle`) with a paged decode kernel of the variant and page size (spec kv_cache: paged,
     page_size, passes: [decode]). Not differentiable."""
@@ -359,9 +364,23 @@ def decode_paged(q, k_cache, v_cache, block_table, seqused_k, *, max_seqlen_k, c
     q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous()
                            for t in (q, k_cache, v_cache))
     block_table = block_table if block_table.stride(-1) == 1 else block_table.contiguous()
-    out, lse = torch.ops.fagen.decode_paged(
-        q, k_cache, v_cache, block_table, seqused_k, int(max_seqlen_k), mask, mask_align, left,
-        right, float(softcap), float(softmax_scale or 0.0), 0 if bundle is None else bundle.id)
+    scalars = (int(max_seqlen_k), mask, mask_align, left, right, float(softcap),
+               float(softmax_scale or 0.0), 0 if bundle is None else bundle.id)
+    if (k_new is None) != (v_new is None):
+        raise ValueError("fagen.decode_paged: pass k_new and v_new together, or neither")
+    if k_new is None:
+        out, lse = torch.ops.fagen.decode_paged(q, k_cache, v_cache, block_table, seqused_k,
+                                                *scalars)
+    else:
+        for name, t, cache in (("k_new", k_new, k_cache), ("v_new", v_new, v_cache)):
+            want = (q.shape[0], q.shape[1], cache.shape[2], cache.shape[3])
+            if tuple(t.shape) != want or t.dtype != q.dtype:
+                raise ValueError(f"fagen.decode_paged: {name} must be [batch, tokens, heads_kv, "
+                                 f"head_dim] = {want} of q's dtype {q.dtype}, got "
+                                 f"{tuple(t.shape)} {t.dtype}")
+        k_new, v_new = (t if t.stride(-1) == 1 else t.contiguous() for t in (k_new, v_new))
+        out, lse = torch.ops.fagen.decode_paged_append(q, k_cache, v_cache, k_new, v_new,
+                                                       block_table, seqused_k, *scalars)
     return (out, lse) if return_lse else out
 
 
@@ -372,7 +391,7 @@ def _decode_outputs(q, v_cache):
 
 
 def _run_paged(op, what, entry, bundle, q, k_cache, v_cache, block_table, seqused_k, out, lse,
-               max_seqlen_k, variant, cu_seqlens_q=None):
+               max_seqlen_k, variant, cu_seqlens_q=None, k_new=None, v_new=None):
     """Plans the call on the first loaded bundle (or `bundle`, an id) with a paged kernel for
     it and runs it into out and lse; else KernelNotBuilt naming the spec entry."""
     pool = [b for b in _bundle.loaded() if not bundle or b.id == bundle]
@@ -388,7 +407,7 @@ def _run_paged(op, what, entry, bundle, q, k_cache, v_cache, block_table, sequse
                 reasons.append(f"  {b.path}: {e}")
                 continue
             plan.run_paged(q, k_cache, v_cache, out, lse, block_table, seqused_k,
-                           cu_seqlens_q=cu_seqlens_q)
+                           cu_seqlens_q=cu_seqlens_q, k_new=k_new, v_new=v_new)
             return
     raise _ondemand.KernelNotBuilt(
         f"{op}: no loaded bundle has a {what} for this call:\n" +
@@ -400,11 +419,10 @@ def _dtype_name(q):
     return "bf16" if q.dtype == torch.bfloat16 else "fp16"
 
 
-@torch.library.custom_op("fagen::decode_paged", mutates_args=(), device_types="cuda")
-def _decode_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor,
-                  seqused_k: Tensor, max_seqlen_k: int, mask: str, mask_align: str,
-                  window_left: int, window_right: int, softcap: float, softmax_scale: float,
-                  bundle: int) -> tuple[Tensor, Tensor]:
+def _decode(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k, mask, mask_align,
+            window_left, window_right, softcap, softmax_scale, bundle, k_new=None, v_new=None):
+    """The paged decode ops' body: out and lse of the call (with k_new / v_new appended
+    first), or KernelNotBuilt with the spec entry that serves it."""
     out, lse = _decode_outputs(q, v_cache)
     variant = dict(mask=mask, mask_align=mask_align, window=(window_left, window_right),
                    softcap=softcap, softmax_scale=softmax_scale)
@@ -413,13 +431,40 @@ def _decode_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tens
              f"{q.shape[-1]}, mask: {mask}, passes: [decode], decode: {{q_tokens: "
              f"{q.shape[1]}}}, kv_cache: paged, page_size: {page}}}")
     _run_paged("fagen.decode_paged", "paged decode kernel", entry, bundle, q, k_cache, v_cache,
-               block_table, seqused_k, out, lse, max_seqlen_k, variant)
+               block_table, seqused_k, out, lse, max_seqlen_k, variant, k_new=k_new, v_new=v_new)
     return out, lse
+
+
+@torch.library.custom_op("fagen::decode_paged", mutates_args=(), device_types="cuda")
+def _decode_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor,
+                  seqused_k: Tensor, max_seqlen_k: int, mask: str, mask_align: str,
+                  window_left: int, window_right: int, softcap: float, softmax_scale: float,
+                  bundle: int) -> tuple[Tensor, Tensor]:
+    return _decode(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k, mask, mask_align,
+                   window_left, window_right, softcap, softmax_scale, bundle)
 
 
 @_decode_paged.register_fake
 def _decode_paged_fake(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k, mask,
                        mask_align, window_left, window_right, softcap, softmax_scale, bundle):
+    return _decode_outputs(q, v_cache)
+
+
+@torch.library.custom_op("fagen::decode_paged_append", mutates_args=("k_cache", "v_cache"),
+                         device_types="cuda")
+def _decode_paged_append(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_new: Tensor,
+                         v_new: Tensor, block_table: Tensor, seqused_k: Tensor, max_seqlen_k: int,
+                         mask: str, mask_align: str, window_left: int, window_right: int,
+                         softcap: float, softmax_scale: float,
+                         bundle: int) -> tuple[Tensor, Tensor]:
+    return _decode(q, k_cache, v_cache, block_table, seqused_k, max_seqlen_k, mask, mask_align,
+                   window_left, window_right, softcap, softmax_scale, bundle, k_new, v_new)
+
+
+@_decode_paged_append.register_fake
+def _decode_paged_append_fake(q, k_cache, v_cache, k_new, v_new, block_table, seqused_k,
+                              max_seqlen_k, mask, mask_align, window_left, window_right, softcap,
+                              softmax_scale, bundle):
     return _decode_outputs(q, v_cache)
 
 

@@ -106,6 +106,11 @@ class _PagedKv(_Versioned):
                           ("reserved0", _I32), ("block_table_stride", _I64)]
 
 
+class _KvAppend(_Versioned):
+    """fagen_kv_append."""
+    _fields_ = _HEADER + [("k_strides", _I64 * 3), ("v_strides", _I64 * 3)]
+
+
 class _Plan(ctypes.Structure):
     """fagen_plan."""
     _fields_ = _HEADER + [("bundle", _P), ("bundle_id", ctypes.c_uint64), ("context", _P),
@@ -170,6 +175,8 @@ def library(path=None):
         "fagen_plan_forward_paged": (c.c_int, [P, Pr, c.POINTER(_PagedKv), Pl]),
         "fagen_plan_forward_paged_kernel": (c.c_int, [P, Pr, c.POINTER(_PagedKv), c.c_int, Pl]),
         "fagen_run_forward_paged": (c.c_int, [Pl, P, P, P, P, P, P, P, P, c.c_size_t, A, P]),
+        "fagen_run_forward_paged_append": (c.c_int, [Pl, c.POINTER(_KvAppend), P, P, P, P, P, P,
+                                                     P, P, P, P, c.c_size_t, A, P]),
         "fagen_paged_kv_status": (c.c_int, [Pl, P, P]),
         "fagen_plan_set_decode_splits": (c.c_int, [Pl, c.c_int32]),
         "fagen_plan_decode_splits": (c.c_int32, [Pl]),
@@ -324,14 +331,17 @@ class Plan:
         return cache[key]
 
     def run_paged(self, q, k_cache, v_cache, o, lse, block_table, seqused_k, stream=None,
-                  args=None, workspace=True, cu_seqlens_q=None):
+                  args=None, workspace=True, cu_seqlens_q=None, k_new=None, v_new=None):
         """Launches a paged plan (Bundle.plan_forward_paged) on the tensors it was planned for:
         the caches [num_pages, page_size, Hkv, D], block_table int32 [B, max_pages], seqused_k
         int32 [B] (each sequence's cache length); decode: q and o [B, T, Hq, D], lse [B, Hq, T];
         chunked prefill: q and o packed [total_q, Hq, D], lse [Hq, total_q] and cu_seqlens_q
         int32 [B + 1] (alone, or in args). workspace: True (this plan's own, allocated once per
         device and stream: a paged run always needs one, the kernel reports bad entries there)
-        or a device tensor of workspace_bytes bytes."""
+        or a device tensor of workspace_bytes bytes. k_new, v_new (decode plans): the new
+        tokens' keys and values [B, T, Hkv, D], written into the cache at each sequence's
+        seqused_k[b] + t before the decode, which then reads seqused_k[b] + T keys
+        (fagen_run_forward_paged_append; seqused_k itself is not changed)."""
         if cu_seqlens_q is not None:
             if args is not None:
                 raise ValueError("run_paged: pass cu_seqlens_q alone or inside args, not both")
@@ -339,15 +349,39 @@ class Plan:
         elif args is None and self.run_args & RUN_ARG_CU_SEQLENS:
             raise ValueError("run_paged: the plan is a varlen paged forward (chunked prefill): "
                              "pass cu_seqlens_q, the packed queries' int32 [batch + 1] offsets")
+        if (k_new is None) != (v_new is None):
+            raise ValueError("run_paged: pass k_new and v_new together (the new tokens' keys "
+                             "and values), or neither")
         if stream is None:
             stream = _current_stream()
         if workspace is True:
             workspace = self._own_workspace(q.device, stream)
-        _check(library().fagen_run_forward_paged(
-            ctypes.byref(self._plan), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
-            o.data_ptr(), lse.data_ptr(), block_table.data_ptr(), seqused_k.data_ptr(),
-            _ptr(workspace), _nbytes(workspace), None if args is None else ctypes.byref(args),
-            stream))
+        if k_new is None:
+            _check(library().fagen_run_forward_paged(
+                ctypes.byref(self._plan), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                o.data_ptr(), lse.data_ptr(), block_table.data_ptr(), seqused_k.data_ptr(),
+                _ptr(workspace), _nbytes(workspace),
+                None if args is None else ctypes.byref(args), stream))
+        else:
+            for name, t in (("k_new", k_new), ("v_new", v_new)):
+                if t.dim() != 4 or t.shape[:3] != q.shape[:2] + (k_cache.shape[2],) or \
+                        t.shape[3] != (k_cache if name == "k_new" else v_cache).shape[3]:
+                    raise ValueError(
+                        f"run_paged: {name} must be [batch, tokens, heads_kv, head_dim] as q's "
+                        f"tokens and the cache's heads, got {tuple(t.shape)} for q "
+                        f"{tuple(q.shape)} and caches of {k_cache.shape[2]} heads")
+                if t.dtype != q.dtype or t.stride(-1) != 1:
+                    raise ValueError(f"run_paged: {name} must have q's dtype ({q.dtype}) and a "
+                                     f"contiguous head dim, got {t.dtype}, strides {t.stride()}")
+            append = _KvAppend()
+            append.k_strides[:] = k_new.stride()[:3]
+            append.v_strides[:] = v_new.stride()[:3]
+            _check(library().fagen_run_forward_paged_append(
+                ctypes.byref(self._plan), ctypes.byref(append), q.data_ptr(),
+                k_cache.data_ptr(), v_cache.data_ptr(), k_new.data_ptr(), v_new.data_ptr(),
+                o.data_ptr(), lse.data_ptr(), block_table.data_ptr(), seqused_k.data_ptr(),
+                _ptr(workspace), _nbytes(workspace),
+                None if args is None else ctypes.byref(args), stream))
         self._last_workspace = workspace
 
     def status(self, workspace=None, stream=None):

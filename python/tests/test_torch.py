@@ -163,6 +163,47 @@ class DecodePagedTest(unittest.TestCase):
             fagen.decode_paged(q, k, v, table, used[:2], max_seqlen_k=90)
 
 
+class DecodePagedAppendTest(unittest.TestCase):
+    """fagen.decode_paged(..., k_new=, v_new=): the new tokens' keys and values written into the
+    caches (in place) before the decode."""
+
+    def args(self, batch=3, tokens=2, heads=(8, 2), d=128):
+        q, k, v, table, used = DecodePagedTest().paged_args(batch, tokens, heads=heads, d=d)
+        return q, k, v, meta(batch, tokens, heads[1], d), meta(batch, tokens, heads[1], d), \
+            table, used
+
+    def test_schema_mutates_the_caches(self):
+        schema = str(torch.ops.fagen.decode_paged_append.default._schema)
+        self.assertEqual(schema, "fagen::decode_paged_append(Tensor q, Tensor(a1!) k_cache, "
+                                 "Tensor(a2!) v_cache, Tensor k_new, Tensor v_new, "
+                                 "Tensor block_table, Tensor seqused_k, SymInt max_seqlen_k, "
+                                 "str mask, str mask_align, SymInt window_left, "
+                                 "SymInt window_right, float softcap, float softmax_scale, "
+                                 "SymInt bundle) -> (Tensor, Tensor)")
+        q, k, v, k_new, v_new, table, used = self.args()
+        out, lse = fagen.decode_paged(q, k, v, table, used, max_seqlen_k=90, causal=True,
+                                      k_new=k_new, v_new=v_new, return_lse=True)
+        self.assertEqual((tuple(out.shape), out.dtype), ((3, 2, 8, 128), BF16))
+        self.assertEqual((tuple(lse.shape), lse.dtype), ((3, 8, 2), torch.float32))
+
+    def test_opcheck(self):
+        args = self.args() + (90, "causal", "bottom_right", -1, -1, 0.0, 0.0, 0)
+        result = torch.library.opcheck(torch.ops.fagen.decode_paged_append.default, args)
+        self.assertEqual(set(result.values()), {"SUCCESS"}, result)
+
+    def test_errors(self):
+        q, k, v, k_new, v_new, table, used = self.args()
+        with self.assertRaisesRegex(ValueError, "pass k_new and v_new together"):
+            fagen.decode_paged(q, k, v, table, used, max_seqlen_k=90, k_new=k_new)
+        with self.assertRaisesRegex(ValueError, r"k_new must be \[batch, tokens, heads_kv, "
+                                                r"head_dim\] = \(3, 2, 2, 128\)"):
+            fagen.decode_paged(q, k, v, table, used, max_seqlen_k=90, k_new=k_new[:, :1],
+                               v_new=v_new)
+        with self.assertRaisesRegex(ValueError, "v_new must be"):
+            fagen.decode_paged(q, k, v, table, used, max_seqlen_k=90, k_new=k_new,
+                               v_new=v_new.to(FP16))
+
+
 class PrefillPagedTest(unittest.TestCase):
     """fagen.prefill_paged: chunked prefill (packed new tokens) over a paged KV cache."""
 

@@ -65,6 +65,8 @@ fagen_merge_params combineParams(const fagen_fwd_problem &p, int32_t splits) {
 fagen_status validatePagedArrays(const char *function, const DriverApi &api,
                                  const fagen_decode_params &dp, int pageSize,
                                  const PagedKvArrays &paged, void *stream) {
+  // An append run's lengths grow by its tokens: the new keys must fit, their pages be valid.
+  const int32_t added = paged.appendLayout != nullptr ? dp.fwd.seqlen_q : 0;
   const std::string prefix = std::string(function) + ": FAGEN_VALIDATE: ";
   if (CUresult r = api.cuStreamSynchronize(static_cast<CUstream>(stream)); r != CUDA_SUCCESS)
     return fail(FAGEN_ERROR_CUDA, prefix + cudaErrorText(api, r, "cuStreamSynchronize"));
@@ -81,11 +83,12 @@ fagen_status validatePagedArrays(const char *function, const DriverApi &api,
                                                     str(int64_t(host->size())) +
                                                     " int32 of device memory)");
   for (int64_t b = 0; b < batch; ++b) {
-    if (used[b] < 0 || used[b] > dp.fwd.seqlen_k)
+    if (used[b] < 0 || used[b] > dp.fwd.seqlen_k - added)
       return fail(FAGEN_ERROR_INVALID_ARGUMENT,
                   prefix + "seqused_k[" + str(b) + "] = " + str(used[b]) + " is outside [0, " +
-                      "seqlen_k = " + str(dp.fwd.seqlen_k) + "]");
-    for (int64_t slot = 0; slot * pageSize < used[b]; ++slot)
+                      "seqlen_k" + (added ? " - " + str(added) + " new tokens" : "") + " = " +
+                      str(dp.fwd.seqlen_k - added) + "]");
+    for (int64_t slot = 0; slot * pageSize < used[b] + added; ++slot)
       if (const int32_t page = table[size_t(b * stride + slot)];
           page < 0 || page >= dp.num_pages)
         return fail(FAGEN_ERROR_INVALID_ARGUMENT,
@@ -142,7 +145,7 @@ void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &page
     setGrid(plan.grid, dp.m_blocks, p.heads_q, p.batch);
   const fagen_decode_workspace w =
       fagen_decode_workspace_layout(1, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v, 1);
-  plan.workspace_bytes = size_t(w.total_bytes); // the status record alone
+  plan.workspace_bytes = size_t(w.lengths_offset); // the status record alone (no append)
   plan.workspace_offsets[2] = w.status_offset;
 }
 
@@ -261,6 +264,49 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
     dp.seqused_k = paged->sequsedK;
     dp.kv_status =
         reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) + plan.workspace_offsets[2]);
+    if (paged->appendLayout != nullptr) {
+      // NAME_append writes the new rows and each sequence's new length, which NAME reads.
+      const fagen_decode_workspace w = fagen_decode_workspace_layout(
+          dp.num_splits, dp.fwd.batch, dp.fwd.heads_q, dp.fwd.seqlen_q,
+          plan.bundle->bundle.kernels[plan.kernel_index].headDimV, 1);
+      fagen_kv_append_params ap;
+      std::memset(&ap, 0, sizeof ap);
+      ap.k_new = paged->kNew;
+      ap.v_new = paged->vNew;
+      ap.k_cache = const_cast<void *>(dp.fwd.k);
+      ap.v_cache = const_cast<void *>(dp.fwd.v);
+      ap.block_table = dp.block_table;
+      ap.seqused_k = dp.seqused_k;
+      ap.seqused_out =
+          reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) + w.lengths_offset);
+      ap.kv_status = dp.kv_status;
+      for (int i = 0; i < 3; ++i) {
+        ap.k_new_strides[i] = paged->appendLayout->k_strides[i];
+        ap.v_new_strides[i] = paged->appendLayout->v_strides[i];
+      }
+      const int64_t kCache[3] = {dp.fwd.k_batch_stride, dp.fwd.k_head_stride,
+                                 dp.fwd.k_row_stride}; // page, head, row
+      const int64_t vCache[3] = {dp.fwd.v_batch_stride, dp.fwd.v_head_stride,
+                                 dp.fwd.v_row_stride};
+      std::memcpy(ap.k_cache_strides, kCache, sizeof kCache);
+      std::memcpy(ap.v_cache_strides, vCache, sizeof vCache);
+      ap.block_table_batch_stride = dp.block_table_batch_stride;
+      ap.batch = dp.fwd.batch;
+      ap.tokens = dp.fwd.seqlen_q;
+      ap.heads_kv = dp.fwd.heads_kv;
+      ap.num_pages = dp.num_pages;
+      ap.seqlen_k = dp.fwd.seqlen_k;
+      const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index];
+      int32_t appendGrid[3] = {
+          int32_t(fagen_append_blocks(ap.tokens, ap.heads_kv, k.headDimQK, k.headDimV)),
+          ap.batch, 1};
+      int32_t appendBlock[3] = {FAGEN_APPEND_THREADS, 1, 1};
+      if (fagen_status s = launch(api, plan, plan.pre_function, appendGrid, appendBlock, 0, &ap,
+                                  stream, "_append");
+          s != FAGEN_OK)
+        return s;
+      dp.seqused_k = ap.seqused_out;
+    }
   }
   if (const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index]; takesTmaMaps(k)) {
     // A paged sm90ws forward: one launch over its work tiles, Q by TMA.
@@ -564,6 +610,82 @@ fagen_status fagen_run_forward_paged(const fagen_plan *plan, const void *q, cons
                     true, stream, &arrays);
 }
 
+void fagen_kv_append_init(fagen_kv_append *append) {
+  if (append == nullptr)
+    return;
+  *append = fagen_kv_append FAGEN_KV_APPEND_INIT;
+}
+
+void fagen_kv_append_set_bshd_strides(fagen_kv_append *append, const fagen_fwd_problem *p) {
+  if (append == nullptr || p == nullptr)
+    return;
+  // [batch, seqlen_q, heads_kv, head_dim]: (batch, token, head).
+  const int64_t k[3] = {int64_t(p->seqlen_q) * p->heads_kv * p->head_dim_qk,
+                        int64_t(p->heads_kv) * p->head_dim_qk, p->head_dim_qk};
+  const int64_t v[3] = {int64_t(p->seqlen_q) * p->heads_kv * p->head_dim_v,
+                        int64_t(p->heads_kv) * p->head_dim_v, p->head_dim_v};
+  for (int i = 0; i < 3; ++i) {
+    append->k_strides[i] = k[i];
+    append->v_strides[i] = v[i];
+  }
+}
+
+fagen_status fagen_run_forward_paged_append(const fagen_plan *plan,
+                                            const fagen_kv_append *append, const void *q,
+                                            void *k_cache, void *v_cache, const void *k_new,
+                                            const void *v_new, void *o, float *lse,
+                                            const int32_t *block_table,
+                                            const int32_t *seqused_k, void *workspace,
+                                            size_t workspace_bytes, const fagen_run_args *args,
+                                            void *stream) {
+  const char *function = "fagen_run_forward_paged_append";
+  auto invalid = [function](const std::string &why) {
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT, std::string(function) + ": " + why);
+  };
+  if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
+    return s;
+  if (fagen_status s = checkBundleLive(function, *plan); s != FAGEN_OK)
+    return s;
+  if (append == nullptr)
+    return invalid("append is null");
+  if (fagen_status s = checkAbiHeader(function, "append", "fagen_kv_append", append->struct_size,
+                                      append->abi_tag, sizeof(fagen_kv_append),
+                                      "FAGEN_KV_APPEND_INIT");
+      s != FAGEN_OK)
+    return s;
+  if (fagen_status s = checkPointers(function, "", {{"k_new", k_new, 16},
+                                                    {"v_new", v_new, 16},
+                                                    {"block_table", block_table, 4},
+                                                    {"seqused_k", seqused_k, 4}});
+      s != FAGEN_OK)
+    return s;
+  const KernelRecord &k = plan->bundle->bundle.kernels[plan->kernel_index];
+  if (!isDecodeKernel(k) || !k.isPaged())
+    return invalid("the plan's kernel " + k.name +
+                   " is not a paged decode kernel: appending is served by paged decode plans "
+                   "(1-16 query tokens, fagen_plan_forward_paged); for chunked prefill, write "
+                   "the chunk's keys and values into the cache first and run "
+                   "fagen_run_forward_paged");
+  if (plan->pre_function == nullptr)
+    return fail(FAGEN_ERROR_NOT_SUPPORTED,
+                std::string(function) + ": kernel " + k.name + "'s cubin has no " + k.name +
+                    "_append: the bundle was built before appending existed; rebuild it");
+  for (auto [name, strides] : {std::pair{"k_strides", append->k_strides},
+                               std::pair{"v_strides", append->v_strides}})
+    for (int i = 0; i < 3; ++i)
+      if (strides[i] < 0 || strides[i] % 8 != 0)
+        return invalid(std::string("append->") + name + "[" + str(i) + "] = " +
+                       str(strides[i]) +
+                       " must be a non-negative multiple of 8 elements (16-byte rows; batch, "
+                       "token, head; the head dim contiguous)");
+  PagedKvArrays arrays{block_table, seqused_k};
+  arrays.appendLayout = append;
+  arrays.kNew = k_new;
+  arrays.vNew = v_new;
+  return runForward(function, plan, q, k_cache, v_cache, o, lse, workspace, workspace_bytes, args,
+                    true, stream, &arrays);
+}
+
 fagen_status fagen_paged_kv_status(const fagen_plan *plan, const void *workspace, void *stream) {
   const char *function = "fagen_paged_kv_status";
   if (fagen_status s = checkPlan(function, plan, FAGEN_PASS_FORWARD); s != FAGEN_OK)
@@ -606,6 +728,14 @@ fagen_status fagen_paged_kv_status(const fagen_plan *plan, const void *workspace
                     " is outside [0, seqlen_k = " + str(dp.fwd.seqlen_k) +
                     "]: the kernel clamped it, so sequence " + batch +
                     "'s output is wrong; pass the cache lengths, and their maximum as seqlen_k");
+  case FAGEN_KV_STATUS_APPEND_LENGTH:
+    return fail(FAGEN_ERROR_INVALID_ARGUMENT,
+                std::string(function) + ": seqused_k[" + batch + "] = " + value +
+                    " leaves no room for the " + str(record[2]) +
+                    " new tokens (it must be in [0, seqlen_k - " + str(record[2]) + " = " +
+                    str(dp.fwd.seqlen_k - record[2]) + "]): nothing was appended to sequence " +
+                    batch + " and its output is wrong; pass the cache lengths before the "
+                    "append, and seqlen_k at least their maximum + the new tokens");
   default:
     return fail(FAGEN_ERROR_CUDA, std::string(function) + ": the status record holds code " +
                                       str(record[0]) + ", which no kernel writes: the " +

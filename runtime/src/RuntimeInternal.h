@@ -86,8 +86,9 @@ struct Device {
 };
 
 /// The entry points of a kernel's cubin (docs/bundle-format.md): a backward's NAME, NAME_pre and
-/// NAME_post; a decode kernel's NAME, NAME_combine and NAME_merge.
-enum class Part { kMain = 0, kPre = 1, kPost = 2, kCombine = 3, kMerge = 4 };
+/// NAME_post; a decode kernel's NAME, NAME_combine and NAME_merge, and a paged one's
+/// NAME_append.
+enum class Part { kMain = 0, kPre = 1, kPost = 2, kCombine = 3, kMerge = 4, kAppend = 5 };
 
 /// Makes a context current if none is (device 0's primary) and describes its device.
 fagen_status currentDevice(const DriverApi &api, Device &d);
@@ -175,10 +176,13 @@ void setDecodeSplits(fagen_plan &plan, const KernelRecord &k, int splits);
 /// the problem, or why not.
 fagen_status checkPagedKv(const char *function, const fagen_fwd_problem &p,
                           const fagen_paged_kv *paged);
-/// A paged run's device arrays.
+/// A paged run's device arrays, and the new keys and values of an append run
+/// (fagen_run_forward_paged_append; layout null otherwise).
 struct PagedKvArrays {
   const int32_t *blockTable;
   const int32_t *sequsedK;
+  const fagen_kv_append *appendLayout = nullptr;
+  const void *kNew = nullptr, *vNew = nullptr;
 };
 /// Launches a decode plan: NAME over the planned splits and NAME_combine where the call has
 /// the plan's workspace, else NAME over one split. `params`: the forward block, pointers filled;

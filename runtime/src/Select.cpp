@@ -330,6 +330,8 @@ const char *partSuffix(Part part) {
     return "_combine";
   case Part::kMerge:
     return "_merge";
+  case Part::kAppend:
+    return "_append";
   default:
     return "";
   }
@@ -597,7 +599,7 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
   // The cache is the one mutable part of a loaded bundle; the mutex makes this thread-safe.
   auto &mutableBundle = const_cast<fagen_bundle &>(bundle);
   const KernelRecord &k = bundle.bundle.kernels[chosen];
-  // Slots: main, pre, post (a decode kernel's combine in post).
+  // Slots: main, pre, post (a decode kernel's combine in post, a paged one's append in pre).
   CUfunction functions[3] = {};
   const std::pair<Part, int> parts[] = {{Part::kMain, 0}, {Part::kPre, 1}, {Part::kPost, 2},
                                         {Part::kCombine, 2}};
@@ -611,6 +613,11 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
         s != FAGEN_OK)
       return s;
   }
+  // A paged decode kernel's NAME_append where its cubin has one (bundles built before
+  // fagen_run_forward_paged_append have none: their plans run, but not with an append).
+  if (isDecodeKernel(k) && k.isPaged() &&
+      loadFunction(*api, mutableBundle, device, chosen, Part::kAppend, functions[1]) != FAGEN_OK)
+    functions[1] = nullptr;
 
   if (takesTmaMaps(k) && api->cuTensorMapEncodeTiled == nullptr)
     return fail(FAGEN_ERROR_NOT_SUPPORTED,

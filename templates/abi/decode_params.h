@@ -10,6 +10,10 @@
 //   NAME_combine  `const __grid_constant__ fagen_merge_params` over float32 states: the splits'
 //                 partial (O, LSE) in the workspace merged into O and LSE.
 //   NAME_merge    the same over states in the kernel's dtype (fagen_merge_states).
+//   NAME_append   paged kernels only: `const __grid_constant__ fagen_kv_append_params`; the
+//                 call's new keys and values written into the cache before NAME runs
+//                 (fagen_run_forward_paged_append); grid fagen_append_blocks(), block
+//                 FAGEN_APPEND_THREADS, no shared memory.
 // Both merges: grid fagen_merge_blocks() (FAGEN_COMBINE_STATE_LANES, FAGEN_MERGE_STATE_LANES),
 // block Config::kMergeThreads, no shared memory.
 //
@@ -88,6 +92,47 @@ typedef struct fagen_decode_params {
 #define FAGEN_KV_STATUS_PAGE_ID 1
 /// seqused_k[batch] = value is not in [0, seqlen_k] (index 0); the kernel clamped it.
 #define FAGEN_KV_STATUS_SEQUSED_K 2
+/// NAME_append: seqused_k[batch] = value leaves no room for the index new tokens (it is not in
+/// [0, seqlen_k - index]); nothing was appended to the sequence and its length was clamped.
+#define FAGEN_KV_STATUS_APPEND_LENGTH 3
+
+/// NAME_append: a decode call's new keys and values (its `tokens` query tokens' own, as
+/// FlashAttention's flash_attn_with_kvcache(k=, v=)) written into a paged cache. New token t
+/// of sequence b is key seqused_k[b] + t: row (seqused_k[b] + t) % page_size of page
+/// block_table[b][(seqused_k[b] + t) / page_size]. Each page id is checked before a row is
+/// written through it (a bad one is reported and its rows skipped), and each length against
+/// [0, seqlen_k - tokens] (a bad one is reported, nothing of the sequence is written). The
+/// kernel writes each sequence's new length, seqused_k[b] + tokens (a bad one clamped to [0,
+/// seqlen_k]), to seqused_out, which NAME then reads as its seqused_k; seqused_k itself is not
+/// changed. Strides in elements, the head dim contiguous.
+///   k_new, v_new      [batch, tokens, heads_kv, head_dim(_v)]; strides batch, token, head
+///   k_cache, v_cache  the caches; strides page, head, row (the forward block's)
+typedef struct fagen_kv_append_params {
+  const void *k_new;
+  const void *v_new;
+  void *k_cache;
+  void *v_cache;
+  const int32_t *block_table;
+  const int32_t *seqused_k;
+  int32_t *seqused_out; // [batch], device memory (the workspace's lengths)
+  int32_t *kv_status;   // as fagen_decode_params's
+  int64_t k_new_strides[3];
+  int64_t v_new_strides[3];
+  int64_t k_cache_strides[3];
+  int64_t v_cache_strides[3];
+  int64_t block_table_batch_stride;
+  int32_t batch, tokens, heads_kv, num_pages, seqlen_k, reserved;
+} fagen_kv_append_params;
+
+/// Threads of an append launch's blocks.
+#define FAGEN_APPEND_THREADS 128
+/// Blocks of an append launch along x (y: the batch): one thread per 8 columns of a new
+/// token's K row and V row (the wider head dim's chunks) of each kv head.
+static inline int64_t fagen_append_blocks(int32_t tokens, int32_t heads_kv, int32_t head_dim,
+                                          int32_t head_dim_v) {
+  const int64_t chunks = (head_dim > head_dim_v ? head_dim : head_dim_v) / 8;
+  return ((int64_t)tokens * heads_kv * chunks + FAGEN_APPEND_THREADS - 1) / FAGEN_APPEND_THREADS;
+}
 
 /// A merge of num_states attention states (O_s, LSE_s) of the same queries into
 ///   O = sum_s exp(LSE_s - M) O_s / sum_s exp(LSE_s - M),   LSE = M + log sum_s exp(LSE_s - M),
@@ -132,9 +177,10 @@ static inline int64_t fagen_merge_blocks(int64_t rows, int32_t head_dim, int32_t
 }
 
 /// Where the partial O and LSE of a decode call start in its workspace (when it has more than
-/// one split), a paged call's kv_status, and its size; all 256-byte aligned.
+/// one split), a paged call's kv_status and the lengths NAME_append writes (int32 [batch]),
+/// and its size; all 256-byte aligned.
 typedef struct fagen_decode_workspace {
-  uint64_t o_offset, lse_offset, status_offset, total_bytes;
+  uint64_t o_offset, lse_offset, status_offset, lengths_offset, total_bytes;
 } fagen_decode_workspace;
 
 static inline uint64_t fagen_decode_align256_(uint64_t x) { return (x + 255u) & ~(uint64_t)255u; }
@@ -151,7 +197,8 @@ static inline fagen_decode_workspace fagen_decode_workspace_layout(int32_t num_s
   w.o_offset = 0;
   w.lse_offset = fagen_decode_align256_(rows * head_dim_v * 4u);
   w.status_offset = w.lse_offset + fagen_decode_align256_(rows * 4u);
-  w.total_bytes = w.status_offset + (paged ? 256u : 0u);
+  w.lengths_offset = w.status_offset + (paged ? 256u : 0u);
+  w.total_bytes = w.lengths_offset + (paged ? fagen_decode_align256_((uint64_t)batch * 4u) : 0u);
   return w;
 }
 

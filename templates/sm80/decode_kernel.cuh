@@ -258,6 +258,50 @@ __device__ __forceinline__ void decode_merge(const fagen_merge_params &params) {
   merge_states<MergeConfig<Element, Element, Config::kHeadDimV, FAGEN_MERGE_STATE_LANES>>(params);
 }
 
+/// NAME_append (paged kernels): the call's new keys and values into the cache
+/// (abi/decode_params.h fagen_kv_append_params). Launch: grid (fagen_append_blocks(...),
+/// batch), block FAGEN_APPEND_THREADS; thread i of sequence blockIdx.y copies 8 columns of one
+/// new token's K and V rows of one kv head, item i = (token x heads_kv + head) x chunks + chunk.
+template <class Config>
+__device__ __forceinline__ void decode_append(const fagen_kv_append_params &p) {
+  static_assert(Config::kPaged, "NAME_append is a paged decode kernel's");
+  using Element = typename Config::Element;
+  constexpr int kChunksK = Config::kHeadDimQK / 8, kChunksV = Config::kHeadDimV / 8;
+  constexpr int kChunks = kChunksK > kChunksV ? kChunksK : kChunksV;
+  const int batch = blockIdx.y;
+  const int item = blockIdx.x * FAGEN_APPEND_THREADS + threadIdx.x;
+  const int used = p.seqused_k[batch];
+  const bool fits = used >= 0 && used <= p.seqlen_k - p.tokens;
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    if (!fits)
+      report_kv_status(p.kv_status, FAGEN_KV_STATUS_APPEND_LENGTH, batch, p.tokens, used);
+    p.seqused_out[batch] = fits ? used + p.tokens : min(max(used, 0), p.seqlen_k);
+  }
+  if (!fits || item >= p.tokens * p.heads_kv * kChunks)
+    return;
+  const int chunk = item % kChunks, head = item / kChunks % p.heads_kv,
+            token = item / kChunks / p.heads_kv, key = used + token;
+  // key < seqlen_k <= the table's columns x kPageSize (checked when planned).
+  const int page = checked_page(p.block_table + batch * p.block_table_batch_stride,
+                                key / Config::kPageSize, p.num_pages, p.kv_status, batch, true);
+  if (page < 0)
+    return; // reported; nothing written through a bad entry
+  const int64_t row = key % Config::kPageSize;
+  const auto copy = [&](void *cache, const int64_t(&cs)[3], const void *src,
+                        const int64_t(&ss)[3]) {
+    u32 x[4];
+    ld_global_v4(x, static_cast<const Element *>(src) + batch * ss[0] + token * ss[1] +
+                        head * ss[2] + chunk * 8);
+    st_global_v4(static_cast<Element *>(cache) + page * cs[0] + head * cs[1] + row * cs[2] +
+                     chunk * 8,
+                 x);
+  };
+  if (chunk < kChunksK)
+    copy(p.k_cache, p.k_cache_strides, p.k_new, p.k_new_strides);
+  if (chunk < kChunksV)
+    copy(p.v_cache, p.v_cache_strides, p.v_new, p.v_new_strides);
+}
+
 } // namespace sm80
 } // namespace fagen
 

@@ -17,8 +17,9 @@
 #      cell's kernels' device times and fagen's time with one split.
 # With .carry/paged.fab (tests/gpu/check-paged.yaml, issue 34 part 2): fagen check of the paged
 # decode kernels (uneven cache lengths, shared and shuffled pages, bad entries reported, paged
-# == contiguous bitwise) and memcheck on its quick grid (the bad-entry runs included). About
-# 2 more minutes. With .carry/paged90a.fab (the same spec for sm_90a: its chunked prefill on
+# == contiguous bitwise) and memcheck on its quick grid (the bad-entry runs included), and
+# tests/gpu/append_check.py (decode with an append: every paged decode kernel, memcheck on one).
+# About 3 more minutes. With .carry/paged90a.fab (the same spec for sm_90a: its chunked prefill on
 # the sm90ws forward): fagen check of its paged forwards, memcheck on them, racecheck on the
 # gather (16-token pages) and the TMA-page form (256).
 set -uo pipefail
@@ -51,6 +52,9 @@ if [ -f "$C/paged.fab" ]; then
   step "check paged" "$OUT/check-paged.log" bash -c "$C/fagen check $C/paged.fab >$OUT/check-paged.log 2>&1"
   tail -n 1 "$OUT/check-paged.log"
   grep -E "MISMATCH|CUDA error|FAIL|NOT reported|differ" "$OUT/check-paged.log" | cut -c1-300 | head -20
+  step "append (paged decode)" "$OUT/append.log" bash -c "python3 tests/gpu/append_check.py --bundle $C/paged.fab --bundle $C/bench-decode.fab >$OUT/append.log 2>&1"
+  tail -n 1 "$OUT/append.log"
+  grep -E "^FAIL" "$OUT/append.log" | cut -c1-300 | head -20
 fi
 if [ -f "$C/paged90a.fab" ]; then
   step "check paged sm90ws" "$OUT/check-paged90a.log" bash -c "$C/fagen check $C/paged90a.fab --kernel varlen_paged >$OUT/check-paged90a.log 2>&1"
@@ -69,6 +73,7 @@ if command -v compute-sanitizer >/dev/null; then
   step "memcheck (quick grid)" "$OUT/sanitizer-decode.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick >$OUT/sanitizer-decode.log 2>&1"
   step "racecheck (quick, 2 kernels)" "$OUT/racecheck-decode.log" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick --kernel hd128_causal_sm80decode >$OUT/racecheck-decode.log 2>&1 && compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick --kernel hd64_window >>$OUT/racecheck-decode.log 2>&1"
   [ -f "$C/paged.fab" ] && step "memcheck paged (quick)" "$OUT/sanitizer-paged.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/paged.fab --quick >$OUT/sanitizer-paged.log 2>&1" && grep -E "ERROR SUMMARY" "$OUT/sanitizer-paged.log" | tail -1
+  [ -f "$C/paged.fab" ] && step "memcheck append (quick)" "$OUT/sanitizer-append.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/gpu/append_check.py --bundle $C/paged.fab --quick >$OUT/sanitizer-append.log 2>&1" && grep -E "ERROR SUMMARY" "$OUT/sanitizer-append.log" | tail -1
   step "memcheck merge_states" "$OUT/sanitizer-merge.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/gpu/merge_check.py $C/decode.fab >$OUT/sanitizer-merge.log 2>&1"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-decode.log" "$OUT/racecheck-decode.log" "$OUT/sanitizer-merge.log"
 fi

@@ -138,11 +138,14 @@ FAKE_API CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz,
   // A paged forward (chunked prefill, "_pagedN_" of template sm80) takes a fagen_decode_params.
   const bool decode = s->function.find("_sm80decode_") != std::string::npos;
   const bool pagedForward = !decode && s->function.find("_paged") != std::string::npos;
+  // A paged decode kernel's NAME_append takes a fagen_kv_append_params.
   const bool merge = decode && (endsWith("_combine") || endsWith("_merge"));
-  if (!merge)
+  const bool append = decode && endsWith("_append");
+  if (!merge && !append)
     std::memcpy(&s->params, params[0], sizeof s->params);
   FakeLaunch launch{s->function, {gx, gy, gz}, {bx, by, bz}, smem, stream, {}};
   size_t bytes = merge    ? sizeof(fagen_merge_params)
+                 : append ? sizeof(fagen_kv_append_params)
                  : decode || pagedForward ? sizeof(fagen_decode_params)
                  : s->function.rfind("fagen_bwd", 0) == 0 && s->bwdParamsBytes != 0
                      ? s->bwdParamsBytes

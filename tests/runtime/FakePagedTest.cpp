@@ -109,12 +109,12 @@ TEST_F(FakePagedTest, APagedCallPlansThePagedKernelOfItsPageSize) {
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_EQ(plan.workspace_offsets[2], w.status_offset);
 
-  // One split still has a workspace: the status record.
+  // One split still has a workspace: the status record and the 64 lengths an append writes.
   PagedCall full(64, 1, 4096, 256);
   ASSERT_EQ(fagen_plan_forward_paged(bundle, &full.problem, &full.paged, &plan), FAGEN_OK)
       << fagen_last_error();
   EXPECT_EQ(plan.grid[0], 1);
-  EXPECT_EQ(plan.workspace_bytes, 256u);
+  EXPECT_EQ(plan.workspace_bytes, 512u);
   EXPECT_EQ(plan.workspace_offsets[2], 0u);
 
   // The same call without a paged cache takes the contiguous kernel, never the paged one.
@@ -235,6 +235,120 @@ TEST_F(FakePagedTest, RunRefusesMissingArraysAndTheWrongEntryPoint) {
                                     sizeof workspace, nullptr, nullptr),
             FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fagen_last_error()).find("fagen_plan_forward_paged"), std::string::npos);
+}
+
+TEST_F(FakePagedTest, AppendWritesTheNewRowsThenDecodesOverTheLongerCache) {
+  // 3 sequences, 4 new tokens each (speculative verification), 32/8 heads, hd 128.
+  PagedCall c(3, 4, 1000, 64, 512);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  const fagen_decode_workspace w =
+      fagen_decode_workspace_layout(fagen_plan_decode_splits(&plan), 3, 32, 4, 128, 1);
+  EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
+  EXPECT_EQ(w.total_bytes - w.lengths_offset, 256u); // int32 [batch], 256-byte aligned
+  fagen_kv_append append = FAGEN_KV_APPEND_INIT;
+  fagen_kv_append_set_bshd_strides(&append, &c.problem);
+  EXPECT_EQ(append.k_strides[0], 4 * 8 * 128);
+  EXPECT_EQ(append.k_strides[1], 8 * 128);
+  EXPECT_EQ(append.k_strides[2], 128);
+  alignas(16) static char kNew[64], vNew[64];
+  fake().launchLog.clear();
+  void *stream = reinterpret_cast<void *>(uintptr_t(0x7000));
+  ASSERT_EQ(fagen_run_forward_paged_append(&plan, &append, q, k, v, kNew, vNew, o, lse, table,
+                                           used, workspace, plan.workspace_bytes, nullptr,
+                                           stream),
+            FAGEN_OK)
+      << fagen_last_error();
+  ASSERT_GE(fake().launchLog.size(), 2u); // the append, the decode (and its combine)
+  const FakeLaunch &first = fake().launchLog[0];
+  EXPECT_EQ(first.function, std::string(kPaged) + "_append");
+  EXPECT_EQ(first.stream, stream);
+  // 4 tokens x 8 kv heads x 16 chunks of 8 columns = 512 threads: 4 blocks, one row a sequence.
+  EXPECT_EQ(first.grid[0], 4u);
+  EXPECT_EQ(first.grid[1], 3u);
+  EXPECT_EQ(first.block[0], unsigned(FAGEN_APPEND_THREADS));
+  const auto ap = paramsOf<fagen_kv_append_params>(first);
+  EXPECT_EQ(ap.k_new, static_cast<const void *>(kNew));
+  EXPECT_EQ(ap.v_new, static_cast<const void *>(vNew));
+  EXPECT_EQ(ap.k_cache, static_cast<void *>(k));
+  EXPECT_EQ(ap.v_cache, static_cast<void *>(v));
+  EXPECT_EQ(ap.block_table, table);
+  EXPECT_EQ(ap.seqused_k, used);
+  EXPECT_EQ(ap.seqused_out, reinterpret_cast<int32_t *>(workspace + w.lengths_offset));
+  EXPECT_EQ(ap.kv_status, reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]));
+  EXPECT_EQ(ap.k_new_strides[1], 8 * 128);
+  EXPECT_EQ(ap.k_cache_strides[0], 16 * 8 * 128); // page, head, row: the problem's
+  EXPECT_EQ(ap.k_cache_strides[1], 128);
+  EXPECT_EQ(ap.k_cache_strides[2], 8 * 128);
+  EXPECT_EQ(ap.block_table_batch_stride, 64);
+  EXPECT_EQ(ap.batch, 3);
+  EXPECT_EQ(ap.tokens, 4);
+  EXPECT_EQ(ap.heads_kv, 8);
+  EXPECT_EQ(ap.num_pages, 512);
+  EXPECT_EQ(ap.seqlen_k, 1000);
+  // The decode reads the lengths the append wrote, not the caller's.
+  const auto dp = paramsOf<fagen_decode_params>(fake().launchLog[1]);
+  EXPECT_EQ(fake().launchLog[1].function, std::string(kPaged));
+  EXPECT_EQ(dp.seqused_k, ap.seqused_out);
+  EXPECT_EQ(dp.block_table, table);
+
+  // What the append met is read back as the decode's entries are.
+  auto *record = reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]);
+  const int32_t noRoom[FAGEN_KV_STATUS_WORDS] = {FAGEN_KV_STATUS_APPEND_LENGTH, 1, 4, 998};
+  std::memcpy(record, noRoom, sizeof noRoom);
+  EXPECT_EQ(fagen_paged_kv_status(&plan, workspace, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("seqused_k[1] = 998 leaves no room for the 4 new tokens (it must be in "
+                      "[0, seqlen_k - 4 = 996])"),
+            std::string::npos)
+      << fagen_last_error();
+}
+
+TEST_F(FakePagedTest, AppendRefusesBadArgumentsBeforeLaunching) {
+  PagedCall c(2, 1, 1000, 64, 512);
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  alignas(16) static char kNew[64], vNew[64];
+  fagen_kv_append append = FAGEN_KV_APPEND_INIT;
+  fagen_kv_append_set_bshd_strides(&append, &c.problem);
+  fake().launchLog.clear();
+  auto run = [&](const fagen_plan &p, const fagen_kv_append *a, const void *kn, const void *vn) {
+    return fagen_run_forward_paged_append(&p, a, q, k, v, kn, vn, o, lse, table, used, workspace,
+                                          sizeof workspace, nullptr, nullptr);
+  };
+  auto expectError = [](fagen_status got, fagen_status want, const char *message) {
+    EXPECT_EQ(got, want) << message;
+    EXPECT_NE(std::string(fagen_last_error()).find(message), std::string::npos)
+        << fagen_last_error();
+  };
+  expectError(run(plan, nullptr, kNew, vNew), FAGEN_ERROR_INVALID_ARGUMENT, "append is null");
+  expectError(run(plan, &append, nullptr, vNew), FAGEN_ERROR_INVALID_ARGUMENT, "k_new is null");
+  expectError(run(plan, &append, kNew + 4, vNew), FAGEN_ERROR_INVALID_ARGUMENT, "k_new");
+  fagen_kv_append odd = append;
+  odd.v_strides[1] = 1020;
+  expectError(run(plan, &odd, kNew, vNew), FAGEN_ERROR_INVALID_ARGUMENT,
+              "append->v_strides[1] = 1020 must be a non-negative multiple of 8");
+  fagen_kv_append old = append;
+  old.struct_size = 8;
+  EXPECT_EQ(run(plan, &old, kNew, vNew), FAGEN_ERROR_ABI_MISMATCH);
+  // A contiguous decode plan, and a chunked prefill's paged forward, take no append.
+  fagen_plan contiguous;
+  ASSERT_EQ(fagen_plan_forward(bundle, &c.problem, &contiguous), FAGEN_OK) << fagen_last_error();
+  expectError(run(contiguous, &append, kNew, vNew), FAGEN_ERROR_INVALID_ARGUMENT,
+              "is not a paged decode kernel: appending is served by paged decode plans");
+  PagedCall prefill(3, 200, 1000);
+  prefill.problem.varlen = 1;
+  prefill.problem.total_q = 450;
+  prefill.problem.total_k = 1000;
+  fagen_plan prefillPlan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &prefill.problem, &prefill.paged, &prefillPlan),
+            FAGEN_OK)
+      << fagen_last_error();
+  expectError(run(prefillPlan, &append, kNew, vNew), FAGEN_ERROR_INVALID_ARGUMENT,
+              "write the chunk's keys and values into the cache first");
+  EXPECT_EQ(fake().launchLog.size(), 0u);
 }
 
 TEST_F(FakePagedTest, StatusReadsTheRecordTheKernelLeft) {

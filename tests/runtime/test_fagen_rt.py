@@ -119,11 +119,12 @@ def paged(bundle_dir):
     plan = bundle.plan_forward_paged(q, cache, cache, table, 1000, causal=True)
     assert plan.kernel.startswith("fagen_fwd_fp16_hd128_causal_paged16_sm80decode"), plan.kernel
     assert plan.workspace_bytes >= 256
-    # The split count: planned, then set (the workspace follows; one split keeps the status).
+    # The split count: planned, then set (the workspace follows; one split keeps the status
+    # record and the lengths an append writes, 256 bytes each).
     planned, planned_bytes = plan.decode_splits, plan.workspace_bytes
     assert planned >= 1, planned
     plan.set_decode_splits(1)
-    assert (plan.decode_splits, plan.grid[0], plan.workspace_bytes) == (1, 1, 256), \
+    assert (plan.decode_splits, plan.grid[0], plan.workspace_bytes) == (1, 1, 512), \
         (plan.decode_splits, plan.grid, plan.workspace_bytes)
     plan.set_decode_splits(planned)
     assert plan.workspace_bytes == planned_bytes

@@ -267,6 +267,9 @@ TEST(DecodePlan, PagedConfigProblemsMirrorTheTemplatesAsserts) {
   ASSERT_EQ(plans.size(), 1u);
   EXPECT_EQ(plans[0].pageSize, 256);
   EXPECT_NE(plans[0].name.find("_paged256_"), std::string::npos) << plans[0].name;
+  const std::string &n = plans[0].name; // a paged cubin also holds NAME_append
+  EXPECT_EQ(entryPointNames(plans[0]),
+            (std::vector<std::string>{n, n + "_combine", n + "_merge", n + "_append"}));
   auto problem = [&](auto edit) {
     KernelConfig c = configOf(plans[0]);
     edit(c);
@@ -393,13 +396,19 @@ TEST(DecodeSplit, WorkspaceLayout) {
   fagen_decode_workspace odd = fagen_decode_workspace_layout(3, 1, 1, 1, 40, 0);
   EXPECT_EQ(odd.lse_offset, 512u); // 480 bytes, 256-aligned
   EXPECT_EQ(odd.total_bytes, 768u);
-  // Paged: the kv_status record after the partials, 256 bytes; one split has no partials.
+  EXPECT_EQ(w.lengths_offset, w.total_bytes); // nor lengths
+  // Paged: the kv_status record after the partials, 256 bytes, then the lengths an append
+  // writes (int32 [batch], 256-aligned); one split has no partials.
   fagen_decode_workspace paged = fagen_decode_workspace_layout(3, 1, 1, 1, 40, 1);
   EXPECT_EQ(paged.status_offset, 768u);
-  EXPECT_EQ(paged.total_bytes, 1024u);
-  fagen_decode_workspace one = fagen_decode_workspace_layout(1, 4, 32, 1, 128, 1);
+  EXPECT_EQ(paged.lengths_offset, 1024u);
+  EXPECT_EQ(paged.total_bytes, 1280u);
+  fagen_decode_workspace one = fagen_decode_workspace_layout(1, 65, 32, 1, 128, 1);
   EXPECT_EQ(one.status_offset, 0u);
-  EXPECT_EQ(one.total_bytes, 256u);
+  EXPECT_EQ(one.lengths_offset, 256u);
+  EXPECT_EQ(one.total_bytes, 256u + 512u); // 65 lengths: 260 bytes
+  EXPECT_EQ(fagen_append_blocks(4, 8, 128, 128), 4); // 4 tokens x 8 heads x 16 chunks / 128
+  EXPECT_EQ(fagen_append_blocks(1, 1, 192, 128), 1); // the wider head dim's 24 chunks
   EXPECT_GE(256u, FAGEN_KV_STATUS_WORDS * sizeof(int32_t));
   EXPECT_EQ(fagen_merge_blocks(32, 128, 1), 4);  // 32 rows x 16 chunks / 128 threads
   EXPECT_EQ(fagen_merge_blocks(1, 64, 1), 1);

@@ -16,8 +16,9 @@
  * with FAGEN_FWD_PROBLEM_INIT / FAGEN_RUN_ARGS_INIT (or fagen_fwd_problem_init,
  * fagen_run_args_init). Workspaces are passed with their size. ABI 2 callers recompile.
  * The paged KV cache (fagen_paged_kv, fagen_plan_forward_paged, fagen_run_forward_paged,
- * fagen_paged_kv_status) and the decode split count (fagen_plan_set_decode_splits,
- * fagen_plan_decode_splits) came within ABI 3: new functions and a new struct, none changed.
+ * fagen_paged_kv_status), the decode split count (fagen_plan_set_decode_splits,
+ * fagen_plan_decode_splits) and the append (fagen_kv_append, fagen_run_forward_paged_append)
+ * came within ABI 3: new functions and new structs, none changed.
  * ABI 2: every attention variant (masks, score mods, dropout, varlen, block sparsity) and the
  * backward pass.
  */
@@ -474,6 +475,46 @@ FAGEN_API fagen_status fagen_run_forward_paged(const fagen_plan *plan, const voi
                                                const int32_t *seqused_k, void *workspace,
                                                size_t workspace_bytes,
                                                const fagen_run_args *args, void *stream);
+
+/** New keys and values for fagen_run_forward_paged_append: k_new [batch, seqlen_q, heads_kv,
+ *  head_dim_qk] and v_new [batch, seqlen_q, heads_kv, head_dim_v] in the problem's dtype,
+ *  strides in elements (batch, token, head; multiples of 8), the head dim contiguous. */
+typedef struct fagen_kv_append {
+  uint32_t struct_size; /* sizeof(fagen_kv_append): FAGEN_KV_APPEND_INIT sets both */
+  uint32_t abi_tag;     /* FAGEN_ABI_TAG */
+  int64_t k_strides[3]; /* k_new: batch, token, head */
+  int64_t v_strides[3]; /* v_new: batch, token, head */
+} fagen_kv_append;
+
+/** A zero-initialized fagen_kv_append with its struct_size and abi_tag. */
+#define FAGEN_KV_APPEND_INIT {(uint32_t)sizeof(fagen_kv_append), FAGEN_ABI_TAG}
+/** Zeroes *append and sets its struct_size and abi_tag. */
+FAGEN_API void fagen_kv_append_init(fagen_kv_append *append);
+/** Fills the strides of contiguous [batch, seqlen_q, heads_kv, head_dim] k_new and v_new of
+ *  `problem`. */
+FAGEN_API void fagen_kv_append_set_bshd_strides(fagen_kv_append *append,
+                                                const fagen_fwd_problem *problem);
+
+/** fagen_run_forward_paged with the call's new keys and values written into the cache first,
+ *  as FlashAttention's flash_attn_with_kvcache(q, k_cache, v_cache, k=k_new, v=v_new,
+ *  cache_seqlens=seqused_k, block_table=block_table): new token t of sequence b (one per query
+ *  token, t < seqlen_q) becomes key seqused_k[b] + t, row (seqused_k[b] + t) % page_size of
+ *  page block_table[b][(seqused_k[b] + t) / page_size], and the decode attends over
+ *  seqused_k[b] + seqlen_q keys (under a causal mask, bottom-right, token t sees the keys up to
+ *  its own). seqused_k is not changed (add seqlen_q to it for the next step); the problem's
+ *  seqlen_k must be at least every seqused_k[b] + seqlen_q. Paged decode plans only (1-16
+ *  query tokens; not chunked prefill). Two launches, the append (NAME_append) then the decode,
+ *  in stream order. A length without room for the new tokens, or a bad page id where they go,
+ *  is recorded as the decode's bad entries are (fagen_paged_kv_status) and nothing is written
+ *  through it. The new rows' pages must not be shared with another sequence of the call, and
+ *  k_new / v_new must not overlap the caches. k_new, v_new 16-byte aligned; the rest as
+ *  fagen_run_forward_paged. FAGEN_ERROR_NOT_SUPPORTED for a plan of a bundle built before
+ *  append existed (its cubin has no NAME_append): rebuild the bundle. */
+FAGEN_API fagen_status fagen_run_forward_paged_append(
+    const fagen_plan *plan, const fagen_kv_append *append, const void *q, void *k_cache,
+    void *v_cache, const void *k_new, const void *v_new, void *o, float *lse,
+    const int32_t *block_table, const int32_t *seqused_k, void *workspace,
+    size_t workspace_bytes, const fagen_run_args *args, void *stream);
 
 /** Reads back what the last paged run on `workspace` met: FAGEN_OK when every block-table
  *  entry and length it read was valid, else FAGEN_ERROR_INVALID_ARGUMENT with the first bad

@@ -93,6 +93,17 @@ public:
     check(fagen_run_forward_paged(&plan_, q, kCache, vCache, o, lse, blockTable, sequsedK,
                                   workspace, workspaceBytes, args, stream));
   }
+  /// runPaged with the call's new keys and values appended to the cache first (fagen.h
+  /// fagen_run_forward_paged_append; `append` gives kNew's and vNew's strides).
+  void runPagedAppend(const fagen_kv_append &append, const void *q, void *kCache, void *vCache,
+                      const void *kNew, const void *vNew, void *o, float *lse,
+                      const int32_t *blockTable, const int32_t *sequsedK, void *workspace,
+                      size_t workspaceBytes, const fagen_run_args *args = nullptr,
+                      void *stream = nullptr) const {
+    check(fagen_run_forward_paged_append(&plan_, &append, q, kCache, vCache, kNew, vNew, o, lse,
+                                         blockTable, sequsedK, workspace, workspaceBytes, args,
+                                         stream));
+  }
   /// A decode plan's split count instead of the planned one (1..128; fagen.h
   /// fagen_plan_set_decode_splits): then allocate workspaceBytes() anew.
   void setDecodeSplits(int numSplits) { check(fagen_plan_set_decode_splits(&plan_, numSplits)); }
