@@ -55,8 +55,9 @@ template <int kHeadDim, int kSwizzleFrom = kFwdSwizzleFrom> struct SmemRow {
 /// rows kRow bytes apart; rows >= rows_valid and 16-byte chunks >= kValidChunks are zero-filled,
 /// so masked keys and padded columns multiply zeros, never stale NaNs.
 /// kSwizzled: chunk c of row r goes to chunk c ^ (r % 8) (SmemRow; needs kChunksPerRow % 8 == 0).
+/// kL2Prefetch: cp_async_16's.
 template <int kRows, int kChunksPerRow, int kValidChunks, int kRow, int kThreads,
-          bool kSwizzled = false, class Element>
+          bool kSwizzled = false, bool kL2Prefetch = false, class Element>
 __device__ __forceinline__ void load_chunks_async(u32 smem, const Element *gmem,
                                                   int64_t row_stride, int rows_valid) {
   static_assert(!kSwizzled || kChunksPerRow % 8 == 0, "swizzled rows are whole 128-byte lines");
@@ -87,7 +88,7 @@ __device__ __forceinline__ void load_chunks_async(u32 smem, const Element *gmem,
           else
             d = row_start + ((chunk ^ ((row0 + i * kRowsPerRound) & 7)) * 16);
         }
-        cp_async_16(d, valid ? src : gmem, valid);
+        cp_async_16<kL2Prefetch>(d, valid ? src : gmem, valid);
       }
       src += kRowsPerRound * row_stride;
     }
@@ -100,8 +101,8 @@ __device__ __forceinline__ void load_chunks_async(u32 smem, const Element *gmem,
         const int row = c / kChunksPerRow, chunk = c % kChunksPerRow;
         const bool valid =
             row < rows_valid && (kValidChunks == kChunksPerRow || chunk < kValidChunks);
-        cp_async_16(smem + row * kRow + (kSwizzled ? chunk ^ (row & 7) : chunk) * 16,
-                    gmem + (valid ? row : 0) * row_stride + chunk * 8, valid);
+        cp_async_16<kL2Prefetch>(smem + row * kRow + (kSwizzled ? chunk ^ (row & 7) : chunk) * 16,
+                                 gmem + (valid ? row : 0) * row_stride + chunk * 8, valid);
       }
     }
   }
@@ -119,13 +120,15 @@ __device__ __forceinline__ void load_tile_async(u32 smem, const Element *gmem, i
 /// As load_tile_async for a (kRows, kCols) tile stored kColsPad columns wide (kColsPad: kCols
 /// rounded up to the 16-deep MMA k step, rows SmemRow<kColsPad>::kBytes apart): the 16-byte
 /// chunks in [kCols, kColsPad) are zero-filled, so a k step over them adds 0 * 0.
-template <int kRows, int kCols, int kColsPad, int kThreads, class Element>
+template <int kRows, int kCols, int kColsPad, int kThreads, bool kL2Prefetch = false,
+          class Element>
 __device__ __forceinline__ void load_tile_padded_async(u32 smem, const Element *gmem,
                                                        int64_t row_stride, int rows_valid) {
   static_assert(kCols % 8 == 0 && kColsPad % 8 == 0 && kCols <= kColsPad,
                 "columns come in 16-byte chunks");
   load_chunks_async<kRows, kColsPad / 8, kCols / 8, SmemRow<kColsPad>::kBytes, kThreads,
-                    SmemRow<kColsPad>::kSwizzled>(smem, gmem, row_stride, rows_valid);
+                    SmemRow<kColsPad>::kSwizzled, kL2Prefetch>(smem, gmem, row_stride,
+                                                               rows_valid);
 }
 
 /// As load_tile_padded_async for a tile whose rows lie anywhere: row r of the (kRows, kCols)
