@@ -666,10 +666,6 @@ fagen_status fagen_run_forward_paged_append(const fagen_plan *plan,
                    "(1-16 query tokens, fagen_plan_forward_paged); for chunked prefill, write "
                    "the chunk's keys and values into the cache first and run "
                    "fagen_run_forward_paged");
-  if (plan->pre_function == nullptr)
-    return fail(FAGEN_ERROR_NOT_SUPPORTED,
-                std::string(function) + ": kernel " + k.name + "'s cubin has no " + k.name +
-                    "_append: the bundle was built before appending existed; rebuild it");
   for (auto [name, strides] : {std::pair{"k_strides", append->k_strides},
                                std::pair{"v_strides", append->v_strides}})
     for (int i = 0; i < 3; ++i)

@@ -613,11 +613,12 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
         s != FAGEN_OK)
       return s;
   }
-  // A paged decode kernel's NAME_append where its cubin has one (bundles built before
-  // fagen_run_forward_paged_append have none: their plans run, but not with an append).
-  if (isDecodeKernel(k) && k.isPaged() &&
-      loadFunction(*api, mutableBundle, device, chosen, Part::kAppend, functions[1]) != FAGEN_OK)
-    functions[1] = nullptr;
+  // A paged decode kernel's NAME_append (decode params version 1004).
+  if (isDecodeKernel(k) && k.isPaged())
+    if (fagen_status s =
+            loadFunction(*api, mutableBundle, device, chosen, Part::kAppend, functions[1]);
+        s != FAGEN_OK)
+      return s;
 
   if (takesTmaMaps(k) && api->cuTensorMapEncodeTiled == nullptr)
     return fail(FAGEN_ERROR_NOT_SUPPORTED,

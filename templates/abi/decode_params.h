@@ -40,7 +40,9 @@
 // Version 1002: the paged KV cache's fields at the end (contiguous kernels ignore them).
 // Version 1003: NAME_combine waits for its grid dependencies (griddepcontrol.wait on sm_90+),
 // so the runtime may launch it as NAME's programmatic dependent; the fields are 1002's.
-#define FAGEN_DECODE_PARAMS_VERSION 1003
+// Version 1004: a paged kernel's cubin has NAME_append (fagen_kv_append_params); the decode
+// fields are 1003's.
+#define FAGEN_DECODE_PARAMS_VERSION 1004
 
 /// The most query tokens per sequence a decode kernel serves (spec decode.q_tokens): the
 /// kernel's mask reads the tokens of a row block as rows of one query tile of at least 16 rows.

@@ -201,6 +201,7 @@ TEST_F(FakePagedTest, RunPassesTheTableAndZeroesTheStatusFirst) {
   EXPECT_EQ(dp.kv_status, reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]));
   EXPECT_EQ(dp.fwd.k, static_cast<const void *>(k));
   EXPECT_EQ(dp.o_partial, reinterpret_cast<float *>(workspace + plan.workspace_offsets[0]));
+  EXPECT_FALSE(fake().launchLog[0].programmaticDependent); // no append: after the stream's work
   EXPECT_EQ(fake().launchLog[1].function, std::string(kPaged) + "_combine");
 }
 
@@ -287,9 +288,10 @@ TEST_F(FakePagedTest, AppendWritesTheNewRowsThenDecodesOverTheLongerCache) {
   EXPECT_EQ(ap.heads_kv, 8);
   EXPECT_EQ(ap.num_pages, 512);
   EXPECT_EQ(ap.seqlen_k, 1000);
-  // The decode reads the lengths the append wrote, not the caller's.
+  // The decode reads the lengths the append wrote, not the caller's, after the append ends.
   const auto dp = paramsOf<fagen_decode_params>(fake().launchLog[1]);
   EXPECT_EQ(fake().launchLog[1].function, std::string(kPaged));
+  EXPECT_FALSE(fake().launchLog[1].programmaticDependent);
   EXPECT_EQ(dp.seqused_k, ap.seqused_out);
   EXPECT_EQ(dp.block_table, table);
 
@@ -420,8 +422,8 @@ TEST_F(FakePagedTest, ValidateModeChecksTheTableOnTheHostFirst) {
 }
 
 TEST_F(FakePagedTest, ADecodeKernelOfAnEarlierLayoutIsRefused) {
-  // A bundle of decode parameter layout 1002 (a combine that does not wait for its grid
-  // dependency) is never launched by today's runtime: it names the versions and the fix.
+  // A bundle of decode parameter layout 1003 (a paged kernel without NAME_append) is never
+  // launched by today's runtime: it names the versions and the fix.
   Bundle old = fagen::test::makePagedDecodeBundle();
   for (KernelRecord &k : old.kernels)
     if (isDecodeKernel(k))
@@ -432,7 +434,7 @@ TEST_F(FakePagedTest, ADecodeKernelOfAnEarlierLayoutIsRefused) {
   EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
             FAGEN_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fagen_last_error())
-                .find("takes parameter layout version 1002 but this runtime fills version 1003"),
+                .find("takes parameter layout version 1003 but this runtime fills version 1004"),
             std::string::npos)
       << fagen_last_error();
 }

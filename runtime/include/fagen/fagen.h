@@ -503,13 +503,12 @@ FAGEN_API void fagen_kv_append_set_bshd_strides(fagen_kv_append *append,
  *  seqused_k[b] + seqlen_q keys (under a causal mask, bottom-right, token t sees the keys up to
  *  its own). seqused_k is not changed (add seqlen_q to it for the next step); the problem's
  *  seqlen_k must be at least every seqused_k[b] + seqlen_q. Paged decode plans only (1-16
- *  query tokens; not chunked prefill). Two launches, the append (NAME_append) then the decode,
- *  in stream order. A length without room for the new tokens, or a bad page id where they go,
- *  is recorded as the decode's bad entries are (fagen_paged_kv_status) and nothing is written
+ *  query tokens; not chunked prefill). Two launches in stream order: the append
+ *  (NAME_append), then the decode. A length without room for the new tokens, or a bad page id
+ *  where they go, is recorded as the decode's bad entries are (fagen_paged_kv_status) and nothing is written
  *  through it. The new rows' pages must not be shared with another sequence of the call, and
  *  k_new / v_new must not overlap the caches. k_new, v_new 16-byte aligned; the rest as
- *  fagen_run_forward_paged. FAGEN_ERROR_NOT_SUPPORTED for a plan of a bundle built before
- *  append existed (its cubin has no NAME_append): rebuild the bundle. */
+ *  fagen_run_forward_paged. */
 FAGEN_API fagen_status fagen_run_forward_paged_append(
     const fagen_plan *plan, const fagen_kv_append *append, const void *q, void *k_cache,
     void *v_cache, const void *k_new, const void *v_new, void *o, float *lse,
