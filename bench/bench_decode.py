@@ -161,14 +161,21 @@ def run_paged(bundle, q, k, v, o_contiguous, page_size, row):
     row["paged_bitwise"] = bool(torch.equal(o, o_contiguous))
     row["paged_max_abs_diff"] = (o.float() - o_contiguous.float()).abs().max().item()
     row["paged_ms"] = bench_ms(lambda: plan.run_paged(q, kc, vc, o, lse, table, used))
-    # With an append: the last tokens' K and V written again into their own rows (the cache
-    # lengths before them), so the output is still the contiguous kernel's.
+    # With an append: the last tokens' K and V written into their own rows (NaN before it, as
+    # is O) over the cache lengths before them, so the output is still the contiguous kernel's.
     tokens = q.shape[1]
     before = used - tokens
     k_new, v_new = k[:, -tokens:], v[:, -tokens:]
+    keys = torch.arange(context - tokens, context, device=k.device)
+    pages, rows = table[:, keys // page_size].long(), (keys % page_size).expand(batch, tokens)
+    kc[pages, rows] = float("nan")
+    vc[pages, rows] = float("nan")
+    o.fill_(float("nan"))
     plan.run_paged(q, kc, vc, o, lse, table, before, k_new=k_new, v_new=v_new)
     plan.status()
-    row["append_bitwise"] = bool(torch.equal(o, o_contiguous))
+    row["append_bitwise"] = bool(torch.equal(o, o_contiguous)
+                                 and torch.equal(kc[pages, rows], k_new)
+                                 and torch.equal(vc[pages, rows], v_new))
     row["append_ms"] = bench_ms(lambda: plan.run_paged(q, kc, vc, o, lse, table, before,
                                                        k_new=k_new, v_new=v_new))
     return not is_wrong(row["paged_max_abs_diff"]) and row["append_bitwise"]

@@ -339,7 +339,8 @@ def decode_paged(q, k_cache, v_cache, block_table, seqused_k, *, max_seqlen_k, c
     [batch, tokens, heads_q, head_dim_v] (and with return_lse the log-sum-exp, float32 [batch,
     heads_q, tokens]). k_new, v_new [batch, tokens, heads_kv, head_dim(_v)]: the query tokens'
     own keys and values, written into the caches (in place) as keys seqused_k[b] + t before the
-    attention, which then covers seqused_k[b] + tokens keys (so max_seqlen_k counts them);
+    attention, which then covers seqused_k[b] + tokens keys (max_seqlen_k must count them: a
+    sequence without room gets nothing appended and a wrong output, which Plan.status names);
     seqused_k is not changed (add tokens to it for the next step); the new rows' pages must
     be in the block table and not shared with another sequence of the call. A bad page id or
     length is never loaded or written through (the runtime's
@@ -361,6 +362,10 @@ def decode_paged(q, k_cache, v_cache, block_table, seqused_k, *, max_seqlen_k, c
         raise ValueError(f"fagen.decode_paged: mask_align must be one of {_ALIGNS}, got "
                          f"{mask_align!r}")
     mask, left, right = _mask(causal, window)
+    if k_new is not None and (k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1):
+        raise ValueError("fagen.decode_paged: with k_new / v_new the caches are written in place, "
+                         "so their head dim must be contiguous (stride 1); got strides "
+                         f"{k_cache.stride()} and {v_cache.stride()}")
     q, k_cache, v_cache = (t if t.stride(-1) == 1 else t.contiguous()
                            for t in (q, k_cache, v_cache))
     block_table = block_table if block_table.stride(-1) == 1 else block_table.contiguous()

@@ -363,7 +363,14 @@ class Plan:
                 _ptr(workspace), _nbytes(workspace),
                 None if args is None else ctypes.byref(args), stream))
         else:
+            if cu_seqlens_q is not None or self.run_args & RUN_ARG_CU_SEQLENS:
+                raise ValueError("run_paged: k_new / v_new (an append) are for paged decode plans; "
+                                 "for chunked prefill, write the chunk's keys and values into the "
+                                 "cache first")
             for name, t in (("k_new", k_new), ("v_new", v_new)):
+                if t.device != k_cache.device:
+                    raise ValueError(f"run_paged: {name} is on {t.device}, the caches on "
+                                     f"{k_cache.device}")
                 if t.dim() != 4 or t.shape[:3] != q.shape[:2] + (k_cache.shape[2],) or \
                         t.shape[3] != (k_cache if name == "k_new" else v_cache).shape[3]:
                     raise ValueError(

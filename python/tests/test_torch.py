@@ -202,6 +202,10 @@ class DecodePagedAppendTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "v_new must be"):
             fagen.decode_paged(q, k, v, table, used, max_seqlen_k=90, k_new=k_new,
                                v_new=v_new.to(FP16))
+        strided = meta(40, 16, 128, 2).transpose(2, 3)  # written in place: no copy may stand in
+        with self.assertRaisesRegex(ValueError, "head dim must be contiguous"):
+            fagen.decode_paged(q, strided, v, table, used, max_seqlen_k=90, k_new=k_new,
+                               v_new=v_new)
 
 
 class PrefillPagedTest(unittest.TestCase):

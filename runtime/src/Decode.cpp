@@ -34,6 +34,13 @@ int visibleKeyTiles(const KernelRecord &k, const fagen_fwd_params &fp) {
   return int(std::max<int64_t>(0, end - first));
 }
 
+/// A decode plan's workspace layout: its split count, and the status record and append
+/// lengths of a paged kernel (one truth for setDecodeSplits and runDecode).
+fagen_decode_workspace decodeWorkspace(const KernelRecord &k, const fagen_decode_params &dp) {
+  return fagen_decode_workspace_layout(dp.num_splits, dp.fwd.batch, dp.fwd.heads_q,
+                                       dp.fwd.seqlen_q, k.headDimV, k.isPaged());
+}
+
 /// The combine's (or merge's) block for states laid out as a decode call's partials:
 /// [num_splits, batch, heads_q, seqlen_q, head_dim_v] float32 and LSE without the head dim.
 fagen_merge_params combineParams(const fagen_fwd_problem &p, int32_t splits) {
@@ -190,10 +197,7 @@ void setDecodeSplits(fagen_plan &plan, const KernelRecord &k, int splits) {
   const bool paged = k.isPaged();
   // One split of a contiguous cache: the kernel writes O and LSE itself, no workspace.
   const fagen_decode_workspace w =
-      splits == 1 && !paged
-          ? fagen_decode_workspace{0, 0, 0, 0}
-          : fagen_decode_workspace_layout(splits, dp.fwd.batch, dp.fwd.heads_q, dp.fwd.seqlen_q,
-                                          k.headDimV, paged);
+      splits == 1 && !paged ? fagen_decode_workspace{} : decodeWorkspace(k, dp);
   plan.workspace_bytes = size_t(w.total_bytes);
   plan.workspace_offsets[0] = w.o_offset;
   plan.workspace_offsets[1] = w.lse_offset;
@@ -266,9 +270,8 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
         reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) + plan.workspace_offsets[2]);
     if (paged->appendLayout != nullptr) {
       // NAME_append writes the new rows and each sequence's new length, which NAME reads.
-      const fagen_decode_workspace w = fagen_decode_workspace_layout(
-          dp.num_splits, dp.fwd.batch, dp.fwd.heads_q, dp.fwd.seqlen_q,
-          plan.bundle->bundle.kernels[plan.kernel_index].headDimV, 1);
+      const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index];
+      const fagen_decode_workspace w = decodeWorkspace(k, dp);
       fagen_kv_append_params ap;
       std::memset(&ap, 0, sizeof ap);
       ap.k_new = paged->kNew;
@@ -296,7 +299,6 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
       ap.heads_kv = dp.fwd.heads_kv;
       ap.num_pages = dp.num_pages;
       ap.seqlen_k = dp.fwd.seqlen_k;
-      const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index];
       int32_t appendGrid[3] = {
           int32_t(fagen_append_blocks(ap.tokens, ap.heads_kv, k.headDimQK, k.headDimV)),
           ap.batch, 1};

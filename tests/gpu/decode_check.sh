@@ -18,7 +18,8 @@
 # With .carry/paged.fab (tests/gpu/check-paged.yaml, issue 34 part 2): fagen check of the paged
 # decode kernels (uneven cache lengths, shared and shuffled pages, bad entries reported, paged
 # == contiguous bitwise) and memcheck on its quick grid (the bad-entry runs included), and
-# tests/gpu/append_check.py (decode with an append: every paged decode kernel, memcheck on one).
+# tests/gpu/append_check.py (decode with an append: every paged decode kernel; memcheck and
+# racecheck on one).
 # About 3 more minutes. With .carry/paged90a.fab (the same spec for sm_90a: its chunked prefill on
 # the sm90ws forward): fagen check of its paged forwards, memcheck on them, racecheck on the
 # gather (16-token pages) and the TMA-page form (256).
@@ -73,7 +74,7 @@ if command -v compute-sanitizer >/dev/null; then
   step "memcheck (quick grid)" "$OUT/sanitizer-decode.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick >$OUT/sanitizer-decode.log 2>&1"
   step "racecheck (quick, 2 kernels)" "$OUT/racecheck-decode.log" bash -c "compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick --kernel hd128_causal_sm80decode >$OUT/racecheck-decode.log 2>&1 && compute-sanitizer --tool racecheck --error-exitcode 3 $C/fagen check $C/decode.fab --quick --kernel hd64_window >>$OUT/racecheck-decode.log 2>&1"
   [ -f "$C/paged.fab" ] && step "memcheck paged (quick)" "$OUT/sanitizer-paged.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $C/fagen check $C/paged.fab --quick >$OUT/sanitizer-paged.log 2>&1" && grep -E "ERROR SUMMARY" "$OUT/sanitizer-paged.log" | tail -1
-  [ -f "$C/paged.fab" ] && step "memcheck append (quick)" "$OUT/sanitizer-append.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/gpu/append_check.py --bundle $C/paged.fab --quick >$OUT/sanitizer-append.log 2>&1" && grep -E "ERROR SUMMARY" "$OUT/sanitizer-append.log" | tail -1
+  [ -f "$C/paged.fab" ] && step "memcheck append (quick)" "$OUT/sanitizer-append.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/gpu/append_check.py --bundle $C/paged.fab --quick >$OUT/sanitizer-append.log 2>&1 && compute-sanitizer --tool racecheck --error-exitcode 3 python3 tests/gpu/append_check.py --bundle $C/paged.fab --quick >>$OUT/sanitizer-append.log 2>&1" && grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-append.log" | tail -2
   step "memcheck merge_states" "$OUT/sanitizer-merge.log" bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 python3 tests/gpu/merge_check.py $C/decode.fab >$OUT/sanitizer-merge.log 2>&1"
   grep -hE "ERROR SUMMARY|RACECHECK SUMMARY" "$OUT/sanitizer-decode.log" "$OUT/racecheck-decode.log" "$OUT/sanitizer-merge.log"
 fi

@@ -421,6 +421,45 @@ TEST_F(FakePagedTest, ValidateModeChecksTheTableOnTheHostFirst) {
   EXPECT_EQ(run(), FAGEN_OK) << fagen_last_error(); // the kernel's own check then
 }
 
+TEST_F(FakePagedTest, ValidateModeChecksTheAppendsRoomAndPagesToo) {
+  PagedCall c(2, 2, 100, 8, 40); // 2 new tokens a sequence, at most 100 keys after them
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
+      << fagen_last_error();
+  fagen_kv_append append = FAGEN_KV_APPEND_INIT;
+  fagen_kv_append_set_bshd_strides(&append, &c.problem);
+  alignas(16) static char kNew[64], vNew[64];
+  // Lengths 16 and 98 before the append: the new keys 16-17 go to slot 1 of sequence 0.
+  std::memset(table, 0xff, sizeof table);
+  used[0] = 16, used[1] = 98;
+  table[0] = 5;
+  for (int slot = 0; slot < 7; ++slot)
+    table[8 + slot] = 20 + slot;
+  setenv("FAGEN_VALIDATE", "1", 1);
+  auto run = [&] {
+    return fagen_run_forward_paged_append(&plan, &append, q, k, v, kNew, vNew, o, lse, table,
+                                          used, workspace, plan.workspace_bytes, nullptr,
+                                          nullptr);
+  };
+  EXPECT_EQ(run(), FAGEN_ERROR_INVALID_ARGUMENT); // slot 1 of sequence 0 is -1
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("FAGEN_VALIDATE: block_table[0][1] = -1 is not a page id in [0, 40)"),
+            std::string::npos)
+      << fagen_last_error();
+  table[1] = 6;
+  EXPECT_EQ(run(), FAGEN_OK) << fagen_last_error();
+  used[1] = 99; // 99 + 2 new tokens > 100
+  const int launches = fake().launches.load();
+  EXPECT_EQ(run(), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("FAGEN_VALIDATE: seqused_k[1] = 99 is outside [0, seqlen_k - 2 new tokens "
+                      "= 98]"),
+            std::string::npos)
+      << fagen_last_error();
+  EXPECT_EQ(fake().launches.load(), launches); // refused before any launch
+  unsetenv("FAGEN_VALIDATE");
+}
+
 TEST_F(FakePagedTest, ADecodeKernelOfAnEarlierLayoutIsRefused) {
   // A bundle of decode parameter layout 1003 (a paged kernel without NAME_append) is never
   // launched by today's runtime: it names the versions and the fix.

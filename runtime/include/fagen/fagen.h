@@ -258,7 +258,8 @@ typedef struct fagen_plan {
   uint32_t run_args;        /* FAGEN_RUN_ARG_* bits: what fagen_run_args must carry */
   void *function;           /* CUfunction for the current context's device */
   void *pre_function;       /* backward: NAME_pre and NAME_post (decode: post_function is
-                               NAME_combine); null for the forward */
+                               NAME_combine, and a paged one's pre_function NAME_append); null
+                               for the forward */
   void *post_function;
   size_t workspace_bytes;   /* caller-allocated scratch: the backward needs it; a forward with
                                it > 0 runs faster with it (fagen_run_forward_with_workspace) */
