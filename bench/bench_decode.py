@@ -31,7 +31,8 @@ reference, and a table of the times per count beside the planned count (* marks 
 how the split rule (templates/common/decode_split.h) was measured.
 
 --kernel-times: each timed call also runs 20 times under torch.profiler, and the rows get the
-device time of each kernel it launched (fagen: the split kernel and its combine; SDPA's
+device time of each kernel it launched (fagen: the split kernel and its combine, with --paged
+the paged call's too, its status memset included; SDPA's
 kernels) per call, printed after the table for the cells of batch <= 16, and fagen's time with
 one split (no workspace, no combine): where a small cell's time goes (kernels vs the gaps
 between them, the combine, the split count; issue 34, decode small-batch speed).
@@ -143,7 +144,7 @@ def paged_inputs(k, v, page_size, gen):
     return caches[0], caches[1], table
 
 
-def run_paged(bundle, q, k, v, o_contiguous, page_size, row):
+def run_paged(bundle, q, k, v, o_contiguous, page_size, row, profile=False):
     """fagen's paged kernel on the cell's K and V (every cache length the context): its time
     and whether it gives the contiguous kernel's bits."""
     batch, context = k.shape[0], k.shape[1]
@@ -161,6 +162,9 @@ def run_paged(bundle, q, k, v, o_contiguous, page_size, row):
     row["paged_bitwise"] = bool(torch.equal(o, o_contiguous))
     row["paged_max_abs_diff"] = (o.float() - o_contiguous.float()).abs().max().item()
     row["paged_ms"] = bench_ms(lambda: plan.run_paged(q, kc, vc, o, lse, table, used))
+    if profile:
+        row["paged_kernel_us"] = kernel_times(lambda: plan.run_paged(q, kc, vc, o, lse, table,
+                                                                     used))
     # With an append: the last tokens' K and V written into their own rows (NaN before it, as
     # is O) over the cache lengths before them, so the output is still the contiguous kernel's.
     tokens = q.shape[1]
@@ -245,7 +249,7 @@ def run_cell(bundle, dev, heads_q, heads_kv, batch, context, tokens, d, row, pag
         # The same kernel without splits (no workspace: one launch, no combine).
         row["fagen_1split_ms"] = bench_ms(lambda: plan.run(q, k, v, o, lse, workspace=False))
     if page_size:
-        ok = run_paged(bundle, q, k, v, o_planned, page_size, row) and ok
+        ok = run_paged(bundle, q, k, v, o_planned, page_size, row, profile) and ok
     if splits:
         ok = run_splits(bundle, q, k, v, reference, splits, row) and ok
     for name in ("fagen", "paged") + tuple(n for n, _ in BACKENDS):
@@ -266,7 +270,7 @@ def print_kernel_times(rows):
         if r["batch"] > 16:
             continue
         parts = []
-        for name in ("fagen", "flash", "cudnn"):
+        for name in ("fagen", "paged", "flash", "cudnn"):
             times = r.get(name + "_kernel_us")
             if not times or name + "_ms" not in r:
                 continue
