@@ -41,6 +41,39 @@ fagen_decode_workspace decodeWorkspace(const KernelRecord &k, const fagen_decode
                                        dp.fwd.seqlen_q, k.headDimV, k.isPaged());
 }
 
+/// NAME_append's block for a paged run: the decode block `dp` (pointers, caches' strides and
+/// the status record filled), the new rows and their strides, the lengths in the workspace.
+fagen_kv_append_params appendParams(const KernelRecord &k, const fagen_decode_params &dp,
+                                    const PagedKvArrays &paged, void *workspace) {
+  fagen_kv_append_params ap;
+  std::memset(&ap, 0, sizeof ap);
+  ap.k_new = paged.kNew;
+  ap.v_new = paged.vNew;
+  ap.k_cache = const_cast<void *>(dp.fwd.k);
+  ap.v_cache = const_cast<void *>(dp.fwd.v);
+  ap.block_table = dp.block_table;
+  ap.seqused_k = dp.seqused_k;
+  ap.seqused_out = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) +
+                                               decodeWorkspace(k, dp).lengths_offset);
+  ap.kv_status = dp.kv_status;
+  const int64_t kCache[3] = {dp.fwd.k_batch_stride, dp.fwd.k_head_stride,
+                             dp.fwd.k_row_stride}; // page, head, row
+  const int64_t vCache[3] = {dp.fwd.v_batch_stride, dp.fwd.v_head_stride, dp.fwd.v_row_stride};
+  for (int i = 0; i < 3; ++i) {
+    ap.k_new_strides[i] = paged.appendLayout->k_strides[i];
+    ap.v_new_strides[i] = paged.appendLayout->v_strides[i];
+    ap.k_cache_strides[i] = kCache[i];
+    ap.v_cache_strides[i] = vCache[i];
+  }
+  ap.block_table_batch_stride = dp.block_table_batch_stride;
+  ap.batch = dp.fwd.batch;
+  ap.tokens = dp.fwd.seqlen_q;
+  ap.heads_kv = dp.fwd.heads_kv;
+  ap.num_pages = dp.num_pages;
+  ap.seqlen_k = dp.fwd.seqlen_k;
+  return ap;
+}
+
 /// The combine's (or merge's) block for states laid out as a decode call's partials:
 /// [num_splits, batch, heads_q, seqlen_q, head_dim_v] float32 and LSE without the head dim.
 fagen_merge_params combineParams(const fagen_fwd_problem &p, int32_t splits) {
@@ -271,34 +304,7 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
     if (paged->appendLayout != nullptr) {
       // NAME_append writes the new rows and each sequence's new length, which NAME reads.
       const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index];
-      const fagen_decode_workspace w = decodeWorkspace(k, dp);
-      fagen_kv_append_params ap;
-      std::memset(&ap, 0, sizeof ap);
-      ap.k_new = paged->kNew;
-      ap.v_new = paged->vNew;
-      ap.k_cache = const_cast<void *>(dp.fwd.k);
-      ap.v_cache = const_cast<void *>(dp.fwd.v);
-      ap.block_table = dp.block_table;
-      ap.seqused_k = dp.seqused_k;
-      ap.seqused_out =
-          reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) + w.lengths_offset);
-      ap.kv_status = dp.kv_status;
-      for (int i = 0; i < 3; ++i) {
-        ap.k_new_strides[i] = paged->appendLayout->k_strides[i];
-        ap.v_new_strides[i] = paged->appendLayout->v_strides[i];
-      }
-      const int64_t kCache[3] = {dp.fwd.k_batch_stride, dp.fwd.k_head_stride,
-                                 dp.fwd.k_row_stride}; // page, head, row
-      const int64_t vCache[3] = {dp.fwd.v_batch_stride, dp.fwd.v_head_stride,
-                                 dp.fwd.v_row_stride};
-      std::memcpy(ap.k_cache_strides, kCache, sizeof kCache);
-      std::memcpy(ap.v_cache_strides, vCache, sizeof vCache);
-      ap.block_table_batch_stride = dp.block_table_batch_stride;
-      ap.batch = dp.fwd.batch;
-      ap.tokens = dp.fwd.seqlen_q;
-      ap.heads_kv = dp.fwd.heads_kv;
-      ap.num_pages = dp.num_pages;
-      ap.seqlen_k = dp.fwd.seqlen_k;
+      fagen_kv_append_params ap = appendParams(k, dp, *paged, workspace);
       int32_t appendGrid[3] = {
           int32_t(fagen_append_blocks(ap.tokens, ap.heads_kv, k.headDimQK, k.headDimV)),
           ap.batch, 1};
