@@ -73,7 +73,7 @@ typedef struct fagen_decode_params {
   fagen_fwd_params fwd;
   float *o_partial;
   float *lse_partial;
-  int32_t num_splits; // >= 1; split s takes fagen::decode_split_range(..., s) of the key tiles
+  int32_t num_splits; // >= 1; split s takes fagen::decode_split_tiles(..., s) of the key tiles
   int32_t m_blocks;   // row blocks per kv head: ceil(group_size * seqlen_q / kBlockM)
 
   // Paged KV cache (DecodeConfig::kPageSize > 0), else null / 0. Device memory.

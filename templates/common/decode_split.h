@@ -1,5 +1,5 @@
-// fagen: how the split-KV decode divides the keys among CTAs: the range of key tiles each split
-// takes (the kernel) and how many splits a call gets (the runtime's plan). Plain C++, host and
+// fagen: how the split-KV decode divides the keys among CTAs: the key tiles each split takes
+// (the kernel) and how many splits a call gets (the runtime's plan). Plain C++, host and
 // device (tests/unit/DecodeSplitTest.cpp).
 #ifndef FAGEN_TEMPLATES_COMMON_DECODE_SPLIT_H
 #define FAGEN_TEMPLATES_COMMON_DECODE_SPLIT_H
@@ -15,15 +15,17 @@
 namespace fagen {
 
 /// The key tiles of split `split` of `num_splits` over the visible tiles [n_begin, n_end):
-/// consecutive runs of ceil((n_end - n_begin) / num_splits) tiles, the last one shorter; empty
-/// (*begin >= *end) for a split past the end. The splits cover [n_begin, n_end) exactly once.
-FAGEN_DECODE_SPLIT_HD void decode_split_range(int n_begin, int n_end, int num_splits, int split,
-                                              int *begin, int *end) {
-  const int tiles = n_end > n_begin ? n_end - n_begin : 0;
-  const int per_split = (tiles + num_splits - 1) / num_splits;
-  const int first = n_begin + split * per_split;
-  *begin = first < n_end ? first : n_end;
-  *end = first + per_split < n_end ? first + per_split : n_end;
+/// tiles first, first + stride, ... below end. Interleaved (every num_splits-th tile from
+/// n_begin + split), so that a split's first tiles do not depend on n_end (a paged cache looks
+/// their pages up while the sequence's length is still loading) and the splits' tile counts
+/// differ by at most one; none (first >= end) for a split past the end. The splits cover
+/// [n_begin, n_end) exactly once.
+struct DecodeSplitTiles {
+  int first, stride, end;
+};
+FAGEN_DECODE_SPLIT_HD DecodeSplitTiles decode_split_tiles(int n_begin, int n_end, int num_splits,
+                                                          int split) {
+  return DecodeSplitTiles{n_begin + split, num_splits > 0 ? num_splits : 1, n_end};
 }
 
 /// The split rule's defaults: CTAs per SM the split count aims at, and the fewest key tiles a
@@ -52,7 +54,7 @@ constexpr int kDecodeMaxSplits = 128;
 /// batch x heads_kv x row blocks; every CTA streams the same number of keys, so a second,
 /// partial wave would leave SMs idle while it runs), but none shorter than `min_tiles` of the
 /// `key_tiles` visible key tiles and at most kDecodeMaxSplits; then rounded so that no split is
-/// empty (every split of decode_split_range holds a tile). 1 when the grid already fills the
+/// empty (every split of decode_split_tiles holds a tile). 1 when the grid already fills the
 /// GPU. A pair outside its range counts as the nearest value inside.
 FAGEN_DECODE_SPLIT_HD int decode_num_splits(int64_t ctas, int key_tiles, int sms,
                                             int ctas_per_sm = kDecodeCtasPerSm,

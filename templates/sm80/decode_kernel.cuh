@@ -164,14 +164,28 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
   const int rows_valid = min(kBlockM, fwd.group_size * fwd.seqlen_q - row_begin);
   // The sequence's keys (a paged cache's own length), and to the mask the call's query tokens
   // are the rows of query tile 0 (kBlockM >= tokens): the key tiles any of them sees, divided
-  // among the splits.
-  const DecodeKvCache<Config> cache(params, batch, kv_head);
+  // among the splits. A paged cache's pages of the split's first tiles are requested with its
+  // length, from where the tiles start under the call's longest length (the same start but
+  // under a window mask), and each tile's a refill ahead of its copies.
+  DecodeKvCache<Config> cache(params, batch, kv_head);
+  using TilePages = typename DecodeKvCache<Config>::TilePages;
   AttentionShape shape = sequence_span<false>(fwd, batch).shape;
-  shape.seqlen_k = cache.seqlen_k;
-  int n_begin, n_end;
-  decode_split_range(Mask::template n_block_begin<kBlockM, kBlockN>(0, shape),
-                     Mask::template n_block_end<kBlockM, kBlockN>(0, shape), params.num_splits,
-                     split, &n_begin, &n_end);
+  const int guess = Mask::template n_block_begin<kBlockM, kBlockN>(0, shape) + split;
+  TilePages pages[kStages];
+#pragma unroll
+  for (int s = 0; s < kStages; ++s)
+    pages[s] = cache.lookup((guess + s * params.num_splits) * kBlockN);
+  shape.seqlen_k = cache.length();
+  const DecodeSplitTiles tiles =
+      decode_split_tiles(Mask::template n_block_begin<kBlockM, kBlockN>(0, shape),
+                         Mask::template n_block_end<kBlockM, kBlockN>(0, shape),
+                         params.num_splits, split);
+  const int stride = tiles.stride;
+  if (tiles.first != guess) {
+#pragma unroll
+    for (int s = 0; s < kStages; ++s)
+      pages[s] = cache.lookup((tiles.first + s * stride) * kBlockN);
+  }
 
   const Element *q = static_cast<const Element *>(fwd.q) + batch * fwd.q_batch_stride;
   load_rows_async<kBlockM, kHeadDimQK, kDimQK, kThreads>(
@@ -181,18 +195,19 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
         return q + rows.head(row) * fwd.q_head_stride + rows.token(row) * fwd.q_row_stride;
       },
       rows_valid);
-  auto load_kv = [&](int n_block, int stage) {
+  auto load_kv = [&](int n_block, int stage, const TilePages &tile_pages) {
     cache.load_tile(k_smem + stage * Config::kSmemKTileBytes,
-                    v_smem + stage * Config::kSmemVTileBytes, n_block * kBlockN);
+                    v_smem + stage * Config::kSmemVTileBytes, n_block * kBlockN, tile_pages);
   };
   // Commit groups: Q with the first K/V tile, then one per K/V tile (empty past the split's
   // end), so that waiting for tile n leaves kStages - 2 younger groups in flight.
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (n_begin + s < n_end)
-      load_kv(n_begin + s, s);
+    if (tiles.first + s * stride < tiles.end)
+      load_kv(tiles.first + s * stride, s, pages[s]);
     cp_async_commit();
   }
+  TilePages next = pages[kStages - 1]; // the first refill's
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float acc_o[kRowTiles][kDimV / 8][4] = {};
@@ -207,14 +222,17 @@ __device__ __forceinline__ void decode_kernel(const fagen_decode_params &params)
   for (int r = 0; r < 2 * kRowTiles; ++r)
     token[r] = rows.token(row_begin + 16 * (r / 2) + 8 * (r % 2) + lane / 4);
 
-  for (int n_block = n_begin, stage = 0; n_block < n_end; ++n_block) {
+  for (int n_block = tiles.first, stage = 0; n_block < tiles.end; n_block += stride) {
     // Tile n_block has landed and every warp is done with the previous one: refill its stage.
     cp_async_wait<kStages - 2>();
     __syncthreads();
     const int refill = stage == 0 ? kStages - 1 : stage - 1;
-    if (n_block + kStages - 1 < n_end)
-      load_kv(n_block + kStages - 1, refill);
+    const int refill_block = n_block + (kStages - 1) * stride;
+    if (refill_block < tiles.end)
+      load_kv(refill_block, refill, next);
     cp_async_commit();
+    if (refill_block + stride < tiles.end)
+      next = cache.lookup((refill_block + stride) * kBlockN);
 
     // This warp's keys of the tile: S = Q K^T, the variant's hooks, the online softmax, P V.
     const int key0 = n_block * kBlockN + warp * kKeysPerWarp;

@@ -34,11 +34,16 @@ template <class Config> struct ContiguousKv {
     seqlen_k = p.seqlen_k;
   }
 
+  /// Nothing to look up before a tile's copies (PagedKv's page ids).
+  struct TilePages {};
+  __device__ __forceinline__ TilePages lookup(int /*key0*/) const { return {}; }
+  __device__ __forceinline__ int length() { return seqlen_k; }
+
   /// The cp.async copies of key tile [key0, key0 + kBlockN) into (kBlockN, kHeadDim) tiles at
   /// k_dst and v_dst; rows past the sequence zero-filled. The rows are one stride apart, so
   /// each thread walks its rows with one pointer (load_rows_async's address per row and chunk,
   /// all computed before the copies, took 153 registers at hd 128; nvcc 13.0, sm_90).
-  __device__ __forceinline__ void load_tile(u32 k_dst, u32 v_dst, int key0) const {
+  __device__ __forceinline__ void load_tile(u32 k_dst, u32 v_dst, int key0, TilePages) const {
     load_tile_padded_async<Config::kBlockN, Config::kHeadDimQK, Config::kHeadDimQKPad,
                            Config::kThreads, kDecodeL2Prefetch>(k_dst, k + key0 * k_row_stride,
                                                           k_row_stride, seqlen_k - key0);
@@ -60,31 +65,39 @@ __device__ __forceinline__ void report_kv_status(int32_t *status, int code, int 
   status[3] = value;
 }
 
-/// Entry `slot` of a sequence's block-table row `pages` when it is a page id in [0, num_pages),
-/// else -1 (reported in the status record, as report_kv_status's `reporter`).
-__device__ __forceinline__ int checked_page(const int32_t *pages, int slot, int num_pages,
-                                            int32_t *status, int batch,
-                                            bool reporter = threadIdx.x == 0) {
-  const int page = pages[slot];
+/// `page`, the entry of a block-table row's slot `slot`, when it is a page id in
+/// [0, num_pages), else -1 (reported in the status record, as report_kv_status's `reporter`).
+__device__ __forceinline__ int checked_page_id(int page, int slot, int num_pages, int32_t *status,
+                                               int batch, bool reporter = threadIdx.x == 0) {
   if (page >= 0 && page < num_pages)
     return page;
   report_kv_status(status, FAGEN_KV_STATUS_PAGE_ID, batch, slot, page, reporter);
   return -1;
 }
 
+/// Entry `slot` of a sequence's block-table row `pages`, checked as checked_page_id.
+__device__ __forceinline__ int checked_page(const int32_t *pages, int slot, int num_pages,
+                                            int32_t *status, int batch,
+                                            bool reporter = threadIdx.x == 0) {
+  return checked_page_id(pages[slot], slot, num_pages, status, batch, reporter);
+}
+
 /// The K and V rows of one (batch, kv head) in a paged cache: key j at row j % kPageSize of
-/// page block_table[batch][j / kPageSize]. Every page id is checked against the cache before a
-/// load goes through it, and the length against seqlen_k: a bad entry is reported and loads
-/// nothing (its rows are zero-filled; a bad length is clamped), so no table reads outside the
-/// caches.
+/// page block_table[batch][j / kPageSize]. A tile's page ids are looked up (lookup) apart from
+/// its copies (load_tile), so that they can be requested early: before the sequence's length
+/// has arrived (the table's row spans the call's longest length, params.fwd.seqlen_k) and a
+/// tile ahead of the copies. Every page id is checked against the cache before a copy goes
+/// through it, and the length against seqlen_k: a bad entry is reported and loads nothing (its
+/// rows are zero-filled; a bad length is clamped), so no table reads outside the caches.
 template <class Config> struct PagedKv {
   using Element = typename Config::Element;
   static constexpr int kPageSize = Config::kPageSize, kRunRows = Config::kRunRows;
+  static constexpr int kRuns = Config::kBlockN / kRunRows;
   const Element *k, *v; // the caches at this kv head: page 0, row 0
   int64_t k_page_stride, v_page_stride, k_row_stride, v_row_stride;
   const int32_t *pages; // this sequence's row of the block table
   int32_t *status;
-  int num_pages, batch, seqlen_k;
+  int num_pages, batch, table_keys, seqlen_k;
 
   __device__ __forceinline__ PagedKv(const fagen_decode_params &params, int batch_, int kv_head) {
     const fagen_fwd_params &p = params.fwd;
@@ -98,25 +111,45 @@ template <class Config> struct PagedKv {
     status = params.kv_status;
     num_pages = params.num_pages;
     batch = batch_;
-    const int used = params.seqused_k[batch_];
-    seqlen_k = min(max(used, 0), p.seqlen_k);
+    table_keys = p.seqlen_k;
+    seqlen_k = params.seqused_k[batch_]; // requested here, used by length()
+  }
+
+  /// The sequence's length, seqused_k clamped to [0, params.fwd.seqlen_k] (reported if it had to).
+  __device__ __forceinline__ int length() {
+    const int used = seqlen_k;
+    seqlen_k = min(max(used, 0), table_keys);
     if (seqlen_k != used)
-      report_kv_status(status, FAGEN_KV_STATUS_SEQUSED_K, batch_, 0, used);
+      report_kv_status(status, FAGEN_KV_STATUS_SEQUSED_K, batch, 0, used);
+    return seqlen_k;
   }
 
-  /// The page of key `key` (< seqlen_k), or -1 (reported) where the table's entry is not one.
-  __device__ __forceinline__ int page_of(int key) const {
-    return checked_page(pages, key / kPageSize, num_pages, status, batch);
-  }
-
-  /// As ContiguousKv::load_tile: the tile is kBlockN / kRunRows runs of rows one stride apart
-  /// (each inside one page), one pointer per run; the pages of runs past the sequence are not
-  /// looked up, their rows zero-filled.
-  __device__ __forceinline__ void load_tile(u32 k_dst, u32 v_dst, int key0) const {
+  /// The table's entries of the runs of key tile [key0, key0 + kBlockN), unchecked; -1 past the
+  /// table's row (params.fwd.seqlen_k keys).
+  struct TilePages {
+    int page[kRuns];
+  };
+  __device__ __forceinline__ TilePages lookup(int key0) const {
+    TilePages t;
 #pragma unroll
-    for (int run = 0; run < Config::kBlockN / kRunRows; ++run) {
+    for (int run = 0; run < kRuns; ++run) {
       const int key = key0 + run * kRunRows;
-      const int page = key < seqlen_k ? page_of(key) : -1;
+      t.page[run] = key < table_keys ? pages[key / kPageSize] : -1;
+    }
+    return t;
+  }
+
+  /// As ContiguousKv::load_tile, with the tile's entries from lookup(key0) (after length()): the
+  /// tile is kRuns runs of rows one stride apart (each inside one page), one pointer per run;
+  /// runs past the sequence are zero-filled, their entries neither checked nor used.
+  __device__ __forceinline__ void load_tile(u32 k_dst, u32 v_dst, int key0,
+                                            const TilePages &t) const {
+#pragma unroll
+    for (int run = 0; run < kRuns; ++run) {
+      const int key = key0 + run * kRunRows;
+      const int page = key < seqlen_k ? checked_page_id(t.page[run], key / kPageSize, num_pages,
+                                                         status, batch)
+                                       : -1;
       load_run<Config::kHeadDimQK, Config::kHeadDimQKPad>(k_dst, k, k_page_stride, k_row_stride,
                                                           run, key, page);
       load_run<Config::kHeadDimV, Config::kHeadDimVPad>(v_dst, v, v_page_stride, v_row_stride,

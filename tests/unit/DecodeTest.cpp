@@ -314,25 +314,41 @@ TEST(DecodeEmit, SourceFillsTheConfigAndThreeEntryPoints) {
   EXPECT_EQ(src.find("if ("), std::string::npos) << "generated code holds no logic";
 }
 
-TEST(DecodeSplit, RangesCoverTheTilesOnce) {
+/// The tiles split `s` takes, in its order.
+static std::vector<int> splitTiles(int begin, int end, int splits, int s) {
+  std::vector<int> out;
+  const DecodeSplitTiles t = decode_split_tiles(begin, end, splits, s);
+  for (int n = t.first; n < t.end; n += t.stride)
+    out.push_back(n);
+  return out;
+}
+
+TEST(DecodeSplit, SplitsCoverTheTilesOnceEvenly) {
   for (int begin : {0, 3})
     for (int tiles : {0, 1, 2, 7, 64, 100, 2048})
       for (int splits : {1, 2, 3, 7, 33, 128}) {
         std::vector<int> seen(size_t(tiles), 0);
+        size_t fewest = size_t(tiles), most = 0;
         for (int s = 0; s < splits; ++s) {
-          int b = 0, e = 0;
-          decode_split_range(begin, begin + tiles, splits, s, &b, &e);
-          ASSERT_GE(b, begin);
-          ASSERT_LE(e, begin + tiles);
-          for (int n = b; n < e; ++n)
+          const std::vector<int> mine = splitTiles(begin, begin + tiles, splits, s);
+          fewest = std::min(fewest, mine.size());
+          most = std::max(most, mine.size());
+          for (int n : mine) {
+            ASSERT_GE(n, begin);
+            ASSERT_LT(n, begin + tiles);
             ++seen[size_t(n - begin)];
+          }
         }
         for (int n = 0; n < tiles; ++n)
           EXPECT_EQ(seen[size_t(n)], 1) << tiles << " tiles, " << splits << " splits, tile " << n;
+        EXPECT_LE(most, fewest + 1) << tiles << " tiles, " << splits << " splits";
       }
-  int b = -1, e = -1;
-  decode_split_range(5, 2, 4, 0, &b, &e); // an empty range stays empty
-  EXPECT_GE(b, e);
+  EXPECT_TRUE(splitTiles(5, 2, 4, 0).empty()); // an empty range stays empty
+  // A split's first tiles do not depend on where the range ends (a paged kernel looks their
+  // pages up before the sequence's length arrives).
+  EXPECT_EQ(splitTiles(0, 32, 8, 3), (std::vector<int>{3, 11, 19, 27}));
+  EXPECT_EQ(splitTiles(0, 20, 8, 3), (std::vector<int>{3, 11, 19}));
+  EXPECT_EQ(splitTiles(0, 10, 8, 3), (std::vector<int>{3}));
 }
 
 TEST(DecodeSplit, TheRuleFillsTheGpuWithoutEmptySplits) {
@@ -352,11 +368,9 @@ TEST(DecodeSplit, TheRuleFillsTheGpuWithoutEmptySplits) {
         const int splits = decode_num_splits(ctas, tiles, sms);
         ASSERT_GE(splits, 1);
         ASSERT_LE(splits, kDecodeMaxSplits);
-        for (int s = 0; s < splits; ++s) {
-          int b = 0, e = 0;
-          decode_split_range(0, tiles, splits, s, &b, &e);
-          EXPECT_LT(b, e) << ctas << " " << tiles << " " << sms << ": split " << s << " empty";
-        }
+        for (int s = 0; s < splits; ++s)
+          EXPECT_FALSE(splitTiles(0, tiles, splits, s).empty())
+              << ctas << " " << tiles << " " << sms << ": split " << s << " empty";
         if (splits > 1)
           EXPECT_GE((tiles + splits - 1) / splits, kDecodeMinTilesPerSplit);
       }
