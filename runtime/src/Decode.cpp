@@ -6,7 +6,7 @@
 // workspace, or NAME over one split without a workspace. fagen_plan_merge_states /
 // fagen_run_merge_states launch a decode cubin's NAME_merge on the caller's states. A paged
 // decode kernel reads K and V through a block table (fagen_plan_forward_paged,
-// fagen_run_forward_paged) and reports bad entries in its workspace's status record
+// fagen_run_forward_paged) and reports bad entries in its workspace's status records
 // (fagen_paged_kv_status).
 //
 //===----------------------------------------------------------------------===//
@@ -34,15 +34,34 @@ int visibleKeyTiles(const KernelRecord &k, const fagen_fwd_params &fp) {
   return int(std::max<int64_t>(0, end - first));
 }
 
-/// A decode plan's workspace layout: its split count, and the status record and append
+/// The status records of a paged call (abi/decode_params.h kv_status): a decode kernel's, one
+/// per CTA of NAME's grid (`own`, at the workspace's status_offset) and of NAME_append's
+/// (`append`, right after); a paged forward's one record. None for a contiguous cache.
+struct StatusRecords {
+  int64_t own = 0, append = 0;
+};
+StatusRecords statusRecords(const KernelRecord &k, const fagen_decode_params &dp) {
+  if (!k.isPaged())
+    return {};
+  if (!isDecodeKernel(k))
+    return {1, 0};
+  const fagen_fwd_params &f = dp.fwd;
+  return {int64_t(dp.m_blocks) * dp.num_splits * f.heads_kv * f.batch,
+          fagen_append_blocks(f.seqlen_q, f.heads_kv, k.headDimQK, k.headDimV) * f.batch};
+}
+
+/// A decode plan's workspace layout: its split count, and the status records and append
 /// lengths of a paged kernel (one truth for setDecodeSplits and runDecode).
 fagen_decode_workspace decodeWorkspace(const KernelRecord &k, const fagen_decode_params &dp) {
+  const StatusRecords records = statusRecords(k, dp);
   return fagen_decode_workspace_layout(dp.num_splits, dp.fwd.batch, dp.fwd.heads_q,
-                                       dp.fwd.seqlen_q, k.headDimV, k.isPaged());
+                                       dp.fwd.seqlen_q, k.headDimV,
+                                       records.own + records.append);
 }
 
 /// NAME_append's block for a paged run: the decode block `dp` (pointers, caches' strides and
-/// the status record filled), the new rows and their strides, the lengths in the workspace.
+/// the status records filled; the append's records follow NAME's), the new rows and their
+/// strides, the lengths in the workspace.
 fagen_kv_append_params appendParams(const KernelRecord &k, const fagen_decode_params &dp,
                                     const PagedKvArrays &paged, void *workspace) {
   fagen_kv_append_params ap;
@@ -55,7 +74,7 @@ fagen_kv_append_params appendParams(const KernelRecord &k, const fagen_decode_pa
   ap.seqused_k = dp.seqused_k;
   ap.seqused_out = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) +
                                                decodeWorkspace(k, dp).lengths_offset);
-  ap.kv_status = dp.kv_status;
+  ap.kv_status = dp.kv_status + FAGEN_KV_STATUS_WORDS * statusRecords(k, dp).own;
   const int64_t kCache[3] = {dp.fwd.k_batch_stride, dp.fwd.k_head_stride,
                              dp.fwd.k_row_stride}; // page, head, row
   const int64_t vCache[3] = {dp.fwd.v_batch_stride, dp.fwd.v_head_stride, dp.fwd.v_row_stride};
@@ -138,8 +157,8 @@ fagen_status validatePagedArrays(const char *function, const DriverApi &api,
   return FAGEN_OK;
 }
 
-/// A paged run's workspace: given, large enough and aligned; its status record zeroed on
-/// `stream` before the launch.
+/// A paged run's workspace: given, large enough and aligned; a paged forward's status record
+/// zeroed on `stream` before the launch (a decode kernel's CTAs write their own records).
 fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
                                  const fagen_plan &plan, void *workspace, size_t workspaceBytes,
                                  void *stream) {
@@ -154,6 +173,8 @@ fagen_status checkPagedWorkspace(const char *function, const DriverApi &api,
                                            "allocate the plan's workspace_bytes for a paged run");
       s != FAGEN_OK)
     return s;
+  if (isDecodeKernel(plan.bundle->bundle.kernels[plan.kernel_index]))
+    return FAGEN_OK;
   const auto status = reinterpret_cast<CUdeviceptr>(static_cast<uint8_t *>(workspace) +
                                                     plan.workspace_offsets[2]);
   if (CUresult r = api.cuMemsetD32Async(status, 0, FAGEN_KV_STATUS_WORDS,
@@ -301,7 +322,11 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
     dp.seqused_k = paged->sequsedK;
     dp.kv_status =
         reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) + plan.workspace_offsets[2]);
+    // Without an append NAME marks NAME_append's records OK too (an earlier call's may be there).
+    dp.kv_status_stale = int32_t(
+        statusRecords(plan.bundle->bundle.kernels[plan.kernel_index], dp).append);
     if (paged->appendLayout != nullptr) {
+      dp.kv_status_stale = 0;
       // NAME_append writes the new rows and each sequence's new length, which NAME reads.
       const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index];
       fagen_kv_append_params ap = appendParams(k, dp, *paged, workspace);
@@ -705,17 +730,29 @@ fagen_status fagen_paged_kv_status(const fagen_plan *plan, const void *workspace
   const DriverApi *api = nullptr;
   if (fagen_status s = checkRunTarget(function, *plan, api); s != FAGEN_OK)
     return s;
-  int32_t record[FAGEN_KV_STATUS_WORDS] = {};
+  fagen_decode_params dp;
+  std::memcpy(&dp, plan->params, sizeof dp);
+  const StatusRecords records = statusRecords(plan->bundle->bundle.kernels[plan->kernel_index], dp);
+  std::vector<int32_t> words(size_t(records.own + records.append) * FAGEN_KV_STATUS_WORDS);
   const auto status = reinterpret_cast<CUdeviceptr>(static_cast<const uint8_t *>(workspace) +
                                                     plan->workspace_offsets[2]);
   if (CUresult r = api->cuStreamSynchronize(static_cast<CUstream>(stream)); r != CUDA_SUCCESS)
     return fail(FAGEN_ERROR_CUDA,
                 std::string(function) + ": " + cudaErrorText(*api, r, "cuStreamSynchronize"));
-  if (CUresult r = api->cuMemcpyDtoH(record, status, sizeof record); r != CUDA_SUCCESS)
+  if (CUresult r = api->cuMemcpyDtoH(words.data(), status, words.size() * sizeof(int32_t));
+      r != CUDA_SUCCESS)
     return fail(FAGEN_ERROR_CUDA,
                 std::string(function) + ": " + cudaErrorText(*api, r, "cuMemcpyDtoH"));
-  fagen_decode_params dp;
-  std::memcpy(&dp, plan->params, sizeof dp);
+  // The first bad record: NAME_append's (it ran first), then NAME's CTAs in order.
+  const int32_t *record = words.data();
+  const size_t appendFirst = size_t(records.own) * FAGEN_KV_STATUS_WORDS;
+  for (size_t i = 0; i < words.size(); i += FAGEN_KV_STATUS_WORDS) {
+    const size_t at = (appendFirst + i) % words.size();
+    if (words[at] != FAGEN_KV_STATUS_OK) {
+      record = words.data() + at;
+      break;
+    }
+  }
   const std::string batch = str(record[1]), value = str(record[3]);
   switch (record[0]) {
   case FAGEN_KV_STATUS_OK:

@@ -186,7 +186,7 @@ struct PagedKvArrays {
 };
 /// Launches a decode plan: NAME over the planned splits and NAME_combine where the call has
 /// the plan's workspace, else NAME over one split. `params`: the forward block, pointers filled;
-/// `paged`: a paged kernel's arrays (its workspace then holds the status record too).
+/// `paged`: a paged kernel's arrays (its workspace then holds the status records too).
 fagen_status runDecode(const char *function, const DriverApi &api, const fagen_plan &plan,
                        const fagen_fwd_params &params, const PagedKvArrays *paged,
                        void *workspace, size_t workspaceBytes, void *stream);

@@ -613,7 +613,7 @@ fagen_status planAmong(const fagen_bundle &bundle, const fagen_fwd_problem &prob
         s != FAGEN_OK)
       return s;
   }
-  // A paged decode kernel's NAME_append (decode params version 1004).
+  // A paged decode kernel's NAME_append (decode params version 1004 on).
   if (isDecodeKernel(k) && k.isPaged())
     if (fagen_status s =
             loadFunction(*api, mutableBundle, device, chosen, Part::kAppend, functions[1]);

@@ -24,8 +24,8 @@
 // of page block_table[b][j / P]; sequence b has seqused_k[b] keys (at most seqlen_k, the
 // call's longest). The kernel checks each page id against [0, num_pages) before it loads
 // through it and each length against [0, seqlen_k]: a bad page's rows are zero-filled instead
-// (no load), a bad length is clamped, and the first bad entry goes to kv_status, which the
-// runtime zeroes before the launch and fagen_paged_kv_status reads back.
+// (no load), a bad length is clamped, and bad entries are recorded in kv_status (below), which
+// fagen_paged_kv_status reads back.
 //
 // Packed rows: the query heads of one kv head (group_size of them) and the call's seqlen_q
 // query tokens (at most the kernel's q_tokens) are the rows of one tile, row r = token *
@@ -42,7 +42,9 @@
 // so the runtime may launch it as NAME's programmatic dependent; the fields are 1002's.
 // Version 1004: a paged kernel's cubin has NAME_append (fagen_kv_append_params); the decode
 // fields are 1003's.
-#define FAGEN_DECODE_PARAMS_VERSION 1004
+// Version 1005: a paged decode kernel's CTAs (NAME's and NAME_append's) each write a status
+// record of their own, so that nothing zeroes it before the launch; kv_status_stale added.
+#define FAGEN_DECODE_PARAMS_VERSION 1005
 
 /// The most query tokens per sequence a decode kernel serves (spec decode.q_tokens): the
 /// kernel's mask reads the tokens of a row block as rows of one query tile of at least 16 rows.
@@ -79,15 +81,24 @@ typedef struct fagen_decode_params {
   // Paged KV cache (DecodeConfig::kPageSize > 0), else null / 0. Device memory.
   const int32_t *block_table; // page ids: sequence b's page i at block_table[b * stride + i]
   const int32_t *seqused_k;   // [batch]: each sequence's cache length, in [0, seqlen_k]
-  int32_t *kv_status;         // FAGEN_KV_STATUS_WORDS int32, zeroed: the first bad entry
+  int32_t *kv_status;         // status records (below)
   int64_t block_table_batch_stride; // >= max_pages_per_seq
   int32_t num_pages;          // pages of the K and V caches: page ids are in [0, num_pages)
   int32_t max_pages_per_seq;  // columns of the block table; seqlen_k <= it x the page size
+  int32_t kv_status_stale;    // NAME: records past its grid's that it marks OK (kv_status)
+  int32_t reserved;
 } fagen_decode_params;
 
-/// kv_status: {code, batch, index, value} of the first bad entry a paged decode kernel met;
-/// code FAGEN_KV_STATUS_OK (0) when it met none. Entries are checked as they are read: a page
-/// past a sequence's length, or a split's keys a mask hides, are never read nor checked.
+/// A status record: {code, batch, index, value} of the first bad entry a kernel met, code
+/// FAGEN_KV_STATUS_OK (0) when it met none. Entries are checked as they are read: a page past a
+/// sequence's length, or a split's keys a mask hides, are never read nor checked.
+/// - A paged decode kernel (NAME, NAME_append): one record per CTA, CTA (x, y, z)'s at record
+///   x + gridDim.x * (y + gridDim.y * z) of kv_status, which the CTA marks OK as it starts and
+///   fills with its first bad entry: every launch writes all of its grid's records, so nothing
+///   zeroes them before it. The runtime puts NAME_append's records right after NAME's; a call
+///   without an append passes their count as kv_status_stale, and NAME's CTAs mark them OK too
+///   (records a previous call's append left), else 0.
+/// - A paged forward (prefill): one record for the launch, which the runtime zeroes first.
 #define FAGEN_KV_STATUS_WORDS 4
 #define FAGEN_KV_STATUS_OK 0
 /// block_table[batch][index] = value is not a page id in [0, num_pages).
@@ -117,7 +128,7 @@ typedef struct fagen_kv_append_params {
   const int32_t *block_table;
   const int32_t *seqused_k;
   int32_t *seqused_out; // [batch], device memory (the workspace's lengths)
-  int32_t *kv_status;   // as fagen_decode_params's
+  int32_t *kv_status;   // the launch's status records (one per CTA, as NAME's)
   int64_t k_new_strides[3];
   int64_t v_new_strides[3];
   int64_t k_cache_strides[3];
@@ -179,8 +190,9 @@ static inline int64_t fagen_merge_blocks(int64_t rows, int32_t head_dim, int32_t
 }
 
 /// Where the partial O and LSE of a decode call start in its workspace (when it has more than
-/// one split), a paged call's kv_status and the lengths NAME_append writes (int32 [batch]),
-/// and its size; all 256-byte aligned.
+/// one split), a paged call's status records (kv_status) and the lengths NAME_append writes
+/// (int32 [batch]), and its size; all 256-byte aligned. status_records: 0 for a contiguous
+/// cache; a paged decode's NAME grid's CTAs + NAME_append's; a paged forward's 1.
 typedef struct fagen_decode_workspace {
   uint64_t o_offset, lse_offset, status_offset, lengths_offset, total_bytes;
 } fagen_decode_workspace;
@@ -192,14 +204,17 @@ static inline fagen_decode_workspace fagen_decode_workspace_layout(int32_t num_s
                                                                    int32_t heads_q,
                                                                    int32_t seqlen_q,
                                                                    int32_t head_dim_v,
-                                                                   int32_t paged) {
+                                                                   int64_t status_records) {
   const uint64_t rows =
       num_splits > 1 ? (uint64_t)num_splits * batch * heads_q * seqlen_q : 0u;
+  const int paged = status_records > 0;
   fagen_decode_workspace w;
   w.o_offset = 0;
   w.lse_offset = fagen_decode_align256_(rows * head_dim_v * 4u);
   w.status_offset = w.lse_offset + fagen_decode_align256_(rows * 4u);
-  w.lengths_offset = w.status_offset + (paged ? 256u : 0u);
+  w.lengths_offset =
+      w.status_offset +
+      (paged ? fagen_decode_align256_((uint64_t)status_records * FAGEN_KV_STATUS_WORDS * 4u) : 0u);
   w.total_bytes = w.lengths_offset + (paged ? fagen_decode_align256_((uint64_t)batch * 4u) : 0u);
   return w;
 }

@@ -288,11 +288,13 @@ __device__ __forceinline__ void decode_append(const fagen_kv_append_params &p) {
   constexpr int kChunks = kChunksK > kChunksV ? kChunksK : kChunksV;
   const int batch = blockIdx.y;
   const int item = blockIdx.x * FAGEN_APPEND_THREADS + threadIdx.x;
+  int32_t *status = cta_kv_status(p.kv_status);
   const int used = p.seqused_k[batch];
   const bool fits = used >= 0 && used <= p.seqlen_k - p.tokens;
+  __syncthreads(); // the record is marked OK before any thread reports
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     if (!fits)
-      report_kv_status(p.kv_status, FAGEN_KV_STATUS_APPEND_LENGTH, batch, p.tokens, used);
+      report_kv_status(status, FAGEN_KV_STATUS_APPEND_LENGTH, batch, p.tokens, used);
     p.seqused_out[batch] = fits ? used + p.tokens : min(max(used, 0), p.seqlen_k);
   }
   if (!fits || item >= p.tokens * p.heads_kv * kChunks)
@@ -301,7 +303,7 @@ __device__ __forceinline__ void decode_append(const fagen_kv_append_params &p) {
             token = item / kChunks / p.heads_kv, key = used + token;
   // key < seqlen_k <= the table's columns x kPageSize (checked when planned).
   const int page = checked_page(p.block_table + batch * p.block_table_batch_stride,
-                                key / Config::kPageSize, p.num_pages, p.kv_status, batch, true);
+                                key / Config::kPageSize, p.num_pages, status, batch, true);
   if (page < 0)
     return; // reported; nothing written through a bad entry
   const int64_t row = key % Config::kPageSize;

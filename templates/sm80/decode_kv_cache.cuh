@@ -65,6 +65,18 @@ __device__ __forceinline__ void report_kv_status(int32_t *status, int code, int 
   status[3] = value;
 }
 
+/// A paged decode kernel's CTA's own status record among `records` (abi/decode_params.h
+/// kv_status), which thread 0 marks OK as the CTA starts, with its share of the `stale` records
+/// past the grid's; reports of the CTA's other threads must follow a barrier.
+__device__ __forceinline__ int32_t *cta_kv_status(int32_t *records, int stale = 0) {
+  const int ctas = gridDim.x * gridDim.y * gridDim.z;
+  const int cta = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  if (threadIdx.x == 0)
+    for (int r = cta; r < ctas + stale; r += ctas)
+      records[FAGEN_KV_STATUS_WORDS * r] = FAGEN_KV_STATUS_OK;
+  return records + FAGEN_KV_STATUS_WORDS * cta;
+}
+
 /// `page`, the entry of a block-table row's slot `slot`, when it is a page id in
 /// [0, num_pages), else -1 (reported in the status record, as report_kv_status's `reporter`).
 __device__ __forceinline__ int checked_page_id(int page, int slot, int num_pages, int32_t *status,
@@ -108,7 +120,7 @@ template <class Config> struct PagedKv {
     k_row_stride = p.k_row_stride;
     v_row_stride = p.v_row_stride;
     pages = params.block_table + batch_ * params.block_table_batch_stride;
-    status = params.kv_status;
+    status = cta_kv_status(params.kv_status, params.kv_status_stale); // thread 0 reports
     num_pages = params.num_pages;
     batch = batch_;
     table_keys = p.seqlen_k;

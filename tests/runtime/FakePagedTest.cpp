@@ -105,16 +105,20 @@ TEST_F(FakePagedTest, APagedCallPlansThePagedKernelOfItsPageSize) {
   EXPECT_EQ(dp.max_pages_per_seq, 8192);
   EXPECT_EQ(dp.block_table_batch_stride, 8192);
   EXPECT_EQ(dp.fwd.k_batch_stride, 16 * 8 * 128); // the page stride
-  const fagen_decode_workspace w = fagen_decode_workspace_layout(16, 1, 32, 1, 128, 1);
+  // Status records: one per CTA of the split kernel's grid (16 splits x 8 kv heads) and of
+  // the append's (one token x 8 heads x 16 chunks: one block).
+  const fagen_decode_workspace w =
+      fagen_decode_workspace_layout(16, 1, 32, 1, 128, 16 * 8 + 1);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_EQ(plan.workspace_offsets[2], w.status_offset);
 
-  // One split still has a workspace: the status record and the 64 lengths an append writes.
+  // One split still has a workspace: the status records (64 x 8 CTAs of each kernel) and the
+  // 64 lengths an append writes.
   PagedCall full(64, 1, 4096, 256);
   ASSERT_EQ(fagen_plan_forward_paged(bundle, &full.problem, &full.paged, &plan), FAGEN_OK)
       << fagen_last_error();
   EXPECT_EQ(plan.grid[0], 1);
-  EXPECT_EQ(plan.workspace_bytes, 512u);
+  EXPECT_EQ(plan.workspace_bytes, (64u * 8 + 64) * 16 + 256);
   EXPECT_EQ(plan.workspace_offsets[2], 0u);
 
   // The same call without a paged cache takes the contiguous kernel, never the paged one.
@@ -174,7 +178,7 @@ TEST_F(FakePagedTest, ThePagedCacheIsCheckedOnTheHost) {
             FAGEN_ERROR_INVALID_ARGUMENT);
 }
 
-TEST_F(FakePagedTest, RunPassesTheTableAndZeroesTheStatusFirst) {
+TEST_F(FakePagedTest, RunPassesTheTableAndTheStatusRecords) {
   PagedCall c(1, 1, 131072, 8192, 8192);
   fagen_plan plan;
   ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
@@ -188,17 +192,17 @@ TEST_F(FakePagedTest, RunPassesTheTableAndZeroesTheStatusFirst) {
                                     plan.workspace_bytes, nullptr, stream),
             FAGEN_OK)
       << fagen_last_error();
-  ASSERT_EQ(fake().memsetLog.size(), 1u);
-  const FakeMemset &zero = fake().memsetLog[0];
-  EXPECT_EQ(zero.dst, reinterpret_cast<unsigned long long>(workspace + plan.workspace_offsets[2]));
-  EXPECT_EQ(zero.count, size_t(FAGEN_KV_STATUS_WORDS));
-  EXPECT_EQ(zero.launchesBefore, launchesBefore); // before the kernel
-  EXPECT_EQ(zero.stream, stream);
+  // The kernel's CTAs write their own status records: nothing zeroes them first.
+  EXPECT_EQ(fake().memsetLog.size(), 0u);
+  EXPECT_EQ(fake().launches.load(), launchesBefore + 2);
   ASSERT_EQ(fake().launchLog.size(), 2u); // the splits, then their combine
   const auto dp = paramsOf<fagen_decode_params>(fake().launchLog[0]);
+  EXPECT_EQ(fake().launchLog[0].stream, stream);
   EXPECT_EQ(dp.block_table, table);
   EXPECT_EQ(dp.seqused_k, used);
   EXPECT_EQ(dp.kv_status, reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]));
+  // No append: the kernel marks the append's records (after its grid's) OK too.
+  EXPECT_EQ(dp.kv_status_stale, 1);
   EXPECT_EQ(dp.fwd.k, static_cast<const void *>(k));
   EXPECT_EQ(dp.o_partial, reinterpret_cast<float *>(workspace + plan.workspace_offsets[0]));
   EXPECT_FALSE(fake().launchLog[0].programmaticDependent); // no append: after the stream's work
@@ -245,7 +249,8 @@ TEST_F(FakePagedTest, AppendWritesTheNewRowsThenDecodesOverTheLongerCache) {
   ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
       << fagen_last_error();
   const fagen_decode_workspace w =
-      fagen_decode_workspace_layout(fagen_plan_decode_splits(&plan), 3, 32, 4, 128, 1);
+      fagen_decode_workspace_layout(fagen_plan_decode_splits(&plan), 3, 32, 4, 128,
+                                    int64_t(plan.grid[0]) * 8 * 3 + 4 * 3);
   EXPECT_EQ(plan.workspace_bytes, w.total_bytes);
   EXPECT_EQ(w.total_bytes - w.lengths_offset, 256u); // int32 [batch], 256-byte aligned
   fagen_kv_append append = FAGEN_KV_APPEND_INIT;
@@ -277,7 +282,9 @@ TEST_F(FakePagedTest, AppendWritesTheNewRowsThenDecodesOverTheLongerCache) {
   EXPECT_EQ(ap.block_table, table);
   EXPECT_EQ(ap.seqused_k, used);
   EXPECT_EQ(ap.seqused_out, reinterpret_cast<int32_t *>(workspace + w.lengths_offset));
-  EXPECT_EQ(ap.kv_status, reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]));
+  // The append's status records follow the decode grid's (8 kv heads x 3 sequences).
+  EXPECT_EQ(ap.kv_status, reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]) +
+                              FAGEN_KV_STATUS_WORDS * plan.grid[0] * 8 * 3);
   EXPECT_EQ(ap.k_new_strides[1], 8 * 128);
   EXPECT_EQ(ap.k_cache_strides[0], 16 * 8 * 128); // page, head, row: the problem's
   EXPECT_EQ(ap.k_cache_strides[1], 128);
@@ -294,11 +301,14 @@ TEST_F(FakePagedTest, AppendWritesTheNewRowsThenDecodesOverTheLongerCache) {
   EXPECT_FALSE(fake().launchLog[1].programmaticDependent);
   EXPECT_EQ(dp.seqused_k, ap.seqused_out);
   EXPECT_EQ(dp.block_table, table);
+  EXPECT_EQ(dp.kv_status_stale, 0); // the append wrote its records
 
-  // What the append met is read back as the decode's entries are.
-  auto *record = reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]);
+  // What the append met is read back as the decode's entries are, and before them.
+  std::memset(workspace + plan.workspace_offsets[2], 0, w.lengths_offset - w.status_offset);
+  const int32_t badPage[FAGEN_KV_STATUS_WORDS] = {FAGEN_KV_STATUS_PAGE_ID, 2, 5, -1};
+  std::memcpy(dp.kv_status, badPage, sizeof badPage); // the decode's first CTA
   const int32_t noRoom[FAGEN_KV_STATUS_WORDS] = {FAGEN_KV_STATUS_APPEND_LENGTH, 1, 4, 998};
-  std::memcpy(record, noRoom, sizeof noRoom);
+  std::memcpy(ap.kv_status + FAGEN_KV_STATUS_WORDS * 4, noRoom, sizeof noRoom); // sequence 1's
   EXPECT_EQ(fagen_paged_kv_status(&plan, workspace, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(fagen_last_error())
                 .find("seqused_k[1] = 998 leaves no room for the 4 new tokens (it must be in "
@@ -358,9 +368,21 @@ TEST_F(FakePagedTest, StatusReadsTheRecordTheKernelLeft) {
   fagen_plan plan;
   ASSERT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan), FAGEN_OK)
       << fagen_last_error();
+  // One record per CTA of the decode grid (4 splits x 8 kv heads x 4 sequences) and of the
+  // append's (4 sequences, one block each), all OK.
+  ASSERT_EQ(plan.grid[0], 4);
+  const size_t records = 4 * 8 * 4 + 4;
   auto *record = reinterpret_cast<int32_t *>(workspace + plan.workspace_offsets[2]);
-  std::memset(record, 0, FAGEN_KV_STATUS_WORDS * sizeof(int32_t));
+  std::memset(record, 0, records * FAGEN_KV_STATUS_WORDS * sizeof(int32_t));
   EXPECT_EQ(fagen_paged_kv_status(&plan, workspace, nullptr), FAGEN_OK) << fagen_last_error();
+  // A bad entry in the last CTA's record is found.
+  const int32_t lastCta[FAGEN_KV_STATUS_WORDS] = {FAGEN_KV_STATUS_PAGE_ID, 3, 9, 600};
+  std::memcpy(record + FAGEN_KV_STATUS_WORDS * 127, lastCta, sizeof lastCta);
+  EXPECT_EQ(fagen_paged_kv_status(&plan, workspace, nullptr), FAGEN_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(fagen_last_error())
+                .find("block_table[3][9] = 600 is not a page id in [0, 512)"),
+            std::string::npos)
+      << fagen_last_error();
 
   const int32_t badPage[FAGEN_KV_STATUS_WORDS] = {FAGEN_KV_STATUS_PAGE_ID, 3, 7, 9000};
   std::memcpy(record, badPage, sizeof badPage);
@@ -461,7 +483,7 @@ TEST_F(FakePagedTest, ValidateModeChecksTheAppendsRoomAndPagesToo) {
 }
 
 TEST_F(FakePagedTest, ADecodeKernelOfAnEarlierLayoutIsRefused) {
-  // A bundle of decode parameter layout 1003 (a paged kernel without NAME_append) is never
+  // A bundle of decode parameter layout 1004 (CTAs sharing one status record) is never
   // launched by today's runtime: it names the versions and the fix.
   Bundle old = fagen::test::makePagedDecodeBundle();
   for (KernelRecord &k : old.kernels)
@@ -473,7 +495,7 @@ TEST_F(FakePagedTest, ADecodeKernelOfAnEarlierLayoutIsRefused) {
   EXPECT_EQ(fagen_plan_forward_paged(bundle, &c.problem, &c.paged, &plan),
             FAGEN_ERROR_NOT_SUPPORTED);
   EXPECT_NE(std::string(fagen_last_error())
-                .find("takes parameter layout version 1003 but this runtime fills version 1004"),
+                .find("takes parameter layout version 1004 but this runtime fills version 1005"),
             std::string::npos)
       << fagen_last_error();
 }

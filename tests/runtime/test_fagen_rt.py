@@ -120,11 +120,12 @@ def paged(bundle_dir):
     assert plan.kernel.startswith("fagen_fwd_fp16_hd128_causal_paged16_sm80decode"), plan.kernel
     assert plan.workspace_bytes >= 256
     # The split count: planned, then set (the workspace follows; one split keeps the status
-    # record and the lengths an append writes, 256 bytes each).
+    # records, 16 bytes a thread block of the decode (8 kv heads x 4 sequences) and of the
+    # append (4), and the lengths an append writes, each 256-byte aligned).
     planned, planned_bytes = plan.decode_splits, plan.workspace_bytes
     assert planned >= 1, planned
     plan.set_decode_splits(1)
-    assert (plan.decode_splits, plan.grid[0], plan.workspace_bytes) == (1, 1, 512), \
+    assert (plan.decode_splits, plan.grid[0], plan.workspace_bytes) == (1, 1, 768 + 256), \
         (plan.decode_splits, plan.grid, plan.workspace_bytes)
     plan.set_decode_splits(planned)
     assert plan.workspace_bytes == planned_bytes

@@ -411,8 +411,8 @@ TEST(DecodeSplit, WorkspaceLayout) {
   EXPECT_EQ(odd.lse_offset, 512u); // 480 bytes, 256-aligned
   EXPECT_EQ(odd.total_bytes, 768u);
   EXPECT_EQ(w.lengths_offset, w.total_bytes); // nor lengths
-  // Paged: the kv_status record after the partials, 256 bytes, then the lengths an append
-  // writes (int32 [batch], 256-aligned); one split has no partials.
+  // Paged: the status records after the partials (16 bytes each, 256-aligned), then the
+  // lengths an append writes (int32 [batch], 256-aligned); one split has no partials.
   fagen_decode_workspace paged = fagen_decode_workspace_layout(3, 1, 1, 1, 40, 1);
   EXPECT_EQ(paged.status_offset, 768u);
   EXPECT_EQ(paged.lengths_offset, 1024u);
@@ -421,6 +421,8 @@ TEST(DecodeSplit, WorkspaceLayout) {
   EXPECT_EQ(one.status_offset, 0u);
   EXPECT_EQ(one.lengths_offset, 256u);
   EXPECT_EQ(one.total_bytes, 256u + 512u); // 65 lengths: 260 bytes
+  fagen_decode_workspace many = fagen_decode_workspace_layout(1, 65, 32, 1, 128, 17);
+  EXPECT_EQ(many.lengths_offset, 512u); // 17 records: 272 bytes
   EXPECT_EQ(fagen_append_blocks(4, 8, 128, 128), 4); // 4 tokens x 8 heads x 16 chunks / 128
   EXPECT_EQ(fagen_append_blocks(1, 1, 192, 128), 1); // the wider head dim's 24 chunks
   EXPECT_GE(256u, FAGEN_KV_STATUS_WORDS * sizeof(int32_t));

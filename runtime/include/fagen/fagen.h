@@ -430,8 +430,10 @@ FAGEN_API fagen_status fagen_run_merge_states(const fagen_plan *plan, const void
  *  page's keys read as zeros, a bad length is clamped), and records the first one it meets in
  *  the workspace, which fagen_paged_kv_status reads back. The cost: one int32 load and compare
  *  per page a thread block walks (a page of 16 keys: 1/16 of a key tile's copies), none on the
- *  host. Entries past a sequence's length are neither read nor checked. FAGEN_VALIDATE=1 also
- *  checks them on the host before the launch (synchronizing the stream: for debugging). */
+ *  host. Entries past a sequence's length are not checked (a split may read the entries of its
+ *  first tiles up to seqlen_k before its sequence's length arrives, and not use them).
+ *  FAGEN_VALIDATE=1 also checks them on the host before the launch (synchronizing the stream:
+ *  for debugging). */
 typedef struct fagen_paged_kv {
   uint32_t struct_size;       /* sizeof(fagen_paged_kv): FAGEN_PAGED_KV_INIT sets both */
   uint32_t abi_tag;           /* FAGEN_ABI_TAG */
@@ -453,10 +455,11 @@ FAGEN_API void fagen_fwd_problem_set_paged_strides(fagen_fwd_problem *problem,
 
 /** Plans a decode call over a paged KV cache: as fagen_plan_forward, among the bundle's paged
  *  decode kernels of the call's variant and page size. plan->workspace_bytes is at least 256
- *  (the status record; the splits' partials too when there is more than one split): a paged
- *  run needs its workspace. A varlen call (chunked prefill: packed queries, cu_seqlens_q in the
- *  run's args, total_k = seqlen_k, cu_seqlens_k not read) plans among the paged varlen forward
- *  kernels instead (docs/runtime-api.md; run on an H100, 2026-12-06). */
+ *  (the status records, 16 bytes a thread block; the splits' partials too when there is more
+ *  than one split): a paged run needs its workspace. A varlen call (chunked prefill: packed
+ *  queries, cu_seqlens_q in the run's args, total_k = seqlen_k, cu_seqlens_k not read) plans
+ *  among the paged varlen forward kernels instead (docs/runtime-api.md; run on an H100,
+ *  2026-12-06). */
 FAGEN_API fagen_status fagen_plan_forward_paged(const fagen_bundle *bundle,
                                                 const fagen_fwd_problem *problem,
                                                 const fagen_paged_kv *paged, fagen_plan *plan);
@@ -468,8 +471,9 @@ FAGEN_API fagen_status fagen_plan_forward_paged_kernel(const fagen_bundle *bundl
 
 /** Launches a paged plan: q, o as fagen_run_forward's; k_cache, v_cache the caches (16-byte
  *  aligned); block_table, seqused_k int32 device arrays; workspace: at least
- *  plan->workspace_bytes of device memory, 16-byte aligned, owned by one stream at a time (the
- *  runtime zeroes its status record on `stream` first). No allocation, no synchronization. */
+ *  plan->workspace_bytes of device memory, 16-byte aligned, owned by one stream at a time (a
+ *  decode kernel's thread blocks each write their status record; for a chunked prefill the
+ *  runtime zeroes its one record on `stream` first). No allocation, no synchronization. */
 FAGEN_API fagen_status fagen_run_forward_paged(const fagen_plan *plan, const void *q,
                                                const void *k_cache, const void *v_cache, void *o,
                                                float *lse, const int32_t *block_table,
