@@ -63,7 +63,8 @@ fagen_decode_workspace decodeWorkspace(const KernelRecord &k, const fagen_decode
 /// the status records filled; the append's records follow NAME's), the new rows and their
 /// strides, the lengths in the workspace.
 fagen_kv_append_params appendParams(const KernelRecord &k, const fagen_decode_params &dp,
-                                    const PagedKvArrays &paged, void *workspace) {
+                                    const PagedKvArrays &paged, void *workspace,
+                                    const StatusRecords &records) {
   fagen_kv_append_params ap;
   std::memset(&ap, 0, sizeof ap);
   ap.k_new = paged.kNew;
@@ -74,7 +75,7 @@ fagen_kv_append_params appendParams(const KernelRecord &k, const fagen_decode_pa
   ap.seqused_k = dp.seqused_k;
   ap.seqused_out = reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) +
                                                decodeWorkspace(k, dp).lengths_offset);
-  ap.kv_status = dp.kv_status + FAGEN_KV_STATUS_WORDS * statusRecords(k, dp).own;
+  ap.kv_status = dp.kv_status + FAGEN_KV_STATUS_WORDS * records.own;
   const int64_t kCache[3] = {dp.fwd.k_batch_stride, dp.fwd.k_head_stride,
                              dp.fwd.k_row_stride}; // page, head, row
   const int64_t vCache[3] = {dp.fwd.v_batch_stride, dp.fwd.v_head_stride, dp.fwd.v_row_stride};
@@ -204,8 +205,7 @@ void fillPagedForwardPlan(const fagen_fwd_problem &p, const fagen_paged_kv &page
             1);
   else
     setGrid(plan.grid, dp.m_blocks, p.heads_q, p.batch);
-  const fagen_decode_workspace w =
-      fagen_decode_workspace_layout(1, p.batch, p.heads_q, p.seqlen_q, p.head_dim_v, 1);
+  const fagen_decode_workspace w = decodeWorkspace(k, dp);
   plan.workspace_bytes = size_t(w.lengths_offset); // the status record alone (no append)
   plan.workspace_offsets[2] = w.status_offset;
 }
@@ -322,17 +322,16 @@ fagen_status runDecode(const char *function, const DriverApi &api, const fagen_p
     dp.seqused_k = paged->sequsedK;
     dp.kv_status =
         reinterpret_cast<int32_t *>(static_cast<uint8_t *>(workspace) + plan.workspace_offsets[2]);
+    const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index];
+    const StatusRecords records = statusRecords(k, dp);
     // Without an append NAME marks NAME_append's records OK too (an earlier call's may be there).
-    dp.kv_status_stale = int32_t(
-        statusRecords(plan.bundle->bundle.kernels[plan.kernel_index], dp).append);
+    dp.kv_status_stale = int32_t(records.append);
     if (paged->appendLayout != nullptr) {
       dp.kv_status_stale = 0;
-      // NAME_append writes the new rows and each sequence's new length, which NAME reads.
-      const KernelRecord &k = plan.bundle->bundle.kernels[plan.kernel_index];
-      fagen_kv_append_params ap = appendParams(k, dp, *paged, workspace);
-      int32_t appendGrid[3] = {
-          int32_t(fagen_append_blocks(ap.tokens, ap.heads_kv, k.headDimQK, k.headDimV)),
-          ap.batch, 1};
+      // NAME_append writes the new rows and each sequence's new length, which NAME reads; one
+      // status record per block (records.append).
+      fagen_kv_append_params ap = appendParams(k, dp, *paged, workspace, records);
+      int32_t appendGrid[3] = {int32_t(records.append / ap.batch), ap.batch, 1};
       int32_t appendBlock[3] = {FAGEN_APPEND_THREADS, 1, 1};
       if (fagen_status s = launch(api, plan, plan.pre_function, appendGrid, appendBlock, 0, &ap,
                                   stream, "_append");

@@ -26,8 +26,6 @@ import math
 import os
 import re
 import sys
-import time
-import traceback
 
 import torch
 
@@ -35,22 +33,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import fagen  # noqa: E402
 from bench_prefill import paged_cache  # noqa: E402
+from check_runner import Checks  # noqa: E402
 
 DEV = "cuda"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-results = []
 
 
-def check(name, fn, *args):
-    t0 = time.time()
-    try:
-        detail = fn(*args) or ""
-        results.append((name, True))
-        print(f"ok    {name:64s} {time.time() - t0:5.1f}s {detail}", flush=True)
-    except Exception as e:  # every check runs; the summary counts the failures
-        results.append((name, False))
-        print(f"FAIL  {name:64s} {type(e).__name__}: {e}", flush=True)
-        traceback.print_exc()
+check = Checks(64)
 
 
 def kernel_variant(name):
@@ -273,8 +262,8 @@ def main():
         sys.exit(1)
     if not args.quick:  # (--quick runs under compute-sanitizer: no compiler there)
         check("torch.compile of decode_paged with an append", compiled, first)
-    failed = sum(not ok for _, ok in results)
-    print(f"{len(results) - failed} passed, {failed} failed")
+    failed = len(check.failed())
+    print(f"{len(check.results) - failed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
 

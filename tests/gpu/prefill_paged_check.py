@@ -24,8 +24,6 @@ import math
 import os
 import re
 import sys
-import time
-import traceback
 
 import torch
 
@@ -33,22 +31,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench"))
 import fagen  # noqa: E402
 from bench_prefill import cu_seqlens, paged_cache  # noqa: E402
+from check_runner import Checks  # noqa: E402
 
 DEV = "cuda"
-results = []
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def check(name, fn, *args):
-    t0 = time.time()
-    try:
-        detail = fn(*args) or ""
-        results.append((name, True))
-        print(f"ok    {name:60s} {time.time() - t0:5.1f}s {detail}", flush=True)
-    except Exception as e:  # every check runs; the summary counts the failures
-        results.append((name, False))
-        print(f"FAIL  {name:60s} {type(e).__name__}: {e}", flush=True)
-        traceback.print_exc()
+check = Checks(60)
 
 
 def kernel_variant(name):
@@ -217,8 +206,8 @@ def main():
     if first is None:
         sys.exit(f"no paged varlen forward kernel in {args.bundle}")
     check("torch.compile(fullgraph=True) of fagen.prefill_paged", compiled, first)
-    failed = [n for n, ok in results if not ok]
-    print(f"prefill_paged_check: {len(results) - len(failed)} passed, {len(failed)} failed")
+    failed = check.failed()
+    print(f"prefill_paged_check: {len(check.results) - len(failed)} passed, {len(failed)} failed")
     sys.exit(1 if failed else 0)
 
 
