@@ -23,7 +23,7 @@ checks that their gradients after the timed runs equal the first run's bit for b
 (fagen's forward and backward plans back to back; SDPA's forward and autograd.grad under each
 backend), 3.5x the forward's FLOPs, and prints it as a second table.
 --dropout P also times the backward with dropout p (fagen's dropout kernels of the bundle, SDPA
-flash with dropout_p), and prints what dropout costs each: the dropout backward's time over the
+flash and cuDNN with dropout_p), and prints what dropout costs each: the dropout backward's time over the
 dense one's (the masks differ, so those gradients are only checked to be finite).
 --kernel-times also runs each default backward 20 times under torch.profiler (fagen's, SDPA
 flash's and cuDNN's on the same inputs) and prints each one's kernels' device time per call:
@@ -168,8 +168,8 @@ def main():
     ap.add_argument("--deterministic", action="store_true",
                     help="also time the deterministic backward kernels")
     ap.add_argument("--dropout", type=float, default=0.0, metavar="P",
-                    help="also time the backward with dropout P (the bundle's dropout kernels "
-                         "and SDPA flash's) and print what dropout costs")
+                    help="also time the backward with dropout P (the bundle's dropout kernels, "
+                         "SDPA flash's and cuDNN's) and print what dropout costs")
     ap.add_argument("--train-step", action="store_true",
                     help="also time forward + backward of the same call (a training step's "
                          "attention) against SDPA flash and cuDNN")
@@ -216,7 +216,8 @@ def main():
                 sdpa_runs = [("flash", SDPBackend.FLASH_ATTENTION, 0.0),
                              ("cudnn", SDPBackend.CUDNN_ATTENTION, 0.0)]
                 if args.dropout > 0:
-                    sdpa_runs.append(("flash_drop", SDPBackend.FLASH_ATTENTION, args.dropout))
+                    sdpa_runs += [("flash_drop", SDPBackend.FLASH_ATTENTION, args.dropout),
+                                  ("cudnn_drop", SDPBackend.CUDNN_ATTENTION, args.dropout)]
                 for name, backend, drop_p in sdpa_runs:
                     try:
                         qt, kt, vt = (t.transpose(1, 2).detach().requires_grad_() for t in (q, k, v))
@@ -252,7 +253,7 @@ def main():
                             fagen_dropout_row(label, bundle, q, k, v, do, causal, args.dropout,
                                               row, args.layout)
                 for name in (labels + [l + "_det" for l in labels] + [l + "_drop" for l in labels]
-                             + ["flash", "cudnn", "flash_drop"]):
+                             + ["flash", "cudnn", "flash_drop", "cudnn_drop"]):
                     if row.get(name + "_ms"):
                         row[name + "_tflops"] = flops / row[name + "_ms"] / 1e9
                     if row.get(name + "_step_ms"):  # forward + backward
@@ -302,16 +303,20 @@ def main():
         print("\ndropout p = %g: TFLOP/s of the dropout backward, its time over the dense one's"
               % args.dropout)
         head = "%-3s %-6s %6s " % ("hd", "causal", "seqlen") + " ".join(
-            "%8s %10s" % (l[:8], l[:5] + " cost") for l in labels + ["flash"])
-        print(head + " " + " ".join("%12s" % (l[:6] + "/flash") for l in labels) + "  kernel")
+            "%8s %10s" % (l[:8], l[:5] + " cost") for l in labels + ["flash", "cudnn"])
+        print(head + " " + " ".join("%12s %12s" % (l[:6] + "/flash", l[:6] + "/cudnn")
+                                    for l in labels) + "  kernel")
         for r in meta["rows"]:
             line = "%3s %-6s %6d " % (dims_label(r["head_dim"], r["head_dim_v"]),
                                   "yes" if r["causal"] else "no", r["seqlen"])
-            for l in labels + ["flash"]:
+            for l in labels + ["flash", "cudnn"]:
                 drop, dense = r.get(l + "_drop_ms"), r.get(l + "_ms")
                 line += "%8s %10s " % (fmt(r.get(l + "_drop_tflops")),
                                        ratio(drop, dense) if drop and dense else "-")
-            line += " ".join("%12s" % ratio(r.get(l + "_drop_tflops"), r.get("flash_drop_tflops"))
+            line += " ".join("%12s %12s" % (ratio(r.get(l + "_drop_tflops"),
+                                                  r.get("flash_drop_tflops")),
+                                            ratio(r.get(l + "_drop_tflops"),
+                                                  r.get("cudnn_drop_tflops")))
                              for l in labels)
             line += "  " + r.get(labels[0] + "_drop_kernel", "-").replace("fagen_bwd_bf16_", "")
             print(line + ("  WRONG" if r.get("wrong") else ""))
