@@ -194,8 +194,9 @@ std::string sm90WsBwdVariantProblem(const KernelPlan &p) {
   if (p.scoreMod == ScoreMod::Alibi && p.headDimQK == 64)
     return "ALiBi at head dim 64";
   // Where its kernels of the newer variants spilled (bytes of spill stores over a bf16 matrix of
-  // masks x score mods x dropout x varlen x deterministic at hd 64 and 128, nvcc 13.0; every
-  // other combination none; docs/perf/sm90-bwd.md).
+  // masks x score mods x dropout x varlen x deterministic at hd 64 and 128, nvcc 13.0;
+  // docs/perf/sm90-bwd.md). A later matrix of every dropout kernel it serves found 19 (window
+  // masks, deterministic causal) spilling 4-40 bytes, which stay served (Decisions there).
   const bool causal = p.mask == Mask::Causal, softcap = p.scoreMod == ScoreMod::Softcap;
   const bool hd64 = p.headDimQK == 64;
   if (softcap && causal && hd64) // 164-236 (bf16 and fp16, both alignments)

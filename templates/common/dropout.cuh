@@ -54,63 +54,54 @@ __device__ __forceinline__ u32 byte_sign_mask(u32 flags, int b) {
 __device__ __forceinline__ u32 bit_mux(u32 a, u32 b, u32 mask) { return (a & mask) | (b & ~mask); }
 
 /// Dropout's keep flags of a transposed score tile, the backward's S^T (rows: keys, columns:
-/// query rows), in the m16n8 accumulator layout (wgmma's too) of 8-column tiles: the thread
-/// holds keys key16 + lane / 4 + 8 (e / 2) and query rows q0 + 8 j + 2 (lane % 4) + e % 2, and
-/// the flags (set where kept) of tiles j = 2 g and 2 g + 1 come out as bits 4 (j - 2 g) + e of
-/// one byte. key16: the warp's first key (a multiple of 16); q0: the tile's first query row (a
-/// multiple of 16). Whole warps call it (a shuffle).
+/// query rows), in the m16n8 accumulator layout (wgmma's too) of kColTiles 8-column tiles: the
+/// thread holds keys key16 + lane / 4 + 8 (e / 2) and query rows q0 + 8 j + 2 (lane % 4) + e % 2,
+/// and element (j, e)'s flag (set where kept) is bit 8 e + 7 - j % 8 of bits[j / 8]
+/// (keep_mask_transposed): byte e of a word holds the flags of 8 tiles. key16: the warp's first
+/// key (a multiple of 16); q0: the tile's first query row (a multiple of 16). Whole warps call
+/// it (shuffles).
 /// The flags are the forward's (philox.h's rule at (query, key)): a patch holds query rows
 /// {i, i + 8} and keys {c, c + 1, c + 8, c + 9, ...}, so transposed a thread meets 4 of its 16
 /// bytes, and the partner lane (lane ^ 4: key ^ 1, the same query rows) needs the same patches.
 /// Each of the two draws the patch of its own parity (i % 2 = key % 2) and they swap the flags:
-/// one Philox call per 8 elements of a thread (the forward: per 16).
-template <class Dropout>
-__device__ __forceinline__ u32 dropout_keep_byte_transposed(const Dropout &dropout,
-                                                            ByteThreshold t, int key16, int q0,
-                                                            int g) {
-  const int lane = threadIdx.x % 32, par = (lane >> 2) & 1;
-  const bool odd16 = (key16 & 16) != 0; // keys 16..31 of their 32: words y and w of a patch
-  // Tiles j = 2 g (query row i = q0 + 16 g + 2 (lane % 4) + parity) and 2 g + 1 (row i + 8):
-  // the bytes of key k at row half h are word 2 h + (k >> 4 & 1), byte 2 (k >> 3 & 1) + (k & 1)
-  // = 2 (e / 2) + par of it.
-  const Philox4 r = dropout_patch(dropout.seed, dropout.offset, dropout.bh,
-                                  q0 + 16 * g + 2 * (lane % 4) + par, key16 + lane / 4);
-  const u32 mine0 = bytes_ge_msb(odd16 ? r.y : r.x, t.low7, t.inv);
-  const u32 mine1 = bytes_ge_msb(odd16 ? r.w : r.z, t.low7, t.inv);
-  const u32 other0 = __shfl_xor_sync(0xffffffffu, mine0, 4);
-  const u32 other1 = __shfl_xor_sync(0xffffffffu, mine1, 4);
-  // e % 2 = 0 from the parity-0 draw, 1 from the parity-1 one; bytes par and 2 + par of each
-  // moved to bytes 0 and 2, whose flags (bits 7 and 23) pick takes to bits 0 and 2.
-  const int shift = 8 * par;
-  const u32 even0 = (par ? other0 : mine0) >> shift, odd0 = (par ? mine0 : other0) >> shift;
-  const u32 even1 = (par ? other1 : mine1) >> shift, odd1 = (par ? mine1 : other1) >> shift;
-  const auto pick = [](u32 x) { return ((x >> 7) & 1u) | ((x >> 21) & 4u); };
-  return pick(even0) | pick(odd0) << 1 | (pick(even1) | pick(odd1) << 1) << 4;
-}
-
-/// dropout_keep_byte_transposed of a whole tile of kColTiles 8-column tiles: element (j, e) at
-/// bit 4 (j % 8) + e of bits[j / 8].
+/// one Philox call per 8 elements of a thread (the forward: per 16). One byte permute a row
+/// half puts a tile's four flags in bit 7 of its four bytes, and two bit operations place them.
 template <int kColTiles, class Dropout>
 __device__ __forceinline__ void dropout_keep_bits_transposed(u32 (&bits)[ceil_div(kColTiles, 8)],
                                                              const Dropout &dropout, int key16,
                                                              int q0) {
   static_assert(kColTiles % 2 == 0, "whole pairs of 8-column tiles (16 query rows)");
   const ByteThreshold t(dropout.threshold);
+  const int lane = threadIdx.x % 32, par = (lane >> 2) & 1;
+  const bool odd16 = (key16 & 16) != 0; // keys 16..31 of their 32: words y and w of a patch
+  // Key k's flag at row half h is byte 2 (k >> 3 & 1) + (k & 1) = 2 (e / 2) + par of word
+  // 2 h + (k >> 4 & 1): byte e of __byte_perm(mine, other, sel) is element e's, from this
+  // lane's draw where e % 2 = par (bytes 0-3), else the partner's (bytes 4-7).
+  const u32 sel = par ? 0x3715u : 0x6240u;
 #pragma unroll
   for (int w = 0; w < ceil_div(kColTiles, 8); ++w)
     bits[w] = 0;
 #pragma unroll
-  for (int g = 0; g < kColTiles / 2; ++g)
-    bits[g / 4] |= dropout_keep_byte_transposed(dropout, t, key16, q0, g) << (8 * (g % 4));
+  for (int g = 0; g < kColTiles / 2; ++g) {
+    // Tiles j = 2 g (query row i = q0 + 16 g + 2 (lane % 4) + parity) and 2 g + 1 (row i + 8).
+    const Philox4 r = dropout_patch(dropout.seed, dropout.offset, dropout.bh,
+                                    q0 + 16 * g + 2 * (lane % 4) + par, key16 + lane / 4);
+    const u32 mine0 = bytes_ge_msb(odd16 ? r.y : r.x, t.low7, t.inv);
+    const u32 mine1 = bytes_ge_msb(odd16 ? r.w : r.z, t.low7, t.inv);
+    const u32 other0 = __shfl_xor_sync(0xffffffffu, mine0, 4);
+    const u32 other1 = __shfl_xor_sync(0xffffffffu, mine1, 4);
+    const u32 pair = (__byte_perm(mine0, other0, sel) & 0x80808080u) |
+                     (__byte_perm(mine1, other1, sel) >> 1 & 0x40404040u);
+    bits[g / 4] |= pair >> (2 * (g % 4));
+  }
 }
 
-/// The scale of a kept element of a dropout_keep_bits_transposed tile, +0 where dropped:
-/// `rescale` (1 / (1 - p)) masked by element (j, e)'s flag.
+/// 0xffffffff where dropout keeps element (j, e) of a dropout_keep_bits_transposed tile, else 0:
+/// tile j's flags shifted to bit 7 of the bytes (one shift for the tile's four elements), then
+/// byte e's replicated (one prmt).
 template <int kWords>
-__device__ __forceinline__ float keep_scale_transposed(const u32 (&bits)[kWords], int j, int e,
-                                                       float rescale) {
-  const u32 flag = (bits[j / 8] >> (4 * (j % 8) + e)) & 1u;
-  return __uint_as_float(__float_as_uint(rescale) & (0u - flag));
+__device__ __forceinline__ u32 keep_mask_transposed(const u32 (&bits)[kWords], int j, int e) {
+  return byte_sign_mask(bits[j / 8] << (j % 8), e);
 }
 
 /// Dropout's keep flags of this thread's (16 * kRowTiles, 8 * kColTiles) fragment elements.

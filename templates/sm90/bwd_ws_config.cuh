@@ -120,11 +120,13 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// unmasked kernel ran). H100, bf16, 2k-16k, harness A/B of three rounds in one call, time
   /// against one copy: hd 64 causal 0.83-0.85x, hd 128 causal 0.73-0.89x, hd 128 causal
   /// dropout 0.93-1.09x, hd 256 causal 0.97-1.02x; without a mask (only the last key tile
-  /// needs one) hd 64 1.01-1.04x, so not there. Not with a score mod, nor with dropout at hd
-  /// 64 or in the deterministic mode: there the two copies spilled 12-80 bytes (nvcc 13.0).
+  /// needs one) hd 64 1.01-1.04x, so not there. Not with a score mod, nor with dropout in the
+  /// deterministic mode: there the two copies spilled 12-80 bytes (nvcc 13.0). Dropout at hd
+  /// 64 has them since its keep flags take fewer registers (dropout_keep_bits_transposed's
+  /// byte permutes; 12 bytes spilled before).
   static constexpr bool kMaskedTileCopy =
       kMasked && VariantParts<Variant>::ScoreMod::kIdentity &&
-      !(Variant::Dropout::kEnabled && (kDim == 64 || kDeterministic));
+      !(Variant::Dropout::kEnabled && kDeterministic);
   static_assert(!(kRotateQueryWalk && kDeterministic),
                 "kRotateQueryWalk: the deterministic mode's dQ order needs every key tile to walk "
                 "its query tiles from the first");

@@ -17,9 +17,9 @@ namespace sm90 {
 template <class Config> using WsKeepBits = u32[ceil_div(Config::kSCols / 8, 8)];
 
 /// P^T and dS^T of one consumer warpgroup's 64 keys against a query tile, from S^T (st) and
-/// dP^T (dpt) in place: st becomes P^T (with dropout: P^T o keep / (1 - p), which dV reads),
-/// dpt dS^T = P^T o (dP^T [o keep / (1 - p)] - D). key0: the warpgroup's first key (in the
-/// sequence), q0: the tile's first query row.
+/// dP^T (dpt) in place: st becomes P^T (with dropout P^T o keep, which dV reads: dV is scaled
+/// by 1 / (1 - p) once, as it is stored), dpt dS^T = P^T o (dP^T [o keep / (1 - p)] - D).
+/// key0: the warpgroup's first key (in the sequence), q0: the tile's first query row.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kSCols / 8][4],
                                             float (&dpt)[Config::kSCols / 8][4],
@@ -50,9 +50,10 @@ __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kSCols / 8][4],
         p = 0.f;
       float ds;
       if constexpr (Config::Dropout::kEnabled) {
-        const float ks = keep_scale_transposed(keep, j, e, params.fwd.dropout_rescale);
-        ds = p * fmaf(dpt[j][e], ks, -(e % 2 ? dd.y : dd.x));
-        st[j][e] = p * ks;
+        const u32 kept = keep_mask_transposed(keep, j, e);
+        ds = p * fmaf(__uint_as_float(__float_as_uint(dpt[j][e]) & kept),
+                      params.fwd.dropout_rescale, -(e % 2 ? dd.y : dd.x));
+        st[j][e] = __uint_as_float(__float_as_uint(p) & kept);
       } else {
         ds = p * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
         st[j][e] = p;
@@ -88,7 +89,7 @@ __device__ __forceinline__ void bwd_ws_p(float (&st)[Config::kSCols / 8][4],
 }
 
 /// bwd_ws_p_ds's dS^T from P^T (pt), for the identity score mod: dpt (dP^T) becomes dS^T (and
-/// with dropout pt the dropped P^T o keep / (1 - p)).
+/// with dropout pt P^T o keep).
 template <class Config>
 __device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kSCols / 8][4],
                                           float (&pt)[Config::kSCols / 8][4], const float *d,
@@ -100,9 +101,10 @@ __device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kSCols / 8][4],
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       if constexpr (Config::Dropout::kEnabled) {
-        const float ks = keep_scale_transposed(keep, j, e, rescale);
-        dpt[j][e] = pt[j][e] * fmaf(dpt[j][e], ks, -(e % 2 ? dd.y : dd.x));
-        pt[j][e] *= ks;
+        const u32 kept = keep_mask_transposed(keep, j, e);
+        dpt[j][e] = pt[j][e] * fmaf(__uint_as_float(__float_as_uint(dpt[j][e]) & kept), rescale,
+                                    -(e % 2 ? dd.y : dd.x));
+        pt[j][e] = __uint_as_float(__float_as_uint(pt[j][e]) & kept);
       } else {
         dpt[j][e] = pt[j][e] * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
       }

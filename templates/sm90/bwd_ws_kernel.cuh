@@ -326,12 +326,13 @@ __device__ __forceinline__ void bwd_ws_store_real_cols(Element *gmem, int64_t ro
   }
 }
 
-/// A consumer warpgroup's dK (times the softmax scale for the identity score mod) and dV: a
-/// warp's 16 key rows from `row` (in the sequence), columns col0 .. col0 + kKvCols.
+/// A consumer warpgroup's dK (times the softmax scale for the identity score mod) and dV (with
+/// dropout times 1 / (1 - p)): a warp's 16 key rows from `row` (in the sequence), columns
+/// col0 .. col0 + kKvCols.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
                                                  float (&dk)[Config::kKvCols / 8][4],
-                                                 const float (&dv)[Config::kKvCols / 8][4],
+                                                 float (&dv)[Config::kKvCols / 8][4],
                                                  int batch, int kv_head, const SequenceSpan &span,
                                                  int row, int col0) {
   using Element = typename Config::Element;
@@ -342,6 +343,13 @@ __device__ __forceinline__ void bwd_ws_store_dkv(const fagen_bwd_params &params,
 #pragma unroll
       for (int e = 0; e < 4; ++e)
         dk[j][e] *= params.fwd.softmax_scale;
+  }
+  if constexpr (Config::Dropout::kEnabled) { // dV summed P^T o keep: the kept ones' 1 / (1 - p)
+#pragma unroll
+    for (int j = 0; j < Config::kKvCols / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        dv[j][e] *= params.fwd.dropout_rescale;
   }
   const int64_t key_row = span.k_row0 + row; // in the packed tensors (dense: the sequence)
   const int rows = span.shape.seqlen_k - row;
