@@ -123,11 +123,11 @@ def case(bundle, index, variant, heads, seed):
     twin = fagen.runtime.contiguous_twin(bundle.kernel_names, index)
     if twin is not None:
         plain = bundle.kernel_names[twin].split(" ")[0]
+        cu_k = cu_seqlens(k_lens, DEV)
         o_twin, lse_twin = bundle.forward(
             q, torch.cat(ks), torch.cat(vs), kernel_index=twin, causal=causal,
-            mask_align=align, cu_seqlens_q=cu_q, cu_seqlens_k=cu_seqlens(k_lens, DEV),
-            max_seqlen_q=max_q, max_seqlen_k=max_k,
-            args=fagen.runtime.run_args(cu_seqlens_q=cu_q, cu_seqlens_k=cu_seqlens(k_lens, DEV)))
+            mask_align=align, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, max_seqlen_q=max_q,
+            max_seqlen_k=max_k, args=fagen.runtime.run_args(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k))
         if not torch.equal(o_twin, o_paged):
             raise AssertionError(f"paged != contiguous twin {plain}: max |diff| "
                                  f"{max_err(o_twin, o_paged):.3g}")

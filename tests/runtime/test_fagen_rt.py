@@ -8,6 +8,7 @@ import argparse
 import os
 import subprocess
 import sys
+import weakref
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
@@ -280,6 +281,15 @@ def variants(bundle_dir):
     expect_error(lambda: plan.run(q, k, k, o, lse, stream=0), "FAGEN_ERROR_INVALID_ARGUMENT",
                  "args is null but the plan's variant reads cu_seqlens_q/_k")
     args = fagen_rt.run_args(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k, dropout_seed=1)
+    # The struct holds its tensors: a temporary passed in lives as long as the struct (a
+    # freed cu_seqlens tensor's memory, reused before the launch read it, gave garbage).
+    temp = FakeTensor((4,), ptr=0x40200)
+    held = weakref.ref(temp)
+    temp_args = fagen_rt.run_args(cu_seqlens_k=temp)
+    del temp
+    assert held() is not None and temp_args.cu_seqlens_k == 0x40200
+    del temp_args
+    assert held() is None
     start = fake.fake_cuda_launch_count()
     plan.run(q, k, k, o, lse, stream=0, args=args)
     assert launches_since(fake, start) == [(name.replace("_bwd_", "_fwd_"), (6, 16, 3), (128, 1, 1))]
