@@ -23,8 +23,8 @@ checks that their gradients after the timed runs equal the first run's bit for b
 (fagen's forward and backward plans back to back; SDPA's forward and autograd.grad under each
 backend), 3.5x the forward's FLOPs, and prints it as a second table.
 --dropout P also times the backward with dropout p (fagen's dropout kernels of the bundle, SDPA
-flash and cuDNN with dropout_p), and prints what dropout costs each: the dropout backward's time over the
-dense one's (the masks differ, so those gradients are only checked to be finite).
+flash and cuDNN with dropout_p), and prints what dropout costs each: the dropout backward's time
+over the dense one's (the masks differ, so those gradients are only checked to be finite).
 --kernel-times also runs each default backward 20 times under torch.profiler (fagen's, SDPA
 flash's and cuDNN's on the same inputs) and prints each one's kernels' device time per call:
 fagen's _pre / main / _post beside cuDNN's dot_do_o / main / dQ conversion.

@@ -236,9 +236,10 @@ def run_args(alibi_slopes=None, block_mask=None, cu_seqlens_q=None, cu_seqlens_k
     """fagen_run_args from tensors: alibi_slopes float32 [heads_q] or [batch, heads_q];
     block_mask uint8 [batch, heads_q, row blocks, col blocks] (strides may be 0 to broadcast);
     cu_seqlens int32 [batch + 1]. The struct holds the tensors, so that a temporary passed in
-    (run_args(cu_seqlens_k=torch.tensor(...))) lives as long as the struct: a launch on torch's
-    current stream is then ordered before any reuse of its memory. With another stream, keep
-    them until the launches are done."""
+    (run_args(cu_seqlens_k=torch.tensor(...))) lives as long as the struct: a launch on the
+    stream the tensors were allocated on (torch's current one, the default) is then ordered
+    before any reuse of their memory. On another stream keep them until the launches are done
+    (or record_stream them)."""
     a = RunArgs()
     a._tensors = tuple(t for t in (alibi_slopes, block_mask, cu_seqlens_q, cu_seqlens_k)
                        if t is not None)

@@ -2,7 +2,9 @@
 // fragment elements (dropout_keep_bits, Philox patches of common/philox.h) where the kernel has
 // issue slots and registers for it, and zeroes the dropped probabilities of P as packed for the
 // P V MMAs (apply_dropout_packed). The kept ones are scaled by 1 / (1 - p) with O. The
-// backward applies the same flags (patch_keep_flags, byte_sign_mask) inside its dS step.
+// backward applies the same flags (patch_keep_flags, byte_sign_mask) inside its dS step; the
+// sm90ws backward's transposed tiles take them from dropout_keep_bits_transposed and
+// keep_mask_transposed.
 #ifndef FAGEN_TEMPLATES_COMMON_DROPOUT_CUH
 #define FAGEN_TEMPLATES_COMMON_DROPOUT_CUH
 

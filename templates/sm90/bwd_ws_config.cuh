@@ -121,9 +121,10 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   /// against one copy: hd 64 causal 0.83-0.85x, hd 128 causal 0.73-0.89x, hd 128 causal
   /// dropout 0.93-1.09x, hd 256 causal 0.97-1.02x; without a mask (only the last key tile
   /// needs one) hd 64 1.01-1.04x, so not there. Not with a score mod, nor with dropout in the
-  /// deterministic mode: there the two copies spilled 12-80 bytes (nvcc 13.0). Dropout at hd
-  /// 64 has them since its keep flags take fewer registers (dropout_keep_bits_transposed's
-  /// byte permutes; 12 bytes spilled before).
+  /// deterministic mode: there the two copies spilled (12-80 bytes over those and dropout at hd
+  /// 64, nvcc 13.0, with the keep flags before dropout_keep_bits_transposed's byte permutes).
+  /// Dropout at hd 64 has them since those flags (12 bytes spilled before, none now): H100,
+  /// harness A/B of two rounds, hd 64 causal dropout 0.72-0.74x the time (2k-16k).
   static constexpr bool kMaskedTileCopy =
       kMasked && VariantParts<Variant>::ScoreMod::kIdentity &&
       !(Variant::Dropout::kEnabled && kDeterministic);
