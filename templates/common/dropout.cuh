@@ -52,6 +52,11 @@ __device__ __forceinline__ u32 byte_sign_mask(u32 flags, int b) {
   }
 }
 
+/// `x` where `mask` (a byte_sign_mask) is all ones, +0 where it is 0: a dropped element.
+__device__ __forceinline__ float keep_masked(float x, u32 mask) {
+  return __uint_as_float(__float_as_uint(x) & mask);
+}
+
 /// (a & mask) | (b & ~mask): one LOP3.
 __device__ __forceinline__ u32 bit_mux(u32 a, u32 b, u32 mask) { return (a & mask) | (b & ~mask); }
 

@@ -256,7 +256,7 @@ __device__ __forceinline__ void compute_p_ds(const fagen_bwd_params &params, con
             mask = (keep >> e) & 1u ? 0xffffffffu : 0u;
           // 1 / (1 - p) where kept, +0 where dropped: P o Z / (1 - p) for dV, and dS = P (dP o
           // Z / (1 - p) - D) in one FMA (a NaN in dO makes D, hence the row's dS, NaN anyway).
-          const float keep_scale = __uint_as_float(__float_as_uint(drop.rescale) & mask);
+          const float keep_scale = keep_masked(drop.rescale, mask);
           s[t][j][e] = p * keep_scale;
           ds = p * fmaf(dpv, keep_scale, -d_row[2 * t + e / 2]);
         } else {

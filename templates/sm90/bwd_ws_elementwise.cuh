@@ -51,9 +51,9 @@ __device__ __forceinline__ void bwd_ws_p_ds(float (&st)[Config::kSCols / 8][4],
       float ds;
       if constexpr (Config::Dropout::kEnabled) {
         const u32 kept = keep_mask_transposed(keep, j, e);
-        ds = p * fmaf(__uint_as_float(__float_as_uint(dpt[j][e]) & kept),
-                      params.fwd.dropout_rescale, -(e % 2 ? dd.y : dd.x));
-        st[j][e] = __uint_as_float(__float_as_uint(p) & kept);
+        ds = p * fmaf(keep_masked(dpt[j][e], kept), params.fwd.dropout_rescale,
+                      -(e % 2 ? dd.y : dd.x));
+        st[j][e] = keep_masked(p, kept);
       } else {
         ds = p * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
         st[j][e] = p;
@@ -102,9 +102,8 @@ __device__ __forceinline__ void bwd_ws_ds(float (&dpt)[Config::kSCols / 8][4],
     for (int e = 0; e < 4; ++e) {
       if constexpr (Config::Dropout::kEnabled) {
         const u32 kept = keep_mask_transposed(keep, j, e);
-        dpt[j][e] = pt[j][e] * fmaf(__uint_as_float(__float_as_uint(dpt[j][e]) & kept), rescale,
-                                    -(e % 2 ? dd.y : dd.x));
-        pt[j][e] = __uint_as_float(__float_as_uint(pt[j][e]) & kept);
+        dpt[j][e] = pt[j][e] * fmaf(keep_masked(dpt[j][e], kept), rescale, -(e % 2 ? dd.y : dd.x));
+        pt[j][e] = keep_masked(pt[j][e], kept);
       } else {
         dpt[j][e] = pt[j][e] * (dpt[j][e] - (e % 2 ? dd.y : dd.x));
       }
