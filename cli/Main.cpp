@@ -323,8 +323,9 @@ int commandInspect(const std::string &path, bool json, Verbosity verbosity) {
   return kExitOk;
 }
 
-/// `fagen check`: with --json or -q, the check's own lines go to standard error (-q: nowhere)
-/// and standard output gets the JSON object or the summary line.
+/// `fagen check`: with --json or -q, the check's own lines go to standard error (-q: nowhere,
+/// and a line on standard error names each failing kernel) and standard output gets the JSON
+/// object or the summary line.
 int commandCheck(CheckOptions options, bool json, Verbosity verbosity) {
   if (verbosity.verbose)
     options.explain = true;
@@ -342,6 +343,13 @@ int commandCheck(CheckOptions options, bool json, Verbosity verbosity) {
   dup2(saved, STDOUT_FILENO);
   close(saved);
   if (!json) {
+    // -q hides the case lines: name each failing kernel, so that a rerun can take just it.
+    for (const CheckKernelResult &k : summary.kernels)
+      if (k.casesFailed > 0)
+        llvm::errs() << llvm::formatv("fagen check: {0} ({1}) failed {2} of {3} cases; rerun "
+                                      "with --kernel {0} --explain for its errors\n",
+                                      k.name, k.arch, k.casesFailed,
+                                      k.casesFailed + k.casesPassed);
     if (!summary.gpu.empty())
       llvm::outs() << llvm::formatv("{0} passed, {1} failed, {2} skipped\n", summary.passed,
                                     summary.failed, summary.skipped);
