@@ -723,8 +723,9 @@ __device__ __forceinline__ void bwd_ws_zero_padding(const WsBwdSmem<Config> &sm)
   fence_proxy_async_smem(); // the zeros before the wgmma that read them
 }
 
-/// Launch: grid (ceil(seqlen_k / kBlockN), heads_kv, batch), block kThreads, kSmemBytes of
-/// dynamic shared memory, after bwd_ws_preprocess on the same stream; `maps` as
+/// Launch: grid (ceil(seqlen_k / kBlockN), heads_kv, batch) (Config::kGroupedGrid: (key tiles
+/// << g, ceil(heads_kv / 2^g), batch), g = params.tile_group_log2), block kThreads, kSmemBytes
+/// of dynamic shared memory, after bwd_ws_preprocess on the same stream; `maps` as
 /// abi/tma_params.h describes (fagen_bwd_tma_maps), from the same tensors.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
@@ -732,9 +733,18 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
   extern __shared__ __align__(1024) unsigned char smem[];
   const WsBwdSmem<Config> sm(smem);
   // Deterministic kernels dispatch the key tiles last first, the order in which they add to
-  // dQ (WsBwdConfig::kDeterministic): a CTA waits only for CTAs dispatched before it.
-  const int n_block = Config::kDeterministic ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
-  const int kv_head = blockIdx.y, batch = blockIdx.z;
+  // dQ (WsBwdConfig::kDeterministic): a CTA waits only for CTAs dispatched before it. Grouped
+  // grids (kGroupedGrid) dispatch key tile n of each of 2^g kv heads before key tile n + 1.
+  int n_block = Config::kDeterministic ? int(gridDim.x - 1 - blockIdx.x) : int(blockIdx.x);
+  int kv_head = blockIdx.y;
+  const int batch = blockIdx.z;
+  if constexpr (Config::kGroupedGrid) {
+    const int g = params.tile_group_log2;
+    kv_head = (kv_head << g) | (n_block & ((1 << g) - 1));
+    n_block >>= g;
+    if (kv_head >= params.fwd.heads_kv)
+      return; // the last group's heads past heads_kv
+  }
   const SequenceSpan span = sequence_span<Config::kVarlen>(params.fwd, batch);
   if (Config::kVarlen && n_block * Config::kBlockN >= span.shape.seqlen_k)
     return; // past this sequence's keys

@@ -91,7 +91,15 @@ struct BwdKernel {
   int block_m, block_n, threads, pre_threads, smem_bytes;
   bool deterministic;
   bool ws = false; // the sm90 warp-specialized template: the main kernel takes TMA maps too
+  bool grouped = false; // WsBwdConfig::kGroupedGrid: key tiles of 2^tile_group_log2 kv heads
 };
+/// The main kernel's grid (bwd_params.h): key tiles, kv heads, batch; a grouped kernel's key
+/// tiles of 2^g kv heads interleaved.
+static dim3 main_grid(const BwdKernel &k, const fagen_bwd_params &p) {
+  const int g = k.grouped ? p.tile_group_log2 : 0;
+  const unsigned n_blocks = (p.fwd.seqlen_k + k.block_n - 1) / k.block_n;
+  return dim3(n_blocks << g, (p.fwd.heads_kv + (1 << g) - 1) >> g, p.fwd.batch);
+}
 /// A kernel's dq_accum copies (bwd_params.h) from its description, as the runtime computes
 /// them from a bundle record; BWD_KERNEL asserts it against the template's kDqSlots.
 static constexpr int desc_dq_slots(bool deterministic, VariantDesc v) {
@@ -152,7 +160,7 @@ struct Register {
   static Register reg_##NAME({#NAME, (const void *)NAME##_pre, (const void *)NAME,                 \
                               (const void *)NAME##_post, TYPE, HD, HD, DESC, BM, BN,               \
                               cfg_##NAME::kThreads, cfg_##NAME::kPrePostThreads,                   \
-                              cfg_##NAME::kSmemBytes, DET, true});
+                              cfg_##NAME::kSmemBytes, DET, true, cfg_##NAME::kGroupedGrid});
 #endif
 
 using namespace fagen;
@@ -720,7 +728,7 @@ struct DeviceBuffer {
 static void launch(const BwdKernel &k, const fagen_bwd_params &p, int m_blocks) {
   void *args[] = {const_cast<fagen_bwd_params *>(&p)};
   dim3 grid_q(m_blocks, p.fwd.heads_q, p.fwd.batch);
-  dim3 grid_k((p.fwd.seqlen_k + k.block_n - 1) / k.block_n, p.fwd.heads_kv, p.fwd.batch);
+  const dim3 grid_k = main_grid(k, p);
   CUDA_CHECK(cudaLaunchKernel(k.pre, grid_q, dim3(k.pre_threads), args, 0, 0));
 #ifdef FAGEN_HARNESS_SM90
   if (k.ws) {
@@ -915,6 +923,10 @@ static int run_checks(const Options &opt) {
         continue;
       }
       DeviceProblem d(pb, k);
+      // Grouped grids: 1, 2 or 4 kv heads a group by case (groups past heads_kv's CTAs exit;
+      // 4 kv heads: two groups of 2).
+      if (k.grouped)
+        d.p.tile_group_log2 = pb.heads_kv == 4 ? 1 : ci % 3;
       const Outputs a = run_once(k, d), b = run_once(k, d);
       const Errors e = measure(pb, a);
       bool within = e.nan_free;
@@ -928,11 +940,12 @@ static int run_checks(const Options &opt) {
       const bool rep_kv = a.dk == b.dk && a.dv == b.dv;
       const bool rep_q = a.dq == b.dq;
       const bool ok = within && e.guard_ok && rep_kv && (rep_q || !k.deterministic);
-      std::printf("%-62s %-22s %9.3g %9.3g %9.3g %9.3g %9.3g %9.3g %s%s%s%s\n", k.name,
+      std::printf("%-62s %-22s %9.3g %9.3g %9.3g %9.3g %9.3g %9.3g %s%s%s%s%s\n", k.name,
                   pb.label.c_str(), e.err[0], tol[0], e.err[1], tol[1], e.err[2], tol[2],
                   ok ? "ok" : "FAIL", e.guard_ok ? "" : " (guard overwritten)",
                   rep_kv ? "" : " (dK/dV not repeatable)",
-                  rep_q ? " rep" : (k.deterministic ? " (dQ not repeatable)" : ""));
+                  rep_q ? " rep" : (k.deterministic ? " (dQ not repeatable)" : ""),
+                  k.grouped ? (" g" + std::to_string(d.p.tile_group_log2)).c_str() : "");
       failures += !ok;
       ++runs;
     }
@@ -1030,11 +1043,19 @@ static void run_bench(const Options &opt) {
           CUDA_CHECK(cudaFuncSetAttribute(kern.main, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           kern.smem_bytes));
           const int reps = flops > 2e12 ? 10 : 25;
-          for (int i = 0; i < 3; ++i)
-            launch(kern, p, m_blocks);
+          // Grouped kernels: block order (g = 0) and the runtime's rule, timed in turns.
+          std::vector<int> groups{0};
+          if (kern.grouped)
+            if (int g = fagen_bwd_tile_group_log2(seqlen, 1, hd, hd, hd, heads); g > 0)
+              groups.push_back(g);
+          for (int g : groups) {
+            p.tile_group_log2 = g;
+            for (int i = 0; i < 3; ++i)
+              launch(kern, p, m_blocks);
+          }
           CUDA_CHECK(cudaGetLastError());
           CUDA_CHECK(cudaDeviceSynchronize());
-          std::vector<float> total, main_ms;
+          std::vector<std::vector<float>> total(groups.size()), main_ms(groups.size());
           void *args[] = {&p};
           void *main_args[] = {&p, nullptr};
 #ifdef FAGEN_HARNESS_SM90
@@ -1050,34 +1071,42 @@ static void run_bench(const Options &opt) {
             main_args[1] = &maps;
           }
 #endif
-          dim3 grid_k((seqlen + kern.block_n - 1) / kern.block_n, heads, batch);
           dim3 grid_q(m_blocks, heads, batch);
-          for (int i = 0; i < reps; ++i) {
-            CUDA_CHECK(cudaEventRecord(ev[0]));
-            CUDA_CHECK(cudaLaunchKernel(kern.pre, grid_q, dim3(kern.pre_threads), args, 0, 0));
-            CUDA_CHECK(cudaEventRecord(ev[1]));
-            CUDA_CHECK(cudaLaunchKernel(kern.main, grid_k, dim3(kern.threads), main_args,
-                                        kern.smem_bytes, 0));
-            CUDA_CHECK(cudaEventRecord(ev[2]));
-            CUDA_CHECK(cudaLaunchKernel(kern.post, grid_q, dim3(kern.pre_threads), args, 0, 0));
-            CUDA_CHECK(cudaEventRecord(ev[3]));
-            CUDA_CHECK(cudaEventSynchronize(ev[3]));
-            float t, tm;
-            CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[3]));
-            CUDA_CHECK(cudaEventElapsedTime(&tm, ev[1], ev[2]));
-            total.push_back(t), main_ms.push_back(tm);
-          }
+          for (int i = 0; i < reps; ++i)
+            for (size_t gi = 0; gi < groups.size(); ++gi) {
+              p.tile_group_log2 = groups[gi];
+              const dim3 grid_k = main_grid(kern, p);
+              CUDA_CHECK(cudaEventRecord(ev[0]));
+              CUDA_CHECK(cudaLaunchKernel(kern.pre, grid_q, dim3(kern.pre_threads), args, 0, 0));
+              CUDA_CHECK(cudaEventRecord(ev[1]));
+              CUDA_CHECK(cudaLaunchKernel(kern.main, grid_k, dim3(kern.threads), main_args,
+                                          kern.smem_bytes, 0));
+              CUDA_CHECK(cudaEventRecord(ev[2]));
+              CUDA_CHECK(cudaLaunchKernel(kern.post, grid_q, dim3(kern.pre_threads), args, 0, 0));
+              CUDA_CHECK(cudaEventRecord(ev[3]));
+              CUDA_CHECK(cudaEventSynchronize(ev[3]));
+              float t, tm;
+              CUDA_CHECK(cudaEventElapsedTime(&t, ev[0], ev[3]));
+              CUDA_CHECK(cudaEventElapsedTime(&tm, ev[1], ev[2]));
+              total[gi].push_back(t), main_ms[gi].push_back(tm);
+            }
           CUDA_CHECK(cudaGetLastError());
-          std::sort(total.begin(), total.end());
-          std::sort(main_ms.begin(), main_ms.end());
-          const float med = total[total.size() / 2], med_main = main_ms[main_ms.size() / 2];
-          const double tflops = flops / (med * 1e-3) / 1e12;
-          std::printf("BENCH hd=%d causal=%d seqlen=%5d %-56s %8.3f ms %6.1f TFLOP/s (main %.3f ms, %.1f TFLOP/s)\n",
-                      hd, causal, seqlen, kern.name, med, tflops, med_main,
-                      flops / (med_main * 1e-3) / 1e12);
-          if (csv)
-            std::fprintf(csv, "%d,%d,%d,%s,%.4f,%.2f,%.4f\n", hd, causal, seqlen, kern.name, med,
-                         tflops, med_main);
+          for (size_t gi = 0; gi < groups.size(); ++gi) {
+            std::sort(total[gi].begin(), total[gi].end());
+            std::sort(main_ms[gi].begin(), main_ms[gi].end());
+            const float med = total[gi][reps / 2], med_main = main_ms[gi][reps / 2];
+            const double tflops = flops / (med * 1e-3) / 1e12;
+            // The rule's grid is the name with _gG (a row of its own in the CSV).
+            const std::string name =
+                std::string(kern.name) + (gi ? "_g" + std::to_string(groups[gi]) : "");
+            std::printf("BENCH hd=%d causal=%d seqlen=%5d %-56s %8.3f ms %6.1f TFLOP/s (main "
+                        "%.3f ms, %.1f TFLOP/s)\n",
+                        hd, causal, seqlen, name.c_str(), med, tflops, med_main,
+                        flops / (med_main * 1e-3) / 1e12);
+            if (csv)
+              std::fprintf(csv, "%d,%d,%d,%s,%.4f,%.2f,%.4f\n", hd, causal, seqlen, name.c_str(),
+                           med, tflops, med_main);
+          }
           std::fflush(stdout);
         }
       }

@@ -908,11 +908,19 @@ TEST_F(FakeVariantTest, TmaBackwardGetsItsTensorMaps) {
   fagen_plan plan;
   ASSERT_EQ(fagen_plan_backward(bundle, &p, 0, &plan), FAGEN_OK) << fagen_last_error();
   EXPECT_EQ(chosenKernel(plan), k.name);
-  EXPECT_EQ(plan.grid[0], 5); // ceil(577 / 128) key tiles, kv heads, batch
-  EXPECT_EQ(plan.grid[1], 4);
+  // A causal kernel that is not deterministic interleaves the key tiles of 2^g kv heads: here
+  // all 4 (a kv head's 4 query heads' Q, dO and dq_accum rows: 1000 x 4 x (256 + 256 + 512)
+  // bytes, 3.9 MiB; 4 of them fit FAGEN_BWD_TILE_GROUP_BYTES).
+  EXPECT_EQ(plan.grid[0], 5 << 2); // ceil(577 / 128) key tiles << g, ceil(4 kv heads / 2^g), batch
+  EXPECT_EQ(plan.grid[1], 1);
   EXPECT_EQ(plan.grid[2], 2);
   EXPECT_EQ(plan.block[0], 384);
   EXPECT_EQ(plan.pre_post_grid[0], 16); // ceil(1000 / 64) query tiles
+  {
+    fagen_bwd_params bp;
+    std::memcpy(&bp, plan.params, sizeof bp);
+    EXPECT_EQ(bp.tile_group_log2, 2);
+  }
   alignas(256) static char q[16], kk[16], v[16], o[16], dout[16], dq[16], dk[16], dv[16];
   alignas(256) static char workspace[256];
   static float lse[4];
@@ -1139,6 +1147,7 @@ TEST_F(FakeVariantTest, TmaVarlenBackwardTakesWholeDqTiles) {
   std::memcpy(&bp, plan.params, sizeof bp);
   EXPECT_EQ(bp.dq_accum_batch_stride, 0);
   EXPECT_EQ(bp.dq_accum_head_stride, (1500 + 3 * 128) * 64);
+  EXPECT_EQ(bp.tile_group_log2, 0); // a window: the grid in block order
   // Sequence b's tiles start at cu_seqlens_q[b] + b tiles, rounded down to a tile: after the
   // previous sequence's whole tiles.
   EXPECT_EQ(fagen_bwd_dq_tile_row0(0, 0, 128), 0);
@@ -1372,4 +1381,26 @@ TEST_F(FakeVariantTest, ValidateModeNamesTheFirstBadCuSeqlensEntry) {
             FAGEN_OK)
       << fagen_last_error();
   unsetenv("FAGEN_VALIDATE");
+}
+
+TEST(BackwardTileGroups, TheRuleOfTheGroupedGrid) {
+  // Only causal kernels that are not deterministic group kv heads (the deterministic mode's dQ
+  // order is its dispatch order).
+  EXPECT_EQ(fagen_bwd_groups_kv_heads(1, 0), 1);
+  EXPECT_EQ(fagen_bwd_groups_kv_heads(1, 1), 0);
+  EXPECT_EQ(fagen_bwd_groups_kv_heads(0, 0), 0);
+  // bf16 hd 128, MHA: a head's rows take seqlen_q x (256 + 256 + 512) bytes, 16 MiB at 16k.
+  EXPECT_EQ(fagen_bwd_tile_group_log2(2048, 1, 128, 128, 128, 16), 3);  // 2 MiB a head: 8 fit
+  EXPECT_EQ(fagen_bwd_tile_group_log2(8192, 1, 128, 128, 128, 16), 1);  // 8 MiB: 2
+  EXPECT_EQ(fagen_bwd_tile_group_log2(16384, 1, 128, 128, 128, 16), 0); // 16 MiB: 1
+  EXPECT_EQ(fagen_bwd_tile_group_log2(32768, 1, 128, 128, 128, 16), 0); // none fits: 0
+  // Never past heads_kv: 2^g <= heads_kv (5 kv heads: 4).
+  EXPECT_EQ(fagen_bwd_tile_group_log2(128, 1, 64, 64, 64, 5), 2);
+  EXPECT_EQ(fagen_bwd_tile_group_log2(128, 1, 64, 64, 64, 1), 0);
+  EXPECT_EQ(fagen_bwd_tile_group_log2(0, 0, 64, 64, 64, 0), 0);
+  // GQA counts every query head of a kv head; hd 96's dq_accum rows are 128 floats (sm90ws):
+  // 2048 x 4 x (192 + 192 + 512) bytes = 7 MiB a kv head, 2 fit.
+  EXPECT_EQ(fagen_bwd_tile_group_log2(2048, 4, 96, 96, 128, 8), 1);
+  // 192 / 128: 1024 x (384 + 256 + 1024) bytes = 1.625 MiB, 8 fit, but only 4 kv heads.
+  EXPECT_EQ(fagen_bwd_tile_group_log2(1024, 1, 192, 128, 256, 4), 2);
 }
