@@ -565,12 +565,13 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   bp.semaphore_head_stride = mBlocks;
   bp.m_blocks = mBlocks;
   // sm90ws causal kernels: the key tiles of 2^g kv heads interleaved (bwd_params.h).
-  const bool grouped = takesTmaMaps(k) && fagen_bwd_groups_kv_heads(k.mask == Mask::Causal,
-                                                                    k.deterministic ? 1 : 0);
-  bp.tile_group_log2 =
-      grouped ? fagen_bwd_tile_group_log2(p.seqlen_q, bp.fwd.group_size, p.head_dim_qk, p.head_dim_v,
-                                          int32_t(dqCols), p.heads_kv)
-              : 0;
+  const int64_t keyTiles = ceilDiv(p.seqlen_k, k.blockN);
+  const bool grouped = takesTmaMaps(k) && fagen_bwd_ws_groups_kv_heads(k.mask == Mask::Causal,
+                                                                       k.deterministic ? 1 : 0);
+  bp.tile_group_log2 = grouped ? fagen_bwd_tile_group_log2(p.seqlen_q, bp.fwd.group_size,
+                                                           p.head_dim_qk, p.head_dim_v,
+                                                           int32_t(dqCols), p.heads_kv, keyTiles)
+                               : 0;
   std::memcpy(plan.params, &bp, sizeof bp);
 
   const int64_t dqRows = p.varlen ? dqRowsPerHead : int64_t(p.batch) * dqRowsPerHead;
@@ -583,9 +584,9 @@ void fillBackwardPlan(const fagen_fwd_problem &p, const KernelRecord &k, fagen_p
   plan.workspace_offsets[0] = w.dq_accum_offset;
   plan.workspace_offsets[1] = w.d_offset;
   plan.workspace_offsets[2] = w.semaphore_offset;
-  const int32_t g = bp.tile_group_log2;
-  setGrid(plan.grid, ceilDiv(p.seqlen_k, k.blockN) << g, int32_t(ceilDiv(p.heads_kv, 1 << g)),
-          p.batch);
+  const fagen_bwd_grid grid =
+      fagen_bwd_main_grid(keyTiles, p.heads_kv, p.batch, bp.tile_group_log2);
+  setGrid(plan.grid, grid.x, grid.y, grid.z);
   setGrid(plan.pre_post_grid, mBlocks, p.heads_q, p.batch);
   setGrid(plan.pre_post_block, k.prePostThreads, 1, 1);
 }

@@ -5,10 +5,9 @@
 //   <name>_pre   grid (ceil(seqlen_q / kBlockM), heads_q, batch): D = rowsum(dO * O) in fp32
 //                and dq_accum zeroed (rows of this call only; not where the first key tile
 //                stores, below).
-//   <name>       grid (ceil(seqlen_k / kBlockN), heads_kv, batch) (kernels that group kv heads,
-//                fagen_bwd_groups_kv_heads: (key tiles << g, ceil(heads_kv / 2^g), batch) with
-//                g = tile_group_log2, CTA (x, y) taking key tile x >> g of kv head
-//                (y << g) | (x & (2^g - 1))): per key tile, dK and dV of
+//   <name>       grid fagen_bwd_main_grid (ceil(seqlen_k / kBlockN), heads_kv, batch; sm90ws
+//                kernels that group kv heads, fagen_bwd_ws_groups_kv_heads, interleave the key
+//                tiles of 2^tile_group_log2 heads): per key tile, dK and dV of
 //                that tile (summed over the group's query heads inside the CTA, so no atomics
 //                for them), dQ accumulated in fp32 into dq_accum (atomicAdd, or in a fixed order
 //                with dq_semaphore when the kernel is deterministic; deterministic kernels
@@ -87,8 +86,9 @@ typedef struct fagen_bwd_params {
   int64_t d_batch_stride, d_head_stride;
   int64_t semaphore_batch_stride, semaphore_head_stride; // in int32s; one per m_block
   int32_t m_blocks;    // ceil(seqlen_q / kBlockM) of the main kernel
-  /// Kernels that group kv heads (fagen_bwd_groups_kv_heads): g, the grid's key tiles of 2^g kv
-  /// heads interleaved (fagen_bwd_tile_group_log2); every other kernel ignores it (0).
+  /// Kernels that group kv heads (fagen_bwd_ws_groups_kv_heads): g, the grid's key tiles of 2^g
+  /// kv heads interleaved (fagen_bwd_tile_group_log2, fagen_bwd_main_grid); every other kernel
+  /// ignores it (0).
   int32_t tile_group_log2;
 } fagen_bwd_params;
 
@@ -145,40 +145,71 @@ static FAGEN_BWD_CONSTEXPR inline int32_t fagen_bwd_dq_slots(int32_t determinist
   return deterministic && unmasked_dense ? FAGEN_BWD_DET_DQ_SLOTS : 1;
 }
 
-/// Whether a backward kernel's grid groups kv heads: the sm90ws kernels with a causal mask
-/// (either alignment) that are not deterministic. Under a causal mask key tile n walks
-/// m_blocks - n query tiles or so, so a grid in block order (each head's key tiles, longest
-/// first, one head after another) runs the last heads' longest tiles last, on a GPU whose other
-/// SMs have run dry; interleaving the key tiles of 2^g heads (each group's longest tiles of
-/// every head first) leaves only the shortest tiles for the end. Deterministic kernels keep
-/// block order: their dQ order is the order of dispatch (WsBwdConfig::kDeterministic). The one
-/// statement of the rule: the template (WsBwdConfig::kGroupedGrid) and the runtime.
-static FAGEN_BWD_CONSTEXPR inline int32_t fagen_bwd_groups_kv_heads(int32_t causal,
-                                                                     int32_t deterministic) {
+/// Whether an sm90ws backward kernel's grid groups kv heads: those with a causal mask (either
+/// alignment) that are not deterministic (the portable backward's grid is always in block
+/// order). Under a causal mask key tile n walks m_blocks - n query tiles or so, so a grid in
+/// block order (each head's key tiles, longest first, one head after another) runs the last
+/// heads' longest tiles last, on a GPU whose other SMs have run dry; interleaving the key tiles
+/// of 2^g heads (each group's longest tiles of every head first) leaves only the shortest tiles
+/// for the end. Deterministic kernels keep block order: their dQ order is the order of dispatch
+/// (WsBwdConfig::kDeterministic). The one statement of the rule: the template
+/// (WsBwdConfig::kGroupedGrid) and the runtime.
+static FAGEN_BWD_CONSTEXPR inline int32_t fagen_bwd_ws_groups_kv_heads(int32_t causal,
+                                                                        int32_t deterministic) {
   return causal && !deterministic;
 }
 
 /// Bytes of L2 that one group's queries may fill: Q, dO and dq_accum rows of every query head
-/// of the group's kv heads, a third of the H100's and H200's 50 MB. (FlashAttention-3's causal
-/// backward interleaves the key tiles of (head, batch) pairs likewise, within 40 MB.)
+/// of the group's kv heads, 16 MiB, a third of the H100's and H200's 50 MB. (FlashAttention-3's
+/// causal backward interleaves the key tiles of (head, batch) pairs likewise, within 40 MB.)
 #define FAGEN_BWD_TILE_GROUP_BYTES (16u << 20)
 
 /// g of a grouped kernel's grid: the largest with 2^g <= heads_kv whose 2^g kv heads' query
 /// rows (seqlen_q rows of group_size query heads each: Q and dO in 2-byte elements of hd_qk and
-/// hd_v columns, dq_accum of dq_accum_cols floats) fit FAGEN_BWD_TILE_GROUP_BYTES; 0 when one
-/// head's do not. Any g is correct (CTAs past heads_kv exit): the rule only orders the work.
+/// hd_v columns, dq_accum of dq_accum_cols floats) fit FAGEN_BWD_TILE_GROUP_BYTES and whose grid
+/// (key_tiles << g CTAs along x) stays under 2^31; 0 when one head's rows do not fit. Any g is
+/// correct (CTAs past heads_kv exit): the rule only orders the work.
 static inline int32_t fagen_bwd_tile_group_log2(int64_t seqlen_q, int32_t group_size,
                                                 int32_t hd_qk, int32_t hd_v,
-                                                int32_t dq_accum_cols, int32_t heads_kv) {
+                                                int32_t dq_accum_cols, int32_t heads_kv,
+                                                int64_t key_tiles) {
   const uint64_t head_bytes = (uint64_t)(seqlen_q > 0 ? seqlen_q : 1) *
                               (uint64_t)(group_size > 0 ? group_size : 1) *
                               (2u * (uint64_t)hd_qk + 2u * (uint64_t)hd_v +
                                4u * (uint64_t)dq_accum_cols);
   int32_t g = 0;
   while (g < 30 && (2LL << g) <= (int64_t)heads_kv &&
-         head_bytes <= ((uint64_t)FAGEN_BWD_TILE_GROUP_BYTES >> (g + 1)))
+         head_bytes <= ((uint64_t)FAGEN_BWD_TILE_GROUP_BYTES >> (g + 1)) &&
+         key_tiles <= ((int64_t)0x7fffffff >> (g + 1)))
     ++g;
   return g;
+}
+
+/// The main kernel's grid: (key_tiles, heads_kv, batch) in block order (g = 0); grouped
+/// (g = tile_group_log2 > 0), (key_tiles << g, ceil(heads_kv / 2^g), batch), whose CTA (x, y)
+/// fagen_bwd_grid_cta places.
+typedef struct fagen_bwd_grid {
+  int64_t x;
+  int32_t y, z;
+} fagen_bwd_grid;
+
+static FAGEN_BWD_HD inline fagen_bwd_grid fagen_bwd_main_grid(int64_t key_tiles,
+                                                              int32_t heads_kv, int32_t batch,
+                                                              int32_t g) {
+  fagen_bwd_grid grid;
+  grid.x = key_tiles << g;
+  grid.y = (heads_kv + (1 << g) - 1) >> g;
+  grid.z = batch;
+  return grid;
+}
+
+/// CTA (x, y) of a grid of fagen_bwd_main_grid(.., g): key tile x >> g of kv head
+/// (y << g) | (x & (2^g - 1)), key tile n of the group's every head before key tile n + 1; a kv
+/// head past heads_kv (the last group's) has no work.
+static FAGEN_BWD_HD inline void fagen_bwd_grid_cta(int32_t x, int32_t y, int32_t g,
+                                                   int32_t *key_tile, int32_t *kv_head) {
+  *key_tile = x >> g;
+  *kv_head = (y << g) | (x & ((1 << g) - 1));
 }
 
 /// `dq_slots`: fagen_bwd_dq_slots of the kernel.

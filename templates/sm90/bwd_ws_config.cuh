@@ -68,9 +68,9 @@ template <class Options> struct WsBwdConfig : VariantParts<typename Options::Var
   static constexpr bool kDeterministic = Options::kDeterministic;
   static constexpr bool kDqAscending = false;
   /// The grid interleaves the key tiles of 2^tile_group_log2 kv heads (abi/bwd_params.h,
-  /// fagen_bwd_groups_kv_heads: causal masks, not deterministic).
+  /// fagen_bwd_ws_groups_kv_heads: causal masks, not deterministic).
   static constexpr bool kGroupedGrid =
-      fagen_bwd_groups_kv_heads(Variant::Mask::kCausal, kDeterministic);
+      fagen_bwd_ws_groups_kv_heads(Variant::Mask::kCausal, kDeterministic);
   /// A variant with a mask (causal, window): its tiles by the diagonal or the window's edges
   /// test it.
   static constexpr bool kMasked = !std::is_same<typename Variant::Mask, NoMask>::value;

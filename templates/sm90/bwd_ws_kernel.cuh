@@ -723,9 +723,9 @@ __device__ __forceinline__ void bwd_ws_zero_padding(const WsBwdSmem<Config> &sm)
   fence_proxy_async_smem(); // the zeros before the wgmma that read them
 }
 
-/// Launch: grid (ceil(seqlen_k / kBlockN), heads_kv, batch) (Config::kGroupedGrid: (key tiles
-/// << g, ceil(heads_kv / 2^g), batch), g = params.tile_group_log2), block kThreads, kSmemBytes
-/// of dynamic shared memory, after bwd_ws_preprocess on the same stream; `maps` as
+/// Launch: grid fagen_bwd_main_grid(ceil(seqlen_k / kBlockN), heads_kv, batch, g) with g =
+/// params.tile_group_log2 where Config::kGroupedGrid, else 0; block kThreads, kSmemBytes of
+/// dynamic shared memory, after bwd_ws_preprocess on the same stream; `maps` as
 /// abi/tma_params.h describes (fagen_bwd_tma_maps), from the same tensors.
 template <class Config>
 __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
@@ -739,9 +739,7 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
   int kv_head = blockIdx.y;
   const int batch = blockIdx.z;
   if constexpr (Config::kGroupedGrid) {
-    const int g = params.tile_group_log2;
-    kv_head = (kv_head << g) | (n_block & ((1 << g) - 1));
-    n_block >>= g;
+    fagen_bwd_grid_cta(blockIdx.x, blockIdx.y, params.tile_group_log2, &n_block, &kv_head);
     if (kv_head >= params.fwd.heads_kv)
       return; // the last group's heads past heads_kv
   }

@@ -93,12 +93,13 @@ struct BwdKernel {
   bool ws = false; // the sm90 warp-specialized template: the main kernel takes TMA maps too
   bool grouped = false; // WsBwdConfig::kGroupedGrid: key tiles of 2^tile_group_log2 kv heads
 };
-/// The main kernel's grid (bwd_params.h): key tiles, kv heads, batch; a grouped kernel's key
-/// tiles of 2^g kv heads interleaved.
+/// The main kernel's grid (fagen_bwd_main_grid): key tiles, kv heads, batch; a grouped
+/// kernel's key tiles of 2^g kv heads interleaved.
 static dim3 main_grid(const BwdKernel &k, const fagen_bwd_params &p) {
-  const int g = k.grouped ? p.tile_group_log2 : 0;
-  const unsigned n_blocks = (p.fwd.seqlen_k + k.block_n - 1) / k.block_n;
-  return dim3(n_blocks << g, (p.fwd.heads_kv + (1 << g) - 1) >> g, p.fwd.batch);
+  const fagen_bwd_grid g = fagen_bwd_main_grid((p.fwd.seqlen_k + k.block_n - 1) / k.block_n,
+                                               p.fwd.heads_kv, p.fwd.batch,
+                                               k.grouped ? p.tile_group_log2 : 0);
+  return dim3(unsigned(g.x), unsigned(g.y), unsigned(g.z));
 }
 /// A kernel's dq_accum copies (bwd_params.h) from its description, as the runtime computes
 /// them from a bundle record; BWD_KERNEL asserts it against the template's kDqSlots.
@@ -365,6 +366,7 @@ static const Case kCases[] = {
     {2, 2, 2, 1000, 1000, false, 1.f}, {1, 4, 1, 1000, 17, true, 1.f},
     {1, 2, 2, 17, 1000, false, 3.f},  {2, 4, 1, 1, 577, true, 1.f},
     {1, 4, 2, 577, 577, false, 1.f},  {2, 2, 1, 127, 1, true, 1.f},
+    {1, 6, 3, 300, 300, false, 1.f}, // 3 kv heads: a partly filled last group of 2
 };
 /// Varlen cases: per-sequence lengths (packed BSHD rows).
 struct VarlenCase {
@@ -923,10 +925,10 @@ static int run_checks(const Options &opt) {
         continue;
       }
       DeviceProblem d(pb, k);
-      // Grouped grids: 1, 2 or 4 kv heads a group by case (groups past heads_kv's CTAs exit;
-      // 4 kv heads: two groups of 2).
+      // Grouped grids: 1, 2 or 4 kv heads a group by case (CTAs past heads_kv exit; 4 kv
+      // heads: two groups of 2; 3: a group of 2 and one of 1).
       if (k.grouped)
-        d.p.tile_group_log2 = pb.heads_kv == 4 ? 1 : ci % 3;
+        d.p.tile_group_log2 = pb.heads_kv == 4 || pb.heads_kv == 3 ? 1 : ci % 3;
       const Outputs a = run_once(k, d), b = run_once(k, d);
       const Errors e = measure(pb, a);
       bool within = e.nan_free;
@@ -1046,7 +1048,10 @@ static void run_bench(const Options &opt) {
           // Grouped kernels: block order (g = 0) and the runtime's rule, timed in turns.
           std::vector<int> groups{0};
           if (kern.grouped)
-            if (int g = fagen_bwd_tile_group_log2(seqlen, 1, hd, hd, hd, heads); g > 0)
+            if (int g = fagen_bwd_tile_group_log2(seqlen, 1, hd, hd, fagen::ws_bwd_dim(hd),
+                                                  heads, (seqlen + kern.block_n - 1) /
+                                                             kern.block_n);
+                g > 0)
               groups.push_back(g);
           for (int g : groups) {
             p.tile_group_log2 = g;

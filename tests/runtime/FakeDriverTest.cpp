@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 using namespace fagen;
 using fagen::test::fakeCubin;
@@ -974,6 +975,34 @@ TEST_F(FakeVariantTest, TmaBackwardGetsItsTensorMaps) {
       << fagen_last_error();
 }
 
+TEST_F(FakeVariantTest, DeterministicTmaBackwardKeepsBlockOrder) {
+  // A deterministic sm90ws causal kernel adds dQ in its dispatch order: its grid stays
+  // (key tiles, kv heads, batch), g = 0.
+  Bundle b = makeVariantBundle();
+  b.archs = {"sm_90a"};
+  for (KernelRecord &k : b.kernels)
+    k.arch = "sm_90a";
+  KernelRecord &k = b.kernels[2];
+  ASSERT_EQ(k.name, "fagen_bwd_fp16_hd128_causal_det_sm80");
+  k.name = "fagen_bwd_fp16_hd128_causal_det_sm90ws_m64n128w8s2";
+  k.templ = "sm90ws";
+  k.blockM = 64;
+  k.blockN = 128;
+  k.threads = 384;
+  k.smemBytes = 198696;
+  load(b);
+  fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1); // B2 Hq16 Hkv4 Sq1000 Sk577
+  fagen_plan plan;
+  ASSERT_EQ(fagen_plan_backward(bundle, &p, 1, &plan), FAGEN_OK) << fagen_last_error();
+  EXPECT_EQ(chosenKernel(plan), k.name);
+  EXPECT_EQ(plan.grid[0], 5);
+  EXPECT_EQ(plan.grid[1], 4);
+  EXPECT_EQ(plan.grid[2], 2);
+  fagen_bwd_params bp;
+  std::memcpy(&bp, plan.params, sizeof bp);
+  EXPECT_EQ(bp.tile_group_log2, 0);
+}
+
 TEST_F(FakeVariantTest, DeterministicBackwardAddsSemaphores) {
   fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1);
   fagen_plan plan;
@@ -1384,23 +1413,49 @@ TEST_F(FakeVariantTest, ValidateModeNamesTheFirstBadCuSeqlensEntry) {
 }
 
 TEST(BackwardTileGroups, TheRuleOfTheGroupedGrid) {
-  // Only causal kernels that are not deterministic group kv heads (the deterministic mode's dQ
-  // order is its dispatch order).
-  EXPECT_EQ(fagen_bwd_groups_kv_heads(1, 0), 1);
-  EXPECT_EQ(fagen_bwd_groups_kv_heads(1, 1), 0);
-  EXPECT_EQ(fagen_bwd_groups_kv_heads(0, 0), 0);
+  // Only sm90ws causal kernels that are not deterministic group kv heads (the deterministic
+  // mode's dQ order is its dispatch order).
+  EXPECT_EQ(fagen_bwd_ws_groups_kv_heads(1, 0), 1);
+  EXPECT_EQ(fagen_bwd_ws_groups_kv_heads(1, 1), 0);
+  EXPECT_EQ(fagen_bwd_ws_groups_kv_heads(0, 0), 0);
   // bf16 hd 128, MHA: a head's rows take seqlen_q x (256 + 256 + 512) bytes, 16 MiB at 16k.
-  EXPECT_EQ(fagen_bwd_tile_group_log2(2048, 1, 128, 128, 128, 16), 3);  // 2 MiB a head: 8 fit
-  EXPECT_EQ(fagen_bwd_tile_group_log2(8192, 1, 128, 128, 128, 16), 1);  // 8 MiB: 2
-  EXPECT_EQ(fagen_bwd_tile_group_log2(16384, 1, 128, 128, 128, 16), 0); // 16 MiB: 1
-  EXPECT_EQ(fagen_bwd_tile_group_log2(32768, 1, 128, 128, 128, 16), 0); // none fits: 0
+  EXPECT_EQ(fagen_bwd_tile_group_log2(2048, 1, 128, 128, 128, 16, 16), 3);   // 2 MiB a head: 8 fit
+  EXPECT_EQ(fagen_bwd_tile_group_log2(8192, 1, 128, 128, 128, 16, 64), 1);   // 8 MiB: 2
+  EXPECT_EQ(fagen_bwd_tile_group_log2(16384, 1, 128, 128, 128, 16, 128), 0); // 16 MiB: 1
+  EXPECT_EQ(fagen_bwd_tile_group_log2(32768, 1, 128, 128, 128, 16, 256), 0); // none fits: 0
   // Never past heads_kv: 2^g <= heads_kv (5 kv heads: 4).
-  EXPECT_EQ(fagen_bwd_tile_group_log2(128, 1, 64, 64, 64, 5), 2);
-  EXPECT_EQ(fagen_bwd_tile_group_log2(128, 1, 64, 64, 64, 1), 0);
-  EXPECT_EQ(fagen_bwd_tile_group_log2(0, 0, 64, 64, 64, 0), 0);
+  EXPECT_EQ(fagen_bwd_tile_group_log2(128, 1, 64, 64, 64, 5, 1), 2);
+  EXPECT_EQ(fagen_bwd_tile_group_log2(128, 1, 64, 64, 64, 1, 1), 0);
+  EXPECT_EQ(fagen_bwd_tile_group_log2(0, 0, 64, 64, 64, 0, 0), 0);
   // GQA counts every query head of a kv head; hd 96's dq_accum rows are 128 floats (sm90ws):
   // 2048 x 4 x (192 + 192 + 512) bytes = 7 MiB a kv head, 2 fit.
-  EXPECT_EQ(fagen_bwd_tile_group_log2(2048, 4, 96, 96, 128, 8), 1);
+  EXPECT_EQ(fagen_bwd_tile_group_log2(2048, 4, 96, 96, 128, 8, 16), 1);
   // 192 / 128: 1024 x (384 + 256 + 1024) bytes = 1.625 MiB, 8 fit, but only 4 kv heads.
-  EXPECT_EQ(fagen_bwd_tile_group_log2(1024, 1, 192, 128, 256, 4), 2);
+  EXPECT_EQ(fagen_bwd_tile_group_log2(1024, 1, 192, 128, 256, 4, 8), 2);
+  // The grid's x stays under 2^31 CTAs: 2^29 key tiles take g <= 1 whatever fits in L2.
+  EXPECT_EQ(fagen_bwd_tile_group_log2(1, 1, 64, 64, 64, 64, int64_t(1) << 29), 1);
+  EXPECT_EQ(fagen_bwd_tile_group_log2(1, 1, 64, 64, 64, 64, 1), 6);
+}
+
+TEST(BackwardTileGroups, EveryKeyTileOfEveryHeadRunsOnce) {
+  // fagen_bwd_main_grid's CTAs, placed by fagen_bwd_grid_cta, cover each (key tile, kv head)
+  // once; the last group's CTAs past heads_kv have none.
+  for (int32_t heads = 1; heads <= 9; ++heads)
+    for (int32_t g = 0; g <= 4; ++g)
+      for (int64_t tiles = 1; tiles <= 5; ++tiles) {
+        const fagen_bwd_grid grid = fagen_bwd_main_grid(tiles, heads, 2, g);
+        EXPECT_EQ(grid.z, 2);
+        std::vector<int> seen(size_t(tiles * heads), 0);
+        for (int32_t y = 0; y < grid.y; ++y)
+          for (int32_t x = 0; x < grid.x; ++x) {
+            int32_t tile = -1, head = -1;
+            fagen_bwd_grid_cta(x, y, g, &tile, &head);
+            ASSERT_GE(tile, 0);
+            ASSERT_LT(tile, tiles);
+            if (head < heads)
+              ++seen[size_t(head * tiles + tile)];
+          }
+        for (int c : seen)
+          EXPECT_EQ(c, 1) << "heads " << heads << " g " << g << " tiles " << tiles;
+      }
 }
