@@ -21,7 +21,9 @@
 #                                     instead of DET; SEQLEN=N: time only N; FILTER=a,b: these
 #                                     kernels instead of the portable defaults, e.g. the sm90ws
 #                                     ones of build90 binaries; ROUNDS=N: the labels timed in
-#                                     turn N times, each kernel's median TFLOP/s reported)
+#                                     turn N times, each kernel's median TFLOP/s reported;
+#                                     BENCH_S: each timing run's limit, default 150 s; grouped
+#                                     causal kernels time two grids, the second as NAME_gG)
 #   tests/gpu/run_bwd.sh prof [HD SEQLEN CAUSAL]
 #                                     ncu (full set, clocks left alone) on one main-kernel launch of
 #                                     build-bwd/bwd_harness_${PROF:-base} (default tiles) and on
@@ -95,7 +97,7 @@ ab)
       f="${FILTER:-$defaults}"
       [ "$label" = "${DET:-}" ] && f="$f,_det_"
       rm -f "$OUT/b_$label.csv"
-      timeout 90 build-bwd/bwd_harness_$label --bench --filter "$f" --csv "$OUT/b_$label.csv" \
+      timeout ${BENCH_S:-150} build-bwd/bwd_harness_$label --bench --filter "$f" --csv "$OUT/b_$label.csv" \
         ${SEQLEN:+--seqlen $SEQLEN} >"$OUT/bench_${label}_$round.log" 2>&1 || status=1
       [ -f "$OUT/b_$label.csv" ] && tail -n +2 "$OUT/b_$label.csv" | sed "s/,fagen_bwd_/,$label:/" >>"$OUT/ab.csv"
     done
