@@ -32,6 +32,7 @@
 #include "sm90/bwd_ws_prepost.cuh"
 #include "sm90/tile_ops.cuh"
 #include "sm90/tma.cuh"
+#include "sm90/ws_trace.cuh"
 
 namespace fagen {
 namespace sm90 {
@@ -480,9 +481,14 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
   zero_fill(dk);
   zero_fill(dv);
   const fagen_fwd_params &f = params.fwd;
+  FAGEN_WS_TRACE_AT(0, 0);
   mbarrier_wait(sm.kv_full(), 0);
+  FAGEN_WS_TRACE_AT(0, 1);
   WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
-  for (int it = 0; tile.valid(); tile.advance(), ++it) {
+  int it = 0;
+  for (; tile.valid(); tile.advance(), ++it) {
+    if (it == 1)
+      FAGEN_WS_TRACE_AT(0, 3);
     // With Config::kMaskedTileCopy (which says why) the tile's work in two copies, with the
     // mask (copy 1) and without (copy 0), of which the tile runs one; else one copy that
     // tests the mask just before P^T (tested before the tile's GEMMs, its value stayed live
@@ -497,6 +503,8 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
         continue;
       const int s = it % Config::kStages, round = it / Config::kStages;
       mbarrier_wait(sm.q_full(s), round & 1);
+      if (it == 0)
+        FAGEN_WS_TRACE_AT(0, 2);
       // S^T = K Q^T, dP^T = V dO^T; then P^T and dS^T.
       float st[kBlockM / 8][4], dpt[kBlockM / 8][4];
       wgmma_fence();
@@ -556,9 +564,13 @@ __device__ __forceinline__ void bwd_ws_consume(const WsBwdSmem<Config> &sm,
       }
     }
   }
+  FAGEN_WS_TRACE_AT(0, 4);
+  FAGEN_WS_TRACE_VALUE(1, 0, it);
   bwd_ws_store_dkv<Config>(params, dk, dv, batch, kv_head, span, key0 + 16 * warp, 0);
   if (tid == 0)
     bulk_wait_group<0>();
+  FAGEN_WS_TRACE_AT(0, 5);
+  FAGEN_WS_TRACE_VALUE(1, 5, ws_globaltimer());
 }
 
 /// Tiles of 256 columns (head dims 192 and 256, Config::kSplitS): both consumer warpgroups hold
@@ -589,12 +601,19 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
   zero_fill(dv);
   const fagen_fwd_params &f = params.fwd;
   const int64_t dq_seq = ws_dq_accum_seq<Config>(params, batch, span);
+  FAGEN_WS_TRACE_AT(0, 0);
   mbarrier_wait(sm.kv_full(), 0);
+  FAGEN_WS_TRACE_AT(0, 1);
   WsQueryWalk<Config> tile(f, batch, kv_head, n_block, shape);
-  for (int it = 0; tile.valid(); tile.advance(), ++it) {
+  int it = 0;
+  for (; tile.valid(); tile.advance(), ++it) {
+    if (it == 1)
+      FAGEN_WS_TRACE_AT(0, 3);
     const int s = it % Config::kStages, round = it / Config::kStages;
     const int sd = it % Config::kDoStages; // Config::kSeparateDo: dO's slot
     mbarrier_wait(sm.q_full(s), round & 1);
+    if (it == 0)
+      FAGEN_WS_TRACE_AT(0, 2);
     // S^T = K Q^T, dP^T = V dO^T of the warpgroup's query columns; then P^T and dS^T.
     float st[kSCols / 8][4], dpt[kSCols / 8][4];
     wgmma_fence();
@@ -694,10 +713,14 @@ __device__ __forceinline__ void bwd_ws_consume_split(const WsBwdSmem<Config> &sm
                             consumer, tid);
     }
   }
+  FAGEN_WS_TRACE_AT(0, 4);
+  FAGEN_WS_TRACE_VALUE(1, 0, it);
   bwd_ws_store_dkv<Config>(params, dk, dv, batch, kv_head, span, key0 + 16 * warp,
                            consumer * Config::kKvCols);
   if (tid == 0)
     bulk_wait_group<0>();
+  FAGEN_WS_TRACE_AT(0, 5);
+  FAGEN_WS_TRACE_VALUE(1, 5, ws_globaltimer());
 }
 
 /// Zeroes the tiles' padding blocks (Config::kPaddingBlocks: the 64-column blocks past the real
@@ -743,6 +766,12 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
     if (kv_head >= params.fwd.heads_kv)
       return; // the last group's heads past heads_kv
   }
+  FAGEN_WS_TRACE_VALUE(1, 6, ws_globaltimer());
+#ifdef FAGEN_WS_TRACE
+  unsigned smid;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+  FAGEN_WS_TRACE_VALUE(1, 7, smid);
+#endif
   const SequenceSpan span = sequence_span<Config::kVarlen>(params.fwd, batch);
   if (Config::kVarlen && n_block * Config::kBlockN >= span.shape.seqlen_k)
     return; // past this sequence's keys

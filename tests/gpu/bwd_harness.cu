@@ -7,7 +7,13 @@
 // maps; -DFAGEN_HARNESS_SM90_ONLY keeps only the portable defaults at hd 64 and 128 beside them.
 //
 //   bwd_harness [--check] [--bench] [--csv FILE] [--filter SUBSTRING[,SUBSTRING...]]
-//               [--cases N] [--seqlen N]
+//               [--cases N] [--seqlen N] [--trace]
+//
+// --trace (a build with NVCC_FLAGS=-DFAGEN_WS_TRACE; sm90ws kernels): after each timing, one
+// more launch with templates/sm90/ws_trace.cuh's events, and a TRACE line: per CTA the first
+// consumer warpgroup's cycles waiting for K/V and for the first Q, per query tile, and in the
+// dK/dV epilogue, the cycles beyond its tiles' (in tiles), and the share of the SMs busy over
+// the kernel's span (globaltimer).
 //
 // Tolerance rule (as harness_common.cuh for the forward): per gradient, the kernel's max
 // abs error against the float64 reference <= 2 x that of a same-precision reference (fp32
@@ -876,6 +882,7 @@ struct Options {
   const char *csv = nullptr, *filter = nullptr;
   int cases = 1 << 30; // --cases N: only the first N cases per kernel (compute-sanitizer)
   int seqlen = 0;      // --seqlen N: time only that sequence length (ncu on one launch)
+  bool trace = false;  // --trace: a traced launch after each timing (-DFAGEN_WS_TRACE builds)
 };
 
 static bool selected(const char *name, const char *filter) {
@@ -963,6 +970,69 @@ __global__ void fill_lse(float *x, size_t n, float value) {
        i += size_t(gridDim.x) * blockDim.x)
     x[i] = value;
 }
+
+#ifdef FAGEN_WS_TRACE
+/// One traced launch of an sm90ws kernel (ws_trace.cuh's buffer; CTA-wide events of the first
+/// consumer warpgroup: work 0 = clock64 at 0 its start, 1 K/V landed, 2 the first Q landed,
+/// 3 the second tile's start, 4 the walk done, 5 dK/dV stored; work 1 = 0 its tiles, 5 / 6
+/// globaltimer at its end / the CTA's start, 7 the SM), then its TRACE line.
+static void trace_launch(const BwdKernel &kern, const fagen_bwd_params &p, int m_blocks,
+                         const char *label) {
+  using u64 = unsigned long long;
+  const dim3 grid = main_grid(kern, p);
+  const size_t ctas = size_t(grid.x) * grid.y * grid.z;
+  constexpr int kTiles = fagen::sm90::kWsTraceTiles;
+  const size_t words = ctas * 4 * kTiles * 8;
+  u64 *buf = nullptr, *none = nullptr;
+  CUDA_CHECK(cudaMalloc(&buf, words * sizeof(u64)));
+  CUDA_CHECK(cudaMemset(buf, 0, words * sizeof(u64)));
+  CUDA_CHECK(cudaMemcpyToSymbol(fagen::sm90::ws_trace_buf, &buf, sizeof(buf)));
+  launch(kern, p, m_blocks);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaMemcpyToSymbol(fagen::sm90::ws_trace_buf, &none, sizeof(none)));
+  std::vector<u64> ev(words);
+  CUDA_CHECK(cudaMemcpy(ev.data(), buf, words * sizeof(u64), cudaMemcpyDeviceToHost));
+  CUDA_CHECK(cudaFree(buf));
+  auto at = [&](size_t cta, int work, int event) {
+    return ev[((cta * 4 + 1) * kTiles + work) * 8 + event];
+  };
+  double kv = 0, first_q = 0, tile = 0, first_tile = 0, epilogue = 0, beyond = 0, tiles = 0;
+  u64 t0 = ~0ull, t1 = 0;
+  double busy = 0;
+  int ran = 0, walked = 0, two = 0;
+  for (size_t c = 0; c < ctas; ++c) {
+    const u64 start = at(c, 1, 6), end = at(c, 1, 5);
+    if (start == 0 || end == 0)
+      continue; // exited before the trace (a grouped grid's heads past heads_kv, varlen)
+    ++ran;
+    t0 = std::min(t0, start), t1 = std::max(t1, end);
+    busy += double(end - start);
+    const double n = double(at(c, 1, 0));
+    if (n < 1)
+      continue;
+    ++walked;
+    const double c0 = double(at(c, 0, 0)), c1 = double(at(c, 0, 1)), c2 = double(at(c, 0, 2));
+    const double c4 = double(at(c, 0, 4)), c5 = double(at(c, 0, 5));
+    const double per_tile = (c4 - c2) / n;
+    kv += c1 - c0, first_q += c2 - c0, tile += per_tile, epilogue += c5 - c4, tiles += n;
+    beyond += (c5 - c0 - (c4 - c2)) / per_tile;
+    if (n >= 2)
+      first_tile += double(at(c, 0, 3)) - c2, ++two;
+  }
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const double span = t1 > t0 ? double(t1 - t0) : 1.0;
+  const double w = walked ? walked : 1;
+  std::printf("TRACE %-52s CTAs %zu (ran %d, walked %d) tiles/CTA %.1f | cycles: K/V %.0f, "
+              "first Q %.0f, tile %.0f (first %.0f), dK/dV %.0f; beyond its tiles %.2f tiles | "
+              "span %.3f ms, SMs busy %.3f\n",
+              label, ctas, ran, walked, tiles / w, kv / w, first_q / w, tile / w,
+              two ? first_tile / two : 0.0, epilogue / w, beyond / w, span * 1e-6,
+              busy / (span * prop.multiProcessorCount));
+  std::fflush(stdout);
+}
+#endif
 
 static void run_bench(const Options &opt) {
   FILE *csv = opt.csv ? std::fopen(opt.csv, "w") : nullptr;
@@ -1111,6 +1181,14 @@ static void run_bench(const Options &opt) {
             if (csv)
               std::fprintf(csv, "%d,%d,%d,%s,%.4f,%.2f,%.4f\n", hd, causal, seqlen, name.c_str(),
                            med, tflops, med_main);
+#ifdef FAGEN_WS_TRACE
+            if (opt.trace && kern.ws) {
+              p.tile_group_log2 = groups[gi];
+              char label[160];
+              std::snprintf(label, sizeof label, "%s seqlen=%d", name.c_str(), seqlen);
+              trace_launch(kern, p, m_blocks, label);
+            }
+#endif
           }
           std::fflush(stdout);
         }
@@ -1136,7 +1214,16 @@ int main(int argc, char **argv) {
       opt.cases = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--seqlen") && i + 1 < argc)
       opt.seqlen = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--trace"))
+      opt.trace = opt.bench = true;
   }
+#ifndef FAGEN_WS_TRACE
+  if (opt.trace) {
+    std::fprintf(stderr, "--trace needs a build with -DFAGEN_WS_TRACE (NVCC_FLAGS=-DFAGEN_WS_TRACE "
+                         "tests/gpu/run_bwd.sh build90)\n");
+    return 2;
+  }
+#endif
   if (!opt.check && !opt.bench)
     opt.check = opt.bench = true;
   if (opt.ref_only)

@@ -5,7 +5,9 @@
 #                                     CUDA runtime linked statically, plus the ptxas report
 #   tests/gpu/run_bwd.sh build90      here: build-bwd/bwd_harness_sm90 for sm_90a, the sm90ws
 #                                     backward kernels beside the portable defaults at hd 64 and
-#                                     128 (run it with BIN=build-bwd/bwd_harness_sm90)
+#                                     128 (run it with BIN=build-bwd/bwd_harness_sm90); with
+#                                     NVCC_FLAGS=-DFAGEN_WS_TRACE a build whose --trace prints
+#                                     where each CTA's time goes (bwd_harness.cu's header)
 #   tests/gpu/run_bwd.sh run [ARGS]   on the GPU machine (carry build-bwd): correctness of every
 #                                     kernel, timing, then torch SDPA flash backward on the same
 #                                     shapes (tests/gpu/bwd_bench.py); the ratio table last.
