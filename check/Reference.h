@@ -18,7 +18,7 @@
 #ifndef FAGEN_COMPILER_REFERENCE_H
 #define FAGEN_COMPILER_REFERENCE_H
 
-#include "core/Variant.h"
+#include "core/VariantKinds.h" // not Variant.h: the GPU harnesses include the templates too
 #include "templates/abi/fwd_params.h"
 #include "templates/common/philox.h"
 

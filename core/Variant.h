@@ -6,41 +6,18 @@
 // kernel names, and the text the runtime and the tools print. Plain C++17 without LLVM: the
 // spec, planner, emitter, bundle writer and reader, runtime and check all use it.
 //
-// The enums' values are those of the C ABI's enums in fagen/fagen.h (fagen_pass, fagen_dtype,
-// fagen_mask, fagen_mask_align, fagen_score_mod, fagen_sparsity); the runtime static_asserts it.
+// The enums and their spellings are in core/VariantKinds.h (code beside the CUDA templates,
+// whose fagen::Variant is a class template, includes only that one).
 //
 //===----------------------------------------------------------------------===//
 #ifndef FAGEN_CORE_VARIANT_H
 #define FAGEN_CORE_VARIANT_H
 
-#include <optional>
+#include "core/VariantKinds.h"
+
 #include <string>
-#include <string_view>
-#include <vector>
 
 namespace fagen {
-
-enum class Pass { Forward = 0, Backward = 1 };            ///< "fwd" | "bwd"
-enum class DType { FP16 = 0, BF16 = 1 };                  ///< "fp16" | "bf16"
-enum class Mask { None = 0, Causal = 1, Window = 2 };     ///< "none" | "causal" | "window"
-enum class MaskAlign { BottomRight = 0, TopLeft = 1 };    ///< "bottom_right" | "top_left"
-enum class ScoreMod { None = 0, Softcap = 1, Alibi = 2 }; ///< "none" | "softcap" | "alibi"
-/// Block sparsity: none, a block mask given at run time, or a layout compiled in.
-enum class Sparsity { None = 0, Runtime = 1, Static = 2 }; ///< "none" | "runtime" | "static"
-
-/// The spelling of a value, as the spec and the bundle manifest write it.
-const char *toText(Pass v);
-const char *toText(DType v);
-const char *toText(Mask v);
-const char *toText(MaskAlign v);
-const char *toText(ScoreMod v);
-const char *toText(Sparsity v);
-
-/// Every spelling of E, in value order ({"none", "causal", "window"} for Mask).
-template <class E> const std::vector<std::string> &spellings();
-
-/// The value spelled `text`, or nothing for a word that is not one of spellings<E>().
-template <class E> std::optional<E> fromText(std::string_view text);
 
 /// A kernel's variant. Defaults: a dense forward without mask, score mod or dropout.
 struct Variant {

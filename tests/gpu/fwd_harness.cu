@@ -118,7 +118,7 @@ FA4(KBF16, 256, 64, 64, 4, 1, 8, 0, 3, _t8, false)
     fagen::sm80::fwd_kernel<cfg_##ID>(params);                                                     \
   }                                                                                                \
   static Register reg_##ID({"fagen_fwd_sm80_" #ID, (const void *)fagen_fwd_sm80_##ID, TYPE, HDQK,  \
-                            MaskKind::None, BM, cfg_##ID::kThreads, cfg_##ID::kSmemBytes, false,   \
+                            fagen::Mask::None, BM, cfg_##ID::kThreads, cfg_##ID::kSmemBytes, false,   \
                             INFO});
 
 using fagen::Variant;

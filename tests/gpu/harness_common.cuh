@@ -62,7 +62,7 @@ struct KernelInfo {
   const void *func;
   ElementType type;
   int head_dim; // head_dim_qk
-  MaskKind mask;
+  fagen::Mask mask;
   int block_m, threads, smem_bytes;
   bool expect_fail; // built to miss the tolerance rule: proves that the check can fail
   VariantInfo variant;
@@ -78,7 +78,7 @@ static std::vector<KernelInfo> &kernels() {
 }
 struct Register {
   Register(KernelInfo info) {
-    if (info.mask == MaskKind::Causal && info.variant.mask == VMask::None)
+    if (info.mask == fagen::Mask::Causal && info.variant.mask == VMask::None)
       info.variant.mask = VMask::Causal;
     if (!info.variant.head_dim_v)
       info.variant.head_dim_v = info.head_dim;
@@ -95,7 +95,7 @@ static bool is_dense(const KernelInfo &k) {
 }
 
 /// The mask kind of a template mask's name.
-static constexpr MaskKind maskOf(const char *s) { return s[0] == 'C' ? MaskKind::Causal : MaskKind::None; }
+static constexpr fagen::Mask maskOf(const char *s) { return s[0] == 'C' ? fagen::Mask::Causal : fagen::Mask::None; }
 
 static void launch(const KernelInfo &k, const fagen_fwd_params &p) {
   dim3 grid((p.seqlen_q + k.block_m - 1) / k.block_m, p.heads_q, p.batch);
@@ -859,12 +859,12 @@ static void run_bench(const Options &opt) {
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
   for (const Shape &s : shapes)
-    for (MaskKind mask : {MaskKind::None, MaskKind::Causal}) {
+    for (fagen::Mask mask : {fagen::Mask::None, fagen::Mask::Causal}) {
       BenchProblem bp(s.hd, s.seqlen);
       const fagen_fwd_params &p = bp.p;
       const int batch = bp.batch, heads = bp.heads;
       const double flops = 4.0 * batch * heads * double(s.seqlen) * s.seqlen * s.hd *
-                           (mask == MaskKind::Causal ? 0.5 : 1.0);
+                           (mask == fagen::Mask::Causal ? 0.5 : 1.0);
       for (const KernelInfo &k : kernels()) {
         if (k.head_dim != s.hd || k.mask != mask || k.type != ElementType::BF16 ||
             k.expect_fail || !is_dense(k) || !selected(k.name, opt.filter))
@@ -873,10 +873,10 @@ static void run_bench(const Options &opt) {
         const float med = ms[ms.size() / 2];
         const double tflops = flops / (med * 1e-3) / 1e12;
         std::printf("BENCH hd=%d causal=%d seqlen=%5d %-46s %8.3f ms %7.1f TFLOP/s (min %.3f max %.3f)\n",
-                    s.hd, mask == MaskKind::Causal, s.seqlen, k.name, med, tflops, ms.front(),
+                    s.hd, mask == fagen::Mask::Causal, s.seqlen, k.name, med, tflops, ms.front(),
                     ms.back());
         if (csv)
-          std::fprintf(csv, "%d,%d,%d,%s,%.4f,%.2f\n", s.hd, mask == MaskKind::Causal, s.seqlen,
+          std::fprintf(csv, "%d,%d,%d,%s,%.4f,%.2f\n", s.hd, mask == fagen::Mask::Causal, s.seqlen,
                        k.name, med, tflops);
       }
     }

@@ -38,11 +38,11 @@
   }                                                                                                \
   static Register treg_##HD##_##BM##_##BN##SUFFIX(                                                 \
       {"hd" #HD "_m" #BM "n" #BN #SUFFIX, (const void *)trace_hd##HD##_m##BM##n##BN##SUFFIX,       \
-       ElementType::BF16, HD, MaskKind::None, BM, tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads,       \
+       ElementType::BF16, HD, fagen::Mask::None, BM, tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads,       \
        tcfg_##HD##_##BM##_##BN##SUFFIX::kSmemBytes, false, VariantInfo{}, BN, false, TMA_O});      \
   static Register tpreg_##HD##_##BM##_##BN##SUFFIX(                                                \
       {"hd" #HD "_m" #BM "n" #BN #SUFFIX "_pers", (const void *)trace_hd##HD##_m##BM##n##BN##SUFFIX, \
-       ElementType::BF16, HD, MaskKind::None, BM, tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads,       \
+       ElementType::BF16, HD, fagen::Mask::None, BM, tcfg_##HD##_##BM##_##BN##SUFFIX::kThreads,       \
        tcfg_##HD##_##BM##_##BN##SUFFIX::kSmemBytes, false, VariantInfo{}, BN, true, TMA_O});
 
 TRACE_KERNEL(128, 128, 128, false, , false, false)
