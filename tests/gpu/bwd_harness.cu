@@ -1117,12 +1117,14 @@ static void run_bench(const Options &opt) {
           const int reps = flops > 2e12 ? 10 : 25;
           // Grouped kernels: block order (g = 0) and the runtime's rule, timed in turns.
           std::vector<int> groups{0};
+#ifdef FAGEN_HARNESS_SM90
           if (kern.grouped)
             if (int g = fagen_bwd_tile_group_log2(seqlen, 1, hd, hd, fagen::ws_bwd_dim(hd),
                                                   heads, (seqlen + kern.block_n - 1) /
                                                              kern.block_n);
                 g > 0)
               groups.push_back(g);
+#endif
           for (int g : groups) {
             p.tile_group_log2 = g;
             for (int i = 0; i < 3; ++i)
