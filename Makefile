@@ -2,8 +2,9 @@
 #   make bundle   builds fagen and the runtime libraries (no tests, no GoogleTest, no SASS
 #                 tools) and compiles specs/default.yaml into attn.fab (no GPU needed)
 #   make test     builds fagen and runs every CPU test (unit, lit/FileCheck, nvcc compile of the
-#                 templates for sm_80/sm_90a/sm_100a, bundle round trip and corruption, runtime
-#                 without a driver, reproducible bundles, time-bounded fuzzing)
+#                 templates for sm_80/sm_90a/sm_100a and of the GPU harnesses, bundle round
+#                 trip and corruption, runtime without a driver, reproducible bundles,
+#                 time-bounded fuzzing)
 BUILD ?= build
 FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 20
