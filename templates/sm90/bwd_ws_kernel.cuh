@@ -692,11 +692,7 @@ __device__ __forceinline__ void bwd_ws_kernel(const fagen_bwd_params &params,
       return; // the last group's heads past heads_kv
   }
   FAGEN_WS_TRACE_VALUE(1, 6, ws_globaltimer());
-#ifdef FAGEN_WS_TRACE
-  unsigned smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  FAGEN_WS_TRACE_VALUE(1, 7, smid);
-#endif
+  FAGEN_WS_TRACE_VALUE(1, 7, ws_smid());
   const SequenceSpan span = sequence_span<Config::kVarlen>(params.fwd, batch);
   if (Config::kVarlen && n_block * Config::kBlockN >= span.shape.seqlen_k)
     return; // past this sequence's keys

@@ -48,11 +48,7 @@ __device__ __forceinline__ void fwd_ws_kernel(const fagen_fwd_params &params,
   extern __shared__ __align__(1024) unsigned char smem[];
   const WsSmem<Config> sm(smem_addr(smem));
   FAGEN_WS_TRACE_AT(0, 7);
-#ifdef FAGEN_WS_TRACE
-  u32 smid;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-  FAGEN_WS_TRACE_VALUE(1, 7, smid);
-#endif
+  FAGEN_WS_TRACE_VALUE(1, 7, ws_smid());
   if (threadIdx.x == 0) {
     prefetch_tensor_map(maps.q);
     if constexpr (!Config::kPaged || Config::kTmaPages) {

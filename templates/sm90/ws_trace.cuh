@@ -24,6 +24,12 @@ __device__ __forceinline__ void ws_trace(int work, int event, unsigned long long
     ws_trace_buf[((size_t(cta) * 4 + threadIdx.x / 128) * kWsTraceTiles + work) * 8 + event] =
         value;
 }
+/// The SM the thread runs on.
+__device__ __forceinline__ unsigned ws_smid() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
 /// The GPU's nanosecond timer (comparable across SMs, unlike clock64()).
 __device__ __forceinline__ unsigned long long ws_globaltimer() {
   unsigned long long t;

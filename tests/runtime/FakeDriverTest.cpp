@@ -635,6 +635,25 @@ struct FakeVariantTest : FakeDriverTest {
     return std::vector<FakeLaunch>(log.begin() + std::min(from, log.size()), log.end());
   }
 
+  /// The variant bundle for sm_90a with its kernel `index` (`sm80Name`) made the sm90ws
+  /// backward `wsName` (64 x 128 tiles, 384 threads), as a sm_90a build plans hd 128.
+  static Bundle sm90wsBackwardBundle(size_t index, const std::string &sm80Name,
+                                     const std::string &wsName) {
+    Bundle b = makeVariantBundle();
+    b.archs = {"sm_90a"};
+    for (KernelRecord &k : b.kernels)
+      k.arch = "sm_90a";
+    KernelRecord &k = b.kernels[index];
+    EXPECT_EQ(k.name, sm80Name);
+    k.name = wsName;
+    k.templ = "sm90ws";
+    k.blockM = 64;
+    k.blockN = 128;
+    k.threads = 384;
+    k.smemBytes = 198696;
+    return b;
+  }
+
   template <typename Params> static Params paramsOf(const FakeLaunch &l) {
     Params p;
     EXPECT_EQ(l.params.size(), sizeof p) << l.function;
@@ -892,18 +911,9 @@ TEST_F(FakeVariantTest, BackwardLaunchesPreMainPostInOrder) {
 TEST_F(FakeVariantTest, TmaBackwardGetsItsTensorMaps) {
   // The sm90ws backward (sm_90a): its main kernel takes Q, K, V and dO as tensor maps, boxes of
   // block_m rows for Q and dO, block_n for K and V; _pre and _post take none.
-  Bundle b = makeVariantBundle();
-  b.archs = {"sm_90a"};
-  for (KernelRecord &k : b.kernels)
-    k.arch = "sm_90a";
-  KernelRecord &k = b.kernels[1];
-  ASSERT_EQ(k.name, "fagen_bwd_fp16_hd128_causal_sm80");
-  k.name = "fagen_bwd_fp16_hd128_causal_sm90ws_m64n128w8s2";
-  k.templ = "sm90ws";
-  k.blockM = 64;
-  k.blockN = 128;
-  k.threads = 384;
-  k.smemBytes = 198696;
+  Bundle b = sm90wsBackwardBundle(1, "fagen_bwd_fp16_hd128_causal_sm80",
+                                  "fagen_bwd_fp16_hd128_causal_sm90ws_m64n128w8s2");
+  const KernelRecord k = b.kernels[1];
   load(b);
   fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1); // B2 Hq16 Hkv4 Sq1000 Sk577
   fagen_plan plan;
@@ -978,18 +988,9 @@ TEST_F(FakeVariantTest, TmaBackwardGetsItsTensorMaps) {
 TEST_F(FakeVariantTest, DeterministicTmaBackwardKeepsBlockOrder) {
   // A deterministic sm90ws causal kernel adds dQ in its dispatch order: its grid stays
   // (key tiles, kv heads, batch), g = 0.
-  Bundle b = makeVariantBundle();
-  b.archs = {"sm_90a"};
-  for (KernelRecord &k : b.kernels)
-    k.arch = "sm_90a";
-  KernelRecord &k = b.kernels[2];
-  ASSERT_EQ(k.name, "fagen_bwd_fp16_hd128_causal_det_sm80");
-  k.name = "fagen_bwd_fp16_hd128_causal_det_sm90ws_m64n128w8s2";
-  k.templ = "sm90ws";
-  k.blockM = 64;
-  k.blockN = 128;
-  k.threads = 384;
-  k.smemBytes = 198696;
+  Bundle b = sm90wsBackwardBundle(2, "fagen_bwd_fp16_hd128_causal_det_sm80",
+                                  "fagen_bwd_fp16_hd128_causal_det_sm90ws_m64n128w8s2");
+  const KernelRecord &k = b.kernels[2];
   load(b);
   fagen_fwd_problem p = testProblem(FAGEN_DTYPE_FP16, 128, 1); // B2 Hq16 Hkv4 Sq1000 Sk577
   fagen_plan plan;
