@@ -120,7 +120,7 @@ void printBackwardRow(const KernelRecord &k, const CheckShape &s, const BwdCaseR
       verdict += llvm::formatv(", NOT REPEATABLE ({0} elements differ between 2 runs)",
                                r.repeatDiffer);
   }
-  auto limit = [](double same) { return ref::toleranceBound(same, ref::kEpsGrad); };
+  auto limit = [&](double same) { return ref::gradientBound(same, r.samePrecision); };
   llvm::outs() << llvm::formatv(
       "{0,-56} {1,-7} {2,-24} {3,10:e2} {4,10:e2} {5,10:e2} {6,10:e2} {7,10:e2} {8,10:e2}  {9}\n",
       k.name, k.arch, checkShapeText(s), r.kernel.MaxDQ, limit(r.samePrecision.MaxDQ),

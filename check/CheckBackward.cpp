@@ -191,8 +191,8 @@ void compareGradients(const KernelRecord &k, const CaseInputs &in, const HostFor
                   result.repeatDiffer <= 0;
   const int dqk = bp.Fwd.HeadDim, dv = bp.Fwd.headDimV();
   const ref::ElementType type = bp.Fwd.Type;
-  auto over = [](double kernel, double same) {
-    return kernel > ref::toleranceBound(same, ref::kEpsGrad);
+  auto over = [&](double kernel, double same) {
+    return kernel > ref::gradientBound(same, result.samePrecision);
   };
   result.worst = {
       {ref::describeWorst("dQ", exact.DQ, same.DQ, kernel.DQ, dqk, type),

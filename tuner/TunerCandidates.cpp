@@ -175,13 +175,13 @@ std::optional<CudaFailure> Tuner::checkNumerics(StageRun &s, size_t i, std::stri
                              "between two runs on {1}",
                              c.repeatDiffer, checkShapeText(shapes[si]))
                    .str();
-      using reference::toleranceBound, reference::kEpsGrad;
-      keepWorst(c.kernel.MaxDQ, toleranceBound(c.samePrecision.MaxDQ, kEpsGrad), worst[0],
-                n.maxErrorDq, n.limitDq);
-      keepWorst(c.kernel.MaxDK, toleranceBound(c.samePrecision.MaxDK, kEpsGrad), worst[1],
-                n.maxErrorDk, n.limitDk);
-      keepWorst(c.kernel.MaxDV, toleranceBound(c.samePrecision.MaxDV, kEpsGrad), worst[2],
-                n.maxErrorDv, n.limitDv);
+      using reference::gradientBound;
+      keepWorst(c.kernel.MaxDQ, gradientBound(c.samePrecision.MaxDQ, c.samePrecision),
+                worst[0], n.maxErrorDq, n.limitDq);
+      keepWorst(c.kernel.MaxDK, gradientBound(c.samePrecision.MaxDK, c.samePrecision),
+                worst[1], n.maxErrorDk, n.limitDk);
+      keepWorst(c.kernel.MaxDV, gradientBound(c.samePrecision.MaxDV, c.samePrecision),
+                worst[2], n.maxErrorDv, n.limitDv);
     } else {
       CaseOutcome outcome =
           checkKernelCase(Api, s.loaded, index, s.bundle.kernels[index], shapes[si], seed);

@@ -15,8 +15,8 @@
 // dK/dV epilogue, the cycles beyond its tiles' (in tiles), and the share of the SMs busy over
 // the kernel's span (globaltimer).
 //
-// Tolerance rule (as harness_common.cuh for the forward): per gradient, the kernel's max
-// abs error against the float64 reference <= 2 x that of a same-precision reference (fp32
+// Tolerance rule (fagen check's, check/Reference.h gradientBound): per gradient, the kernel's
+// max abs error against the float64 reference <= 2 x that of a same-precision reference (fp32
 // math, P and dS rounded to the input dtype where the kernel rounds them, outputs rounded)
 // + kEps x max(1, max |reference| over dQ, dK and dV). The eps scales with all three: a
 // gradient that is exactly 0 in exact arithmetic (one visible key: dS = P (dP - D) = 0) comes

@@ -565,6 +565,27 @@ TEST(ReferencePrecision, SamePrecisionIsCloseToFloat64OnBf16Inputs) {
   EXPECT_FALSE(withinTolerance(Worse, B));
 }
 
+TEST(ReferencePrecision, GradientEpsilonScalesWithTheLargestGradient) {
+  // A dK that cancels to ~0 beside a dV of 4: its epsilon is 4 x kEpsGrad, so an fp32
+  // rounding error of 2.1e-5 there passes (it failed with the unscaled epsilon), and an error
+  // twice the scaled bound does not. Non-finite reference values do not count for the scale.
+  BwdResult Exact{{0.5, -0.25}, {1e-7, 0.0}, {4.0, -1.0}};
+  BwdResult Same{{0.5, -0.25}, {1e-7 + 4.1e-6, 0.0}, {4.0, -1.0}};
+  BwdResult Kernel{{0.5, -0.25}, {1e-7 + 2.1e-5, 0.0}, {4.0, -1.0}};
+  const BwdError S = measureError(Exact, Same);
+  EXPECT_DOUBLE_EQ(S.Scale, 4.0);
+  EXPECT_NEAR(gradientBound(S.MaxDK, S), 2 * 4.1e-6 + 4 * kEpsGrad, 1e-12);
+  EXPECT_TRUE(withinTolerance(measureError(Exact, Kernel), S));
+  EXPECT_GT(measureError(Exact, Kernel).MaxDK, toleranceBound(S.MaxDK, kEpsGrad));
+  Kernel.DK[0] = 1e-7 + 2 * gradientBound(S.MaxDK, S);
+  EXPECT_FALSE(withinTolerance(measureError(Exact, Kernel), S));
+  // Small gradients keep the plain epsilon (the scale is at least 1).
+  BwdResult Tiny{{1e-3}, {2e-3}, {-3e-3}};
+  EXPECT_DOUBLE_EQ(measureError(Tiny, Tiny).Scale, 1.0);
+  BwdResult WithInf{{1e-3}, {2e-3}, {std::numeric_limits<double>::infinity()}};
+  EXPECT_DOUBLE_EQ(measureError(WithInf, WithInf).Scale, 1.0);
+}
+
 TEST(ReferencePrecision, ReadsKernelGradientsThroughStrides) {
   // A "kernel" that wrote the float64 gradients in bf16 through BHSD strides reads back within
   // bf16 rounding.
