@@ -1,8 +1,10 @@
 """Times torch SDPA's flash (FlashAttention-2) and cuDNN backends' backward on the bwd harness's benchmark
 shapes and prints it beside fagen's backward from the harness's CSV.
 Usage: bwd_bench.py FAGEN_CSV [OUT_TABLE_CSV]
-       bwd_bench.py --profile HD SEQLEN CAUSAL   (SDPA flash forward, then 3 backward calls: a
-                                                 target for ncu, e.g. -k regex:dq_dk_dv)
+       bwd_bench.py --profile HD SEQLEN CAUSAL [flash|cudnn]
+                                  (an SDPA forward, then 3 backward calls of that backend, flash
+                                  by default: a target for ncu, e.g. -k regex:dq_dk_dv for flash,
+                                  -k regex:bprop for cuDNN)
 Backward FLOPs = 2.5 x forward = 10 * batch * heads * seqlen^2 * head_dim (halved for causal);
 both sides are timed whole (fagen: _pre + main + _post; SDPA: autograd.grad of the output,
 which runs FA2's own dot(dO, O) preprocess, main kernel and dQ conversion)."""
@@ -16,12 +18,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from sdpa_bench import time_ms  # the same event timing as the forward's SDPA numbers
 
 
-def profile(hd, seqlen, causal):
+def profile(hd, seqlen, causal, backend="flash"):
     batch, heads = 16384 // seqlen, 2048 // hd
     q, k, v = (torch.randn(batch, heads, seqlen, hd, device="cuda", dtype=torch.bfloat16,
                            requires_grad=True) for _ in range(3))
     dout = torch.randn(batch, heads, seqlen, hd, device="cuda", dtype=torch.bfloat16)
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    chosen = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}[backend]
+    with sdpa_kernel(chosen):
         out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
         for _ in range(3):
             torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
@@ -30,7 +33,7 @@ def profile(hd, seqlen, causal):
 
 def main():
     if sys.argv[1] == "--profile":
-        return profile(*(int(a) for a in sys.argv[2:5]))
+        return profile(*(int(a) for a in sys.argv[2:5]), *sys.argv[5:6])
     fagen = {}
     with open(sys.argv[1]) as f:
         for row in csv.DictReader(f):

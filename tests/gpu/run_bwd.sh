@@ -31,6 +31,13 @@
 #                                     build-bwd/bwd_harness_${PROF:-base} (default tiles) and on
 #                                     SDPA flash's (FA2's) backward kernel at the same shape
 #                                     (default hd 128, 16k, not causal): details + SASS source pages
+#   tests/gpu/run_bwd.sh profws [HD SEQLEN CAUSAL]
+#                                     ncu sections (throughput of the SMs, shared memory, L2 and
+#                                     DRAM, the pipes, warp stalls; clocks left alone) of one
+#                                     sm90ws main-kernel launch of build-bwd/bwd_harness_${PROF:-new}
+#                                     (a build90 binary; default tiles) and of cuDNN's backward
+#                                     kernel at the same shape (default hd 128, 8k, not causal):
+#                                     $OUT/{ours,cudnn}_details.txt, their headline lines printed
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/fagen-bwd}
@@ -135,6 +142,31 @@ prof)
       >"$OUT/${r}_source.csv" 2>&1 || status=1
   done
   tail -n 3 $rep/ncu_ours.log $rep/ncu_fa2.log
+  exit $status
+  ;;
+profws)
+  hd=${2:-128} seqlen=${3:-8192} causal=${4:-0}
+  mask=none
+  [ "$causal" = 1 ] && mask=causal
+  case $hd in 64) tile=m128n128s2 ;; 128) tile=m64n128s2 ;; *) tile=m64n64s2 ;; esac
+  kern=fagen_bwd_bf16_hd${hd}_${mask}_sm90ws_$tile
+  rep=/tmp/fagen-prof
+  mkdir -p $rep
+  status=0
+  sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis --section WarpStateStats"
+  timeout ${PROF_S:-120} ncu --clock-control none $sections -k "regex:^$kern\$" --launch-skip 2 \
+    --launch-count 1 -f -o $rep/ours build-bwd/bwd_harness_${PROF:-new} --bench --filter "$kern" \
+    --seqlen "$seqlen" >$rep/ncu_ours.log 2>&1 || status=1
+  timeout ${PROF_S:-120} ncu --clock-control none $sections -k "regex:bprop" --launch-skip 1 \
+    --launch-count 1 -f -o $rep/cudnn python3 tests/gpu/bwd_bench.py --profile "$hd" "$seqlen" \
+    "$causal" cudnn >$rep/ncu_cudnn.log 2>&1 || status=1
+  for r in ours cudnn; do
+    [ -f $rep/$r.ncu-rep ] || { echo "no $r profile: $(tail -n 2 $rep/ncu_$r.log)"; continue; }
+    ncu --import $rep/$r.ncu-rep --page details >"$OUT/${r}_details.txt" 2>&1 || status=1
+    echo "== $r ($hd, $seqlen, causal $causal)"
+    grep -E "^  [a-zA-Z_]|Duration|Throughput|Shared|Bank|Issue Slots Busy|Executed Ipc A" \
+      "$OUT/${r}_details.txt" | head -24
+  done
   exit $status
   ;;
 sanitize)
