@@ -1,7 +1,8 @@
 // fagen GPU dev harness for the sm80 backward template: correctness of dQ, dK, dV against a
 // float64 CPU reference (this file's own; the forward's O and LSE come from it too) at odd
-// shapes and every variant of the contract, bitwise repeatability, then timing of the backward
-// at the FlashAttention-3 benchmark shapes. Kernels are instantiated as the emitter does (three
+// shapes and every variant of the contract, bitwise repeatability (deterministic kernels: also
+// of two launches running at once on two streams, whose CTAs start in other orders), then
+// timing of the backward at the FlashAttention-3 benchmark shapes. Kernels are instantiated as the emitter does (three
 // entry points per config). Build and run: tests/gpu/run_bwd.sh. With -DFAGEN_HARNESS_SM90
 // (sm_90a; `run_bwd.sh build90`) also the sm90ws backward's kernels, launched with their TMA
 // maps; -DFAGEN_HARNESS_SM90_ONLY keeps only the portable defaults at hd 64 and 128 beside them.
@@ -733,11 +734,12 @@ struct DeviceBuffer {
   }
 };
 
-static void launch(const BwdKernel &k, const fagen_bwd_params &p, int m_blocks) {
+static void launch(const BwdKernel &k, const fagen_bwd_params &p, int m_blocks,
+                   cudaStream_t stream = 0) {
   void *args[] = {const_cast<fagen_bwd_params *>(&p)};
   dim3 grid_q(m_blocks, p.fwd.heads_q, p.fwd.batch);
   const dim3 grid_k = main_grid(k, p);
-  CUDA_CHECK(cudaLaunchKernel(k.pre, grid_q, dim3(k.pre_threads), args, 0, 0));
+  CUDA_CHECK(cudaLaunchKernel(k.pre, grid_q, dim3(k.pre_threads), args, 0, stream));
 #ifdef FAGEN_HARNESS_SM90
   if (k.ws) {
     fagen_bwd_tma_maps maps;
@@ -749,11 +751,11 @@ static void launch(const BwdKernel &k, const fagen_bwd_params &p, int m_blocks) 
       std::exit(1);
     }
     void *ws_args[] = {const_cast<fagen_bwd_params *>(&p), &maps};
-    CUDA_CHECK(cudaLaunchKernel(k.main, grid_k, dim3(k.threads), ws_args, k.smem_bytes, 0));
+    CUDA_CHECK(cudaLaunchKernel(k.main, grid_k, dim3(k.threads), ws_args, k.smem_bytes, stream));
   } else
 #endif
-  CUDA_CHECK(cudaLaunchKernel(k.main, grid_k, dim3(k.threads), args, k.smem_bytes, 0));
-  CUDA_CHECK(cudaLaunchKernel(k.post, grid_q, dim3(k.pre_threads), args, 0, 0));
+  CUDA_CHECK(cudaLaunchKernel(k.main, grid_k, dim3(k.threads), args, k.smem_bytes, stream));
+  CUDA_CHECK(cudaLaunchKernel(k.post, grid_q, dim3(k.pre_threads), args, 0, stream));
 }
 
 /// Device tensors of one problem, bound into a copy of its params.
@@ -815,15 +817,44 @@ struct Outputs {
   std::vector<uint16_t> dq, dk, dv;
 };
 
-static Outputs run_once(const BwdKernel &kern, DeviceProblem &d) {
+/// NaN outputs (guards included) and workspace (the semaphores too: -1): _pre must reset what
+/// the main kernel reads.
+static void poison(DeviceProblem &d) {
   CUDA_CHECK(cudaMemset(d.dq.ptr, 0xff, d.dq.bytes));
   CUDA_CHECK(cudaMemset(d.dk.ptr, 0xff, d.dk.bytes));
   CUDA_CHECK(cudaMemset(d.dv.ptr, 0xff, d.dv.bytes));
-  // NaN workspace (the semaphores too: -1): _pre must reset what the main kernel reads.
   CUDA_CHECK(cudaMemset(d.work.ptr, 0xff, d.work.bytes));
+}
+
+static Outputs read_outputs(const DeviceProblem &d);
+
+static Outputs run_once(const BwdKernel &kern, DeviceProblem &d) {
+  poison(d);
   launch(kern, d.p, d.m_blocks);
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaDeviceSynchronize());
+  return read_outputs(d);
+}
+
+/// The same problem launched twice at once on two streams (buffers of their own): the grids
+/// share the SMs, so their CTAs start in other orders and at other times than alone, which a
+/// deterministic kernel's dQ order must not depend on.
+static std::pair<Outputs, Outputs> run_concurrent(const BwdKernel &kern, DeviceProblem &d,
+                                                  DeviceProblem &d2) {
+  static cudaStream_t streams[2] = {nullptr, nullptr};
+  for (cudaStream_t &s : streams)
+    if (!s)
+      CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  poison(d), poison(d2);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  launch(kern, d.p, d.m_blocks, streams[0]);
+  launch(kern, d2.p, d2.m_blocks, streams[1]);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return {read_outputs(d), read_outputs(d2)};
+}
+
+static Outputs read_outputs(const DeviceProblem &d) {
   Outputs out;
   out.dq.resize(d.dq.bytes / 2), out.dk.resize(d.dk.bytes / 2), out.dv.resize(d.dv.bytes / 2);
   CUDA_CHECK(cudaMemcpy(out.dq.data(), d.dq.ptr, d.dq.bytes, cudaMemcpyDeviceToHost));
@@ -937,6 +968,15 @@ static int run_checks(const Options &opt) {
       if (k.grouped)
         d.p.tile_group_log2 = pb.heads_kv == 4 || pb.heads_kv == 3 ? 1 : ci % 3;
       const Outputs a = run_once(k, d), b = run_once(k, d);
+      // Deterministic kernels: also bitwise equal when two launches run at once.
+      bool rep_concurrent = true;
+      if (k.deterministic) {
+        DeviceProblem d2(pb, k);
+        d2.p.tile_group_log2 = d.p.tile_group_log2;
+        const auto [c1, c2] = run_concurrent(k, d, d2);
+        for (const Outputs *c : {&c1, &c2})
+          rep_concurrent &= c->dq == a.dq && c->dk == a.dk && c->dv == a.dv;
+      }
       const Errors e = measure(pb, a);
       bool within = e.nan_free;
       double tol[3];
@@ -948,12 +988,14 @@ static int run_checks(const Options &opt) {
       // dK, dV: always bitwise repeatable; dQ only when deterministic (else atomics order).
       const bool rep_kv = a.dk == b.dk && a.dv == b.dv;
       const bool rep_q = a.dq == b.dq;
-      const bool ok = within && e.guard_ok && rep_kv && (rep_q || !k.deterministic);
-      std::printf("%-62s %-22s %9.3g %9.3g %9.3g %9.3g %9.3g %9.3g %s%s%s%s%s\n", k.name,
+      const bool ok =
+          within && e.guard_ok && rep_kv && (rep_q || !k.deterministic) && rep_concurrent;
+      std::printf("%-62s %-22s %9.3g %9.3g %9.3g %9.3g %9.3g %9.3g %s%s%s%s%s%s\n", k.name,
                   pb.label.c_str(), e.err[0], tol[0], e.err[1], tol[1], e.err[2], tol[2],
                   ok ? "ok" : "FAIL", e.guard_ok ? "" : " (guard overwritten)",
                   rep_kv ? "" : " (dK/dV not repeatable)",
                   rep_q ? " rep" : (k.deterministic ? " (dQ not repeatable)" : ""),
+                  !k.deterministic ? "" : rep_concurrent ? " conc" : " (differs run concurrently)",
                   k.grouped ? (" g" + std::to_string(d.p.tile_group_log2)).c_str() : "");
       failures += !ok;
       ++runs;
