@@ -693,7 +693,7 @@ inline bool withinTolerance(const FwdError &Kernel, const FwdError &SamePrecisio
 }
 
 /// Largest absolute differences of dQ, dK and dV, and the scale of their epsilon:
-/// max(1, max |reference| over dQ, dK and dV).
+/// max(1, max |reference| over the finite values of dQ, dK and dV).
 struct BwdError {
   double MaxDQ = 0, MaxDK = 0, MaxDV = 0;
   double Scale = 1;

@@ -2,8 +2,8 @@
 // float64 CPU reference (this file's own; the forward's O and LSE come from it too) at odd
 // shapes and every variant of the contract, bitwise repeatability (deterministic kernels: also
 // of two launches running at once on two streams, whose CTAs start in other orders), then
-// timing of the backward at the FlashAttention-3 benchmark shapes. Kernels are instantiated as the emitter does (three
-// entry points per config). Build and run: tests/gpu/run_bwd.sh. With -DFAGEN_HARNESS_SM90
+// timing of the backward at the FlashAttention-3 benchmark shapes. Kernels are instantiated as
+// the emitter does (three entry points per config). Build and run: tests/gpu/run_bwd.sh. With -DFAGEN_HARNESS_SM90
 // (sm_90a; `run_bwd.sh build90`) also the sm90ws backward's kernels, launched with their TMA
 // maps; -DFAGEN_HARNESS_SM90_ONLY keeps only the portable defaults at hd 64 and 128 beside them.
 //
@@ -836,17 +836,35 @@ static Outputs run_once(const BwdKernel &kern, DeviceProblem &d) {
   return read_outputs(d);
 }
 
+/// Spins one thread for `ns` nanoseconds (globaltimer).
+__global__ void spin_ns(unsigned long long ns) {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  while (t - t0 < ns);
+}
+
 /// The same problem launched twice at once on two streams (buffers of their own): the grids
 /// share the SMs, so their CTAs start in other orders and at other times than alone, which a
-/// deterministic kernel's dQ order must not depend on.
+/// deterministic kernel's dQ order must not depend on. Both streams wait for an event behind a
+/// 2 ms spin on a third, so that both launches are queued before either starts.
 static std::pair<Outputs, Outputs> run_concurrent(const BwdKernel &kern, DeviceProblem &d,
                                                   DeviceProblem &d2) {
-  static cudaStream_t streams[2] = {nullptr, nullptr};
+  static cudaStream_t streams[3] = {nullptr, nullptr, nullptr};
+  static cudaEvent_t go = nullptr;
   for (cudaStream_t &s : streams)
     if (!s)
       CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  if (!go)
+    CUDA_CHECK(cudaEventCreateWithFlags(&go, cudaEventDisableTiming));
   poison(d), poison(d2);
   CUDA_CHECK(cudaDeviceSynchronize());
+  spin_ns<<<1, 1, 0, streams[2]>>>(2000000ull);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaEventRecord(go, streams[2]));
+  CUDA_CHECK(cudaStreamWaitEvent(streams[0], go, 0));
+  CUDA_CHECK(cudaStreamWaitEvent(streams[1], go, 0));
   launch(kern, d.p, d.m_blocks, streams[0]);
   launch(kern, d2.p, d2.m_blocks, streams[1]);
   CUDA_CHECK(cudaGetLastError());

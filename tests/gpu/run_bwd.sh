@@ -34,8 +34,8 @@
 #   tests/gpu/run_bwd.sh profws [HD SEQLEN CAUSAL]
 #                                     ncu sections (throughput of the SMs, shared memory, L2 and
 #                                     DRAM, the pipes, warp stalls; clocks left alone) of one
-#                                     sm90ws main-kernel launch of build-bwd/bwd_harness_${PROF:-new}
-#                                     (a build90 binary; default tiles) and of cuDNN's backward
+#                                     sm90ws main-kernel launch of build-bwd/bwd_harness_${PROF:-sm90}
+#                                     (build90's binary; default tiles) and of cuDNN's backward
 #                                     kernel at the same shape (default hd 128, 8k, not causal):
 #                                     $OUT/{ours,cudnn}_details.txt, their headline lines printed
 set -euo pipefail
@@ -155,7 +155,7 @@ profws)
   status=0
   sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis --section WarpStateStats"
   timeout ${PROF_S:-120} ncu --clock-control none $sections -k "regex:^$kern\$" --launch-skip 2 \
-    --launch-count 1 -f -o $rep/ours build-bwd/bwd_harness_${PROF:-new} --bench --filter "$kern" \
+    --launch-count 1 -f -o $rep/ours build-bwd/bwd_harness_${PROF:-sm90} --bench --filter "$kern" \
     --seqlen "$seqlen" >$rep/ncu_ours.log 2>&1 || status=1
   timeout ${PROF_S:-120} ncu --clock-control none $sections -k "regex:bprop" --launch-skip 1 \
     --launch-count 1 -f -o $rep/cudnn python3 tests/gpu/bwd_bench.py --profile "$hd" "$seqlen" \
@@ -164,8 +164,8 @@ profws)
     [ -f $rep/$r.ncu-rep ] || { echo "no $r profile: $(tail -n 2 $rep/ncu_$r.log)"; continue; }
     ncu --import $rep/$r.ncu-rep --page details >"$OUT/${r}_details.txt" 2>&1 || status=1
     echo "== $r ($hd, $seqlen, causal $causal)"
-    grep -E "^  [a-zA-Z_]|Duration|Throughput|Shared|Bank|Issue Slots Busy|Executed Ipc A" \
-      "$OUT/${r}_details.txt" | head -24
+    grep -m 24 -E "^  [a-zA-Z_]|Duration|Throughput|Shared|Bank|Issue Slots Busy|Executed Ipc A" \
+      "$OUT/${r}_details.txt" || true
   done
   exit $status
   ;;
@@ -181,7 +181,7 @@ sanitize)
   exit $status
   ;;
 *)
-  echo "usage: $0 build|build90|run [ARGS]|ab LABELS|prof [HD SEQLEN CAUSAL]|sanitize" >&2
+  echo "usage: $0 build|build90|run [ARGS]|ab LABELS|prof [HD SEQLEN CAUSAL]|profws [HD SEQLEN CAUSAL]|sanitize" >&2
   exit 2
   ;;
 esac
