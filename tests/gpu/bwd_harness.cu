@@ -3,9 +3,10 @@
 // shapes and every variant of the contract, bitwise repeatability (deterministic kernels: also
 // of two launches running at once on two streams, whose CTAs start in other orders), then
 // timing of the backward at the FlashAttention-3 benchmark shapes. Kernels are instantiated as
-// the emitter does (three entry points per config). Build and run: tests/gpu/run_bwd.sh. With -DFAGEN_HARNESS_SM90
-// (sm_90a; `run_bwd.sh build90`) also the sm90ws backward's kernels, launched with their TMA
-// maps; -DFAGEN_HARNESS_SM90_ONLY keeps only the portable defaults at hd 64 and 128 beside them.
+// the emitter does (three entry points per config). Build and run: tests/gpu/run_bwd.sh. With
+// -DFAGEN_HARNESS_SM90 (sm_90a; `run_bwd.sh build90`) also the sm90ws backward's kernels,
+// launched with their TMA maps; -DFAGEN_HARNESS_SM90_ONLY keeps only the portable defaults at
+// hd 64 and 128 beside them.
 //
 //   bwd_harness [--check] [--bench] [--csv FILE] [--filter SUBSTRING[,SUBSTRING...]]
 //               [--cases N] [--seqlen N] [--trace]
@@ -836,19 +837,16 @@ static Outputs run_once(const BwdKernel &kern, DeviceProblem &d) {
   return read_outputs(d);
 }
 
-/// Spins one thread for `ns` nanoseconds (globaltimer).
-__global__ void spin_ns(unsigned long long ns) {
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  while (t - t0 < ns);
+/// Keeps one thread busy for about `us` microseconds.
+__global__ void sleep_us(int us) {
+  for (int i = 0; i < us; ++i)
+    __nanosleep(1000);
 }
 
 /// The same problem launched twice at once on two streams (buffers of their own): the grids
 /// share the SMs, so their CTAs start in other orders and at other times than alone, which a
 /// deterministic kernel's dQ order must not depend on. Both streams wait for an event behind a
-/// 2 ms spin on a third, so that both launches are queued before either starts.
+/// 2 ms sleep on a third, so that both launches are queued before either starts.
 static std::pair<Outputs, Outputs> run_concurrent(const BwdKernel &kern, DeviceProblem &d,
                                                   DeviceProblem &d2) {
   static cudaStream_t streams[3] = {nullptr, nullptr, nullptr};
@@ -860,7 +858,7 @@ static std::pair<Outputs, Outputs> run_concurrent(const BwdKernel &kern, DeviceP
     CUDA_CHECK(cudaEventCreateWithFlags(&go, cudaEventDisableTiming));
   poison(d), poison(d2);
   CUDA_CHECK(cudaDeviceSynchronize());
-  spin_ns<<<1, 1, 0, streams[2]>>>(2000000ull);
+  sleep_us<<<1, 1, 0, streams[2]>>>(2000);
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaEventRecord(go, streams[2]));
   CUDA_CHECK(cudaStreamWaitEvent(streams[0], go, 0));

@@ -120,52 +120,45 @@ ab)
   timeout 60 python3 tests/gpu/bwd_bench.py "$OUT/ab.csv" "$OUT/table.csv" 2>&1 | tee "$OUT/table.txt"
   exit $status
   ;;
-prof)
-  hd=${2:-128} seqlen=${3:-16384} causal=${4:-0}
+prof | profws)
+  # prof: the portable kernel beside SDPA flash (FA2), ncu's full set, details and SASS pages;
+  # profws: the sm90ws kernel beside cuDNN, a few sections, their headline lines printed.
+  hd=${2:-128} causal=${4:-0}
   mask=none
   [ "$causal" = 1 ] && mask=causal
-  case $hd in 64) tile=m128n128w8s2 ;; 128) tile=m64n128w8s2 ;; *) tile=m64n64w8s2 ;; esac
-  kern=fagen_bwd_bf16_hd${hd}_${mask}_sm80_$tile
+  if [ "$1" = prof ]; then
+    seqlen=${3:-16384} family=sm80 ext=w8s2 bin=build-bwd/bwd_harness_${PROF:-base}
+    other=fa2 other_kernel=dq_dk_dv backend=flash what=(--set full)
+  else
+    seqlen=${3:-8192} family=sm90ws ext=s2 bin=build-bwd/bwd_harness_${PROF:-sm90}
+    other=cudnn other_kernel=bprop backend=cudnn
+    what=(--section SpeedOfLight --section MemoryWorkloadAnalysis
+          --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis
+          --section WarpStateStats)
+  fi
+  case $hd in 64) tile=m128n128$ext ;; 128) tile=m64n128$ext ;; *) tile=m64n64$ext ;; esac
+  kern=fagen_bwd_bf16_hd${hd}_${mask}_${family}_$tile
   rep=/tmp/fagen-prof
   mkdir -p $rep
   status=0
-  timeout ${PROF_S:-120} ncu --clock-control none --set full -k "regex:^$kern\$" --launch-skip 2 \
-    --launch-count 1 -f -o $rep/ours build-bwd/bwd_harness_${PROF:-base} --bench \
-    --filter "$kern" --seqlen "$seqlen" >$rep/ncu_ours.log 2>&1 || status=1
-  timeout ${PROF_S:-120} ncu --clock-control none --set full -k "regex:dq_dk_dv" --launch-skip 1 \
-    --launch-count 1 -f -o $rep/fa2 python3 tests/gpu/bwd_bench.py --profile "$hd" "$seqlen" \
-    "$causal" >$rep/ncu_fa2.log 2>&1 || status=1
-  for r in ours fa2; do
-    [ -f $rep/$r.ncu-rep ] || continue
-    ncu --import $rep/$r.ncu-rep --page details >"$OUT/${r}_details.txt" 2>&1 || status=1
-    ncu --import $rep/$r.ncu-rep --page source --print-source sass --csv \
-      >"$OUT/${r}_source.csv" 2>&1 || status=1
-  done
-  tail -n 3 $rep/ncu_ours.log $rep/ncu_fa2.log
-  exit $status
-  ;;
-profws)
-  hd=${2:-128} seqlen=${3:-8192} causal=${4:-0}
-  mask=none
-  [ "$causal" = 1 ] && mask=causal
-  case $hd in 64) tile=m128n128s2 ;; 128) tile=m64n128s2 ;; *) tile=m64n64s2 ;; esac
-  kern=fagen_bwd_bf16_hd${hd}_${mask}_sm90ws_$tile
-  rep=/tmp/fagen-prof
-  mkdir -p $rep
-  status=0
-  sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis --section WarpStateStats"
-  timeout ${PROF_S:-120} ncu --clock-control none $sections -k "regex:^$kern\$" --launch-skip 2 \
-    --launch-count 1 -f -o $rep/ours build-bwd/bwd_harness_${PROF:-sm90} --bench --filter "$kern" \
-    --seqlen "$seqlen" >$rep/ncu_ours.log 2>&1 || status=1
-  timeout ${PROF_S:-120} ncu --clock-control none $sections -k "regex:bprop" --launch-skip 1 \
-    --launch-count 1 -f -o $rep/cudnn python3 tests/gpu/bwd_bench.py --profile "$hd" "$seqlen" \
-    "$causal" cudnn >$rep/ncu_cudnn.log 2>&1 || status=1
-  for r in ours cudnn; do
+  timeout ${PROF_S:-120} ncu --clock-control none "${what[@]}" -k "regex:^$kern\$" --launch-skip 2 \
+    --launch-count 1 -f -o $rep/ours "$bin" --bench --filter "$kern" --seqlen "$seqlen" \
+    >$rep/ncu_ours.log 2>&1 || status=1
+  timeout ${PROF_S:-120} ncu --clock-control none "${what[@]}" -k "regex:$other_kernel" \
+    --launch-skip 1 --launch-count 1 -f -o $rep/$other python3 tests/gpu/bwd_bench.py --profile \
+    "$hd" "$seqlen" "$causal" $backend >$rep/ncu_$other.log 2>&1 || status=1
+  for r in ours $other; do
     [ -f $rep/$r.ncu-rep ] || { echo "no $r profile: $(tail -n 2 $rep/ncu_$r.log)"; continue; }
     ncu --import $rep/$r.ncu-rep --page details >"$OUT/${r}_details.txt" 2>&1 || status=1
-    echo "== $r ($hd, $seqlen, causal $causal)"
-    grep -m 24 -E "^  [a-zA-Z_]|Duration|Throughput|Shared|Bank|Issue Slots Busy|Executed Ipc A" \
-      "$OUT/${r}_details.txt" || true
+    if [ "$1" = prof ]; then
+      ncu --import $rep/$r.ncu-rep --page source --print-source sass --csv \
+        >"$OUT/${r}_source.csv" 2>&1 || status=1
+      tail -n 3 $rep/ncu_$r.log
+    else
+      echo "== $r ($hd, $seqlen, causal $causal)"
+      grep -m 24 -E "^  [a-zA-Z_]|Duration|Throughput|Shared|Bank|Issue Slots Busy|Executed Ipc A" \
+        "$OUT/${r}_details.txt" || true
+    fi
   done
   exit $status
   ;;
