@@ -33,7 +33,8 @@
 #                                     (default hd 128, 16k, not causal): details + SASS source pages
 #   tests/gpu/run_bwd.sh profws [HD SEQLEN CAUSAL]
 #                                     ncu sections (throughput of the SMs, shared memory, L2 and
-#                                     DRAM, the pipes, warp stalls; clocks left alone) of one
+#                                     DRAM, the pipes, warp stalls, the launch's grid, block
+#                                     and registers; clocks left alone) of one
 #                                     sm90ws main-kernel launch of build-bwd/bwd_harness_${PROF:-sm90}
 #                                     (build90's binary; default tiles) and of cuDNN's backward
 #                                     kernel at the same shape (default hd 128, 8k, not causal):
@@ -134,7 +135,7 @@ prof | profws)
     other=cudnn other_kernel=bprop backend=cudnn
     what=(--section SpeedOfLight --section MemoryWorkloadAnalysis
           --section MemoryWorkloadAnalysis_Tables --section ComputeWorkloadAnalysis
-          --section WarpStateStats)
+          --section WarpStateStats --section LaunchStats)
   fi
   case $hd in 64) tile=m128n128$ext ;; 128) tile=m64n128$ext ;; *) tile=m64n64$ext ;; esac
   kern=fagen_bwd_bf16_hd${hd}_${mask}_${family}_$tile
@@ -156,8 +157,8 @@ prof | profws)
       tail -n 3 $rep/ncu_$r.log
     else
       echo "== $r ($hd, $seqlen, causal $causal)"
-      grep -m 24 -E "^  [a-zA-Z_]|Duration|Throughput|Shared|Bank|Issue Slots Busy|Executed Ipc A" \
-        "$OUT/${r}_details.txt" || true
+      pat="^  [a-zA-Z_]|Duration|Throughput|Shared|Bank|Issue Slots Busy|Executed Ipc A"
+      grep -m 32 -E "$pat|Grid Size|Block Size|Registers Per" "$OUT/${r}_details.txt" || true
     fi
   done
   exit $status
