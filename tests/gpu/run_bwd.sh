@@ -33,10 +33,10 @@
 #                                     (default hd 128, 16k, not causal): details + SASS source pages
 #   tests/gpu/run_bwd.sh profws [HD SEQLEN CAUSAL]
 #                                     ncu sections (throughput of the SMs, shared memory, L2 and
-#                                     DRAM, the pipes, warp stalls, the launch's grid, block
-#                                     and registers; clocks left alone) of one
-#                                     sm90ws main-kernel launch of build-bwd/bwd_harness_${PROF:-sm90}
-#                                     (build90's binary; default tiles) and of cuDNN's backward
+#                                     DRAM, the pipes, warp stalls, the launch's grid, block and
+#                                     registers; clocks left alone) of one sm90ws main-kernel
+#                                     launch of build-bwd/bwd_harness_${PROF:-sm90} (build90's
+#                                     binary; default tiles) and of cuDNN's backward
 #                                     kernel at the same shape (default hd 128, 8k, not causal):
 #                                     $OUT/{ours,cudnn}_details.txt, their headline lines printed
 set -euo pipefail
